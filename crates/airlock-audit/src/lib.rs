@@ -1,0 +1,1 @@
+//! airlock-audit: the tamper-evident audit log (being built).

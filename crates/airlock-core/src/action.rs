@@ -1,0 +1,299 @@
+//! The action model: one typed enum for every effect an agent can ask for.
+//!
+//! An [`Action`] is a *proposal*. It has no effect by itself; only an executor holding an
+//! [`crate::Authorized`] token, which the Gate alone can mint, may carry it out.
+//!
+//! The wire form is JSON with a `type` tag (`"exec"`, `"fs.read"`, …) and strict fields:
+//! unknown fields are refused, so a proposer cannot smuggle in a field that one component
+//! reads and another ignores.
+//!
+//! ```
+//! use airlock_core::Action;
+//! let a = Action::from_json(r#"{"type":"exec","command":"ls -la","cwd":"/w"}"#).unwrap();
+//! assert_eq!(a.kind(), "exec");
+//! assert!(a.hash().unwrap().starts_with("sha256:"));
+//! ```
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::canonical::{canonical_json, content_hash, CanonicalError};
+
+/// Largest shell command the Gate will look at. Anything longer is refused outright:
+/// no legitimate interactive command is a megabyte long, and parsing cost must stay bounded.
+pub const MAX_COMMAND_BYTES: usize = 1024 * 1024;
+/// Largest serialized action accepted from a proposer.
+pub const MAX_ACTION_JSON_BYTES: usize = 4 * 1024 * 1024;
+
+/// Run a shell command (inside the sandbox).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecAction {
+    /// The command line exactly as proposed; parsed by [`crate::shell`].
+    pub command: String,
+    /// Working directory, absolute or relative to the workspace root.
+    #[serde(default)]
+    pub cwd: String,
+    /// Names (never values) of environment variables the command asks for.
+    #[serde(default)]
+    pub env: Vec<String>,
+}
+
+/// Read or delete a path.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PathAction {
+    pub path: String,
+}
+
+/// Write a file. The content itself is carried by the executor; the action binds its hash
+/// so that an approval covers exactly those bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FsWriteAction {
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_sha256: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+}
+
+/// An HTTP(S) request, made by the proxy on the agent's behalf.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetRequestAction {
+    pub method: String,
+    pub url: String,
+    /// Header names only: values may hold credentials and never enter the Gate.
+    #[serde(default)]
+    pub headers: Vec<String>,
+    #[serde(default)]
+    pub body_bytes: u64,
+}
+
+/// Read or write one memory record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryAction {
+    /// `pinned` (always loaded into context) or `recall` (searched on demand).
+    pub scope: String,
+    pub key: String,
+    /// Record kind: `note`, `fact`, `preference`, `contact`, `task_state`.
+    pub kind: String,
+}
+
+/// Send a message through a channel (terminal, web, chat app).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MessageSendAction {
+    pub channel: String,
+    pub destination: String,
+    #[serde(default)]
+    pub text: String,
+}
+
+/// MCP tool annotations. They are *hints* from the tool's author and are only trusted as
+/// far as the operator trusts the extension (its definitions are pinned by hash).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolAnnotations {
+    #[serde(rename = "readOnlyHint", default)]
+    pub read_only_hint: bool,
+    #[serde(rename = "destructiveHint", default)]
+    pub destructive_hint: bool,
+    #[serde(rename = "openWorldHint", default)]
+    pub open_world_hint: bool,
+}
+
+/// Call a tool of an extension (MCP server) or a built-in tool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCallAction {
+    pub server: String,
+    pub tool: String,
+    #[serde(default)]
+    pub arguments: Value,
+    #[serde(default)]
+    pub input_schema: Value,
+    #[serde(default)]
+    pub annotations: ToolAnnotations,
+}
+
+/// Schedule a task to run later.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskScheduleAction {
+    /// Cron expression or RFC 3339 instant.
+    pub schedule: String,
+    pub prompt: String,
+}
+
+/// Start a sub-agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSpawnAction {
+    pub name: String,
+    pub prompt: String,
+    #[serde(default)]
+    pub tools: Vec<String>,
+}
+
+/// Every effect an agent can ask for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum Action {
+    #[serde(rename = "exec")]
+    Exec(ExecAction),
+    #[serde(rename = "fs.read")]
+    FsRead(PathAction),
+    #[serde(rename = "fs.write")]
+    FsWrite(FsWriteAction),
+    #[serde(rename = "fs.delete")]
+    FsDelete(PathAction),
+    #[serde(rename = "net.request")]
+    NetRequest(NetRequestAction),
+    #[serde(rename = "memory.read")]
+    MemoryRead(MemoryAction),
+    #[serde(rename = "memory.write")]
+    MemoryWrite(MemoryAction),
+    #[serde(rename = "message.send")]
+    MessageSend(MessageSendAction),
+    #[serde(rename = "tool.call")]
+    ToolCall(ToolCallAction),
+    #[serde(rename = "task.schedule")]
+    TaskSchedule(TaskScheduleAction),
+    #[serde(rename = "agent.spawn")]
+    AgentSpawn(AgentSpawnAction),
+}
+
+/// Why a proposed action was refused before the Gate could look at it.
+#[derive(Debug, thiserror::Error)]
+pub enum ActionError {
+    #[error("action JSON is {size} bytes, over the {limit}-byte limit\nhelp: split the work into smaller actions")]
+    TooLarge { size: usize, limit: usize },
+    #[error("exec command is {size} bytes, over the {limit}-byte limit\nhelp: put long scripts in a workspace file and run that file")]
+    CommandTooLarge { size: usize, limit: usize },
+    #[error("invalid action JSON: {0}\nhelp: an action is an object with \"type\" one of exec, fs.read, fs.write, fs.delete, net.request, memory.read, memory.write, message.send, tool.call, task.schedule, agent.spawn, and only that type's fields")]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Canonical(#[from] CanonicalError),
+}
+
+impl Action {
+    /// Parse and validate an action from its JSON wire form.
+    pub fn from_json(text: &str) -> Result<Action, ActionError> {
+        if text.len() > MAX_ACTION_JSON_BYTES {
+            return Err(ActionError::TooLarge {
+                size: text.len(),
+                limit: MAX_ACTION_JSON_BYTES,
+            });
+        }
+        let action: Action = serde_json::from_str(text)?;
+        action.validate()?;
+        Ok(action)
+    }
+
+    /// Check the size limits that serde cannot express.
+    pub fn validate(&self) -> Result<(), ActionError> {
+        if let Action::Exec(e) = self {
+            if e.command.len() > MAX_COMMAND_BYTES {
+                return Err(ActionError::CommandTooLarge {
+                    size: e.command.len(),
+                    limit: MAX_COMMAND_BYTES,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The action's type tag, as used in policy (`exec`, `net.request`, …).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Action::Exec(_) => "exec",
+            Action::FsRead(_) => "fs.read",
+            Action::FsWrite(_) => "fs.write",
+            Action::FsDelete(_) => "fs.delete",
+            Action::NetRequest(_) => "net.request",
+            Action::MemoryRead(_) => "memory.read",
+            Action::MemoryWrite(_) => "memory.write",
+            Action::MessageSend(_) => "message.send",
+            Action::ToolCall(_) => "tool.call",
+            Action::TaskSchedule(_) => "task.schedule",
+            Action::AgentSpawn(_) => "agent.spawn",
+        }
+    }
+
+    /// RFC 8785 canonical JSON of the action.
+    pub fn canonical(&self) -> Result<String, ActionError> {
+        Ok(canonical_json(self)?)
+    }
+
+    /// `sha256:<hex>` of the canonical form. Approvals and audit records bind this.
+    pub fn hash(&self) -> Result<String, ActionError> {
+        Ok(content_hash(self)?)
+    }
+}
+
+/// Conversion of a typed action payload into the general [`Action`], so the Gate can
+/// decide on it and then hand back an `Authorized` token of the *typed* payload.
+pub trait IntoAction: Clone {
+    fn to_action(&self) -> Action;
+}
+
+impl IntoAction for Action {
+    fn to_action(&self) -> Action {
+        self.clone()
+    }
+}
+
+macro_rules! into_action {
+    ($ty:ty, $variant:ident) => {
+        impl IntoAction for $ty {
+            fn to_action(&self) -> Action {
+                Action::$variant(self.clone())
+            }
+        }
+    };
+}
+into_action!(ExecAction, Exec);
+into_action!(NetRequestAction, NetRequest);
+into_action!(ToolCallAction, ToolCall);
+into_action!(MessageSendAction, MessageSend);
+into_action!(TaskScheduleAction, TaskSchedule);
+into_action!(AgentSpawnAction, AgentSpawn);
+into_action!(FsWriteAction, FsWrite);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let err = Action::from_json(r#"{"type":"exec","command":"ls","sneaky":1}"#).unwrap_err();
+        assert!(err.to_string().contains("unknown field"), "{err}");
+    }
+
+    #[test]
+    fn unknown_type_is_refused() {
+        assert!(Action::from_json(r#"{"type":"exec.host","command":"ls"}"#).is_err());
+    }
+
+    #[test]
+    fn oversized_command_is_refused() {
+        let big = "a".repeat(MAX_COMMAND_BYTES + 1);
+        let json = serde_json::json!({"type": "exec", "command": big}).to_string();
+        let err = Action::from_json(&json).unwrap_err();
+        assert!(matches!(err, ActionError::CommandTooLarge { .. }), "{err}");
+    }
+
+    #[test]
+    fn round_trip_keeps_hash() {
+        let a = Action::from_json(
+            r#"{"type":"tool.call","server":"bank","tool":"send_money","arguments":{"recipient":"X","amount":1},"annotations":{"readOnlyHint":false}}"#,
+        )
+        .unwrap();
+        let b = Action::from_json(&serde_json::to_string(&a).unwrap()).unwrap();
+        assert_eq!(a.hash().unwrap(), b.hash().unwrap());
+        assert_eq!(a.kind(), "tool.call");
+    }
+}

@@ -1,0 +1,18 @@
+//! # airlock-core — the Gate
+//!
+//! Decides, never acts: no network, no database, no filesystem writes, no async runtime.
+//!
+//! An agent *proposes* an [`Action`]. The Gate normalizes it into facts (parsed shell,
+//! resolved paths, URL parts, argument provenance), evaluates the operator's Cedar policy
+//! with the session's taint, records the decision through a [`DecisionSink`], and only
+//! then mints an [`Authorized`] token that executors require.
+
+pub mod action;
+pub mod authorized;
+pub mod canonical;
+pub mod shell;
+pub mod sink;
+
+pub use action::{Action, ActionError, IntoAction};
+pub use authorized::{Authorized, RecordReceipt};
+pub use sink::{DecisionKind, DecisionRecord, DecisionSink, SinkError};

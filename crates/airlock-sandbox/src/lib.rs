@@ -1,0 +1,1 @@
+//! airlock-sandbox: native sandbox (being built).

@@ -16,3 +16,12 @@ pub mod sink;
 pub use action::{Action, ActionError, IntoAction};
 pub use authorized::{Authorized, RecordReceipt};
 pub use sink::{DecisionKind, DecisionRecord, DecisionSink, SinkError};
+
+#[cfg(feature = "testing")]
+pub mod testing;
+pub mod paths;
+pub mod url_facts;
+pub mod provenance;
+pub mod policy;
+pub mod facts;
+pub mod gate;

@@ -1,0 +1,231 @@
+//! Normalization: an [`Action`] becomes the typed facts the policy judges.
+//!
+//! Each action kind gets the context its Cedar action declares in
+//! `policy/airlock.cedarschema`. The same facts (plus detail such as every parsed simple
+//! command) go into the audit record and `airlock check --json`.
+
+use serde_json::{json, Value};
+use std::path::PathBuf;
+
+use crate::action::Action;
+use crate::paths::{path_facts, PathFacts};
+use crate::provenance::arg_roles::ArgRole;
+use crate::provenance::{check_args, check_tool_arguments, ArgCheck, ProvenanceFacts, TaintState};
+use crate::shell::{self, RedirectKind, ShellFacts};
+use crate::url_facts::parse_url;
+
+/// Programs whose first non-option argument is a subcommand worth naming in policy.
+const SUBCOMMAND_TOOLS: &[&str] = &[
+    "git", "cargo", "npm", "pnpm", "yarn", "docker", "podman", "kubectl", "go", "pip", "pip3", "apt", "apt-get",
+    "systemctl", "brew", "gh", "rustup", "uv", "poetry", "helm", "terraform", "make",
+];
+/// Global options of those tools that take a separate value (`git -C dir status`).
+const VALUE_OPTIONS: &[&str] = &["-C", "-c", "--git-dir", "--work-tree", "--namespace", "--manifest-path", "-f", "-n"];
+/// Redirection targets that write nowhere.
+const HARMLESS_WRITE_TARGETS: &[&str] = &["/dev/null", "/dev/stdout", "/dev/stderr"];
+
+/// Where the Gate is deciding: the workspace and what the operator configured.
+#[derive(Debug, Clone)]
+pub struct GateConfig {
+    /// Absolute path of the session workspace.
+    pub workspace: PathBuf,
+    /// Extra protected workspace-relative paths (beyond `.git/hooks`, `.git/config`).
+    pub protected: Vec<String>,
+}
+
+impl GateConfig {
+    pub fn new(workspace: impl Into<PathBuf>) -> Self {
+        GateConfig { workspace: workspace.into(), protected: Vec::new() }
+    }
+}
+
+/// Facts about one action: what the policy sees (`context`), which Cedar resource it is
+/// applied to, and extra detail for humans and the audit log.
+#[derive(Debug, Clone)]
+pub struct ActionFacts {
+    pub resource: String,
+    pub context: Value,
+    pub detail: Value,
+}
+
+impl ActionFacts {
+    /// The JSON shown by `airlock check --json` and stored in audit records.
+    pub fn to_json(&self) -> Value {
+        json!({"resource": self.resource, "context": self.context, "detail": self.detail})
+    }
+}
+
+fn session_json(taint: &TaintState, role: &str) -> Value {
+    json!({"tainted": taint.is_tainted(), "principal_role": role})
+}
+
+fn provenance_json(p: &ProvenanceFacts) -> Value {
+    json!({"security_args": p.security_args, "untraced": p.untraced, "contested": p.contested})
+}
+
+fn path_json(p: &PathFacts) -> Value {
+    json!({"normalized": p.normalized, "in_workspace": p.in_workspace, "protected": p.protected})
+}
+
+/// Build the facts for `action` in a session with `taint`, acting for a principal of `role`.
+pub fn build(action: &Action, taint: &TaintState, role: &str, config: &GateConfig) -> ActionFacts {
+    let session = session_json(taint, role);
+    let empty = ProvenanceFacts { tainted: taint.is_tainted(), ..Default::default() };
+    let ws = config.workspace.as_path();
+    match action {
+        Action::Exec(e) => {
+            let shell = shell::normalize(&e.command);
+            let cwd = if e.cwd.is_empty() { ws.to_string_lossy().into_owned() } else { e.cwd.clone() };
+            let cwd = path_facts(&cwd, ws, &config.protected);
+            ActionFacts {
+                resource: "workspace".into(),
+                context: json!({"session": session, "provenance": provenance_json(&empty),
+                                 "shell": shell_context(&shell), "cwd": path_json(&cwd)}),
+                detail: json!({"shell": shell}),
+            }
+        }
+        Action::FsRead(p) | Action::FsDelete(p) => path_action(&p.path, session, &empty, config),
+        Action::FsWrite(w) => path_action(&w.path, session, &empty, config),
+        Action::NetRequest(n) => {
+            let (net, host) = match parse_url(&n.url) {
+                Ok(u) => (
+                    json!({"valid": true, "invalid_reason": "", "method": n.method.to_ascii_uppercase(),
+                           "scheme": u.scheme, "host": u.host, "port": u.port as i64, "path": u.path,
+                           "ip_literal": u.ip_literal, "body_bytes": n.body_bytes.min(i64::MAX as u64) as i64}),
+                    u.host.clone(),
+                ),
+                Err(e) => (
+                    json!({"valid": false, "invalid_reason": e.to_string(), "method": n.method.to_ascii_uppercase(),
+                           "scheme": "", "host": "", "port": 0, "path": "", "ip_literal": false,
+                           "body_bytes": n.body_bytes.min(i64::MAX as u64) as i64}),
+                    String::new(),
+                ),
+            };
+            let url = Value::String(n.url.clone());
+            let prov = check_args(taint, &[ArgCheck { name: "url".into(), role: ArgRole::Target, value: &url }]);
+            ActionFacts {
+                resource: format!("host:{host}"),
+                context: json!({"session": session, "provenance": provenance_json(&prov), "net": net}),
+                detail: json!({}),
+            }
+        }
+        Action::MemoryRead(m) | Action::MemoryWrite(m) => ActionFacts {
+            resource: format!("memory:{}", m.scope),
+            context: json!({"session": session, "provenance": provenance_json(&empty),
+                             "memory": {"scope": m.scope, "key": m.key, "kind": m.kind}}),
+            detail: json!({}),
+        },
+        Action::MessageSend(m) => {
+            let dest = Value::String(m.destination.clone());
+            let text = Value::String(m.text.clone());
+            let own = m.destination == "owner" || m.destination.is_empty();
+            let mut checks = vec![ArgCheck { name: "text".into(), role: ArgRole::Content, value: &text }];
+            if !own {
+                checks.push(ArgCheck { name: "destination".into(), role: ArgRole::Target, value: &dest });
+            }
+            let prov = check_args(taint, &checks);
+            ActionFacts {
+                resource: format!("channel:{}", m.channel),
+                context: json!({"session": session, "provenance": provenance_json(&prov),
+                                 "message": {"channel": m.channel, "destination": m.destination, "own_channel": own}}),
+                detail: json!({}),
+            }
+        }
+        Action::ToolCall(t) => {
+            let a = &t.annotations;
+            let prov = check_tool_arguments(taint, &t.arguments, &t.input_schema, a.read_only_hint);
+            ActionFacts {
+                resource: format!("tool:{}/{}", t.server, t.tool),
+                context: json!({"session": session, "provenance": provenance_json(&prov),
+                                 "tool": {"server": t.server, "name": t.tool, "read_only": a.read_only_hint,
+                                          "destructive": a.destructive_hint, "open_world": a.open_world_hint}}),
+                detail: json!({}),
+            }
+        }
+        Action::TaskSchedule(t) => {
+            let prompt = Value::String(t.prompt.clone());
+            let prov = check_args(taint, &[ArgCheck { name: "prompt".into(), role: ArgRole::Content, value: &prompt }]);
+            ActionFacts {
+                resource: "scheduler".into(),
+                context: json!({"session": session, "provenance": provenance_json(&prov)}),
+                detail: json!({}),
+            }
+        }
+        Action::AgentSpawn(s) => {
+            let prompt = Value::String(s.prompt.clone());
+            let prov = check_args(taint, &[ArgCheck { name: "prompt".into(), role: ArgRole::Content, value: &prompt }]);
+            ActionFacts {
+                resource: format!("agent:{}", s.name),
+                context: json!({"session": session, "provenance": provenance_json(&prov)}),
+                detail: json!({}),
+            }
+        }
+    }
+}
+
+fn path_action(path: &str, session: Value, prov: &ProvenanceFacts, config: &GateConfig) -> ActionFacts {
+    let pf = path_facts(path, &config.workspace, &config.protected);
+    ActionFacts {
+        resource: "workspace".into(),
+        context: json!({"session": session, "provenance": provenance_json(prov), "path": path_json(&pf)}),
+        detail: json!({}),
+    }
+}
+
+/// The Cedar view of shell facts (sets and flags, no nested structure).
+pub fn shell_context(s: &ShellFacts) -> Value {
+    let programs: std::collections::BTreeSet<&str> = s.commands.iter().map(|c| c.basename.as_str()).collect();
+    let paths: std::collections::BTreeSet<&str> =
+        s.commands.iter().filter_map(|c| c.resolved_path.as_deref()).collect();
+    let options: std::collections::BTreeSet<&str> =
+        s.commands.iter().flat_map(|c| c.options.iter().map(String::as_str)).collect();
+    let mut subcommands = std::collections::BTreeSet::new();
+    for c in &s.commands {
+        if SUBCOMMAND_TOOLS.contains(&c.basename.as_str()) {
+            subcommands.insert(format!("{} {}", c.basename, first_operand(&c.args).unwrap_or("")).trim().to_string());
+        }
+    }
+    let write_targets: std::collections::BTreeSet<&str> = s
+        .redirections
+        .iter()
+        .filter(|r| matches!(r.kind, RedirectKind::Write | RedirectKind::Append))
+        .filter(|r| r.dynamic || !HARMLESS_WRITE_TARGETS.contains(&r.target.as_str()))
+        .map(|r| r.target.as_str())
+        .collect();
+    json!({
+        "parsed": s.unparsed.is_none(),
+        "unparsed_reason": s.unparsed.clone().unwrap_or_default(),
+        "programs": programs,
+        "program_paths": paths,
+        "options": options,
+        "subcommands": subcommands,
+        "runs_arbitrary_code": s.runs_arbitrary_code || s.commands.iter().any(|c| c.runs_arbitrary_code.is_some()),
+        "dynamic": s.commands.iter().any(|c| c.dynamic_program || c.basename.is_empty()),
+        "writes_files": !write_targets.is_empty(),
+        "write_targets": write_targets,
+        "reads_files": s.redirections.iter().any(|r| r.kind == RedirectKind::Read),
+        "has_assignments": !s.assignments.is_empty(),
+        "has_substitution": s.has_command_substitution || s.has_process_substitution,
+        "command_count": s.commands.len() as i64,
+    })
+}
+
+/// First argument that is not an option (or an option's value).
+fn first_operand(args: &[String]) -> Option<&str> {
+    let mut skip_next = false;
+    for a in args {
+        if skip_next {
+            skip_next = false;
+            continue;
+        }
+        if a == "--" {
+            continue;
+        }
+        if a.starts_with('-') {
+            skip_next = VALUE_OPTIONS.contains(&a.as_str());
+            continue;
+        }
+        return Some(a);
+    }
+    None
+}

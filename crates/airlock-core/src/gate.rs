@@ -1,0 +1,260 @@
+//! The Gate: the single decision point for every action (DESIGN.md §1).
+//!
+//! `decide` normalizes the action into facts, evaluates the policy, appends the decision
+//! to the audit sink (fsynced), and only then mints an [`Authorized`] token. If the append
+//! fails, the action is denied (invariant I1).
+//!
+//! ```
+//! use airlock_core::{gate::{Gate, Session}, facts::GateConfig, policy::{PolicyEngine, Profile}, Action};
+//! let gate = Gate::new(PolicyEngine::builtin(Profile::Default).unwrap(), GateConfig::new("/w"));
+//! let session = Session::new("s1", "owner");
+//! let eval = gate.evaluate(&session, &Action::from_json(r#"{"type":"net.request","method":"GET","url":"https://example.com/"}"#).unwrap());
+//! assert_eq!(eval.decision, airlock_core::DecisionKind::Deny);
+//! ```
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::action::{Action, IntoAction};
+use crate::authorized::Authorized;
+use crate::facts::{self, GateConfig};
+use crate::policy::PolicyEngine;
+use crate::provenance::TaintState;
+use crate::sink::{DecisionKind, DecisionRecord, DecisionSink};
+
+/// One conversation: who it acts for, and its taint state.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Session {
+    pub id: String,
+    /// Principal the session acts for (`owner`, or another user's id).
+    pub principal: String,
+    /// `owner` or `user`.
+    pub role: String,
+    pub taint: TaintState,
+}
+
+impl Session {
+    /// A fresh, untainted session acting for the owner.
+    pub fn new(id: impl Into<String>, principal: impl Into<String>) -> Self {
+        Session { id: id.into(), principal: principal.into(), role: "owner".into(), taint: TaintState::new() }
+    }
+
+    /// The principal's own message: trusted input.
+    pub fn observe_trusted(&mut self, text: &str) {
+        self.taint.observe_trusted(text);
+    }
+
+    /// A tool result, fetched page, other user's message, or extension description.
+    pub fn observe_untrusted(&mut self, source: &str, text: &str) {
+        self.taint.observe_untrusted(source, text);
+    }
+}
+
+/// The Gate's answer about one action, before it is recorded.
+#[derive(Debug, Clone)]
+pub struct Evaluation {
+    pub decision: DecisionKind,
+    pub reasons: Vec<String>,
+    pub policies: Vec<String>,
+    /// Facts the policy saw (see [`facts::ActionFacts::to_json`]).
+    pub facts: Value,
+    /// `sha256:` hash of the canonical action.
+    pub action_hash: String,
+    /// The canonical action as JSON.
+    pub action_json: Value,
+}
+
+/// The outcome of [`Gate::decide`].
+#[derive(Debug)]
+pub enum Verdict<A: IntoAction> {
+    /// Allowed and recorded: the token executors require.
+    Allow(Authorized<A>),
+    /// A human must approve this exact payload.
+    Ask(AskTicket<A>),
+    /// Refused; the reasons say by which policy and how an operator could allow it.
+    Deny(Denial),
+}
+
+/// A held action waiting for approval. Carries the exact payload and its hash.
+#[derive(Debug)]
+pub struct AskTicket<A: IntoAction> {
+    action: A,
+    pub action_hash: String,
+    pub session: String,
+    pub reasons: Vec<String>,
+    pub policies: Vec<String>,
+    pub facts: Value,
+}
+
+impl<A: IntoAction> AskTicket<A> {
+    /// The payload an approver is shown. What runs after approval is exactly this.
+    pub fn action(&self) -> &A {
+        &self.action
+    }
+}
+
+/// A refusal.
+#[derive(Debug, Clone)]
+pub struct Denial {
+    pub reasons: Vec<String>,
+    pub policies: Vec<String>,
+    pub facts: Value,
+    pub action_hash: String,
+}
+
+/// A human's approval of one payload.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Approval {
+    /// Authenticated principal who approved.
+    pub approver: String,
+    /// Role of the approver; only `owner` may approve.
+    pub approver_role: String,
+    /// Hash of the payload that was shown and approved.
+    pub payload_hash: String,
+    /// Unix time after which the approval is void.
+    pub expires_at: u64,
+}
+
+/// Why an approval could not be turned into a token.
+#[derive(Debug, thiserror::Error)]
+pub enum ApprovalError {
+    #[error("approval is for payload {approved}, but the held action is {held}\nhelp: approve the exact payload that is shown")]
+    HashMismatch { approved: String, held: String },
+    #[error("approval by {approver} (role {role}) is not allowed: only the owner may approve")]
+    NotOwner { approver: String, role: String },
+    #[error("approval expired")]
+    Expired,
+    #[error("recording the approval failed, so the action does not run: {0}")]
+    Record(String),
+}
+
+/// The single decision point.
+pub struct Gate {
+    engine: PolicyEngine,
+    config: GateConfig,
+}
+
+impl Gate {
+    pub fn new(engine: PolicyEngine, config: GateConfig) -> Gate {
+        Gate { engine, config }
+    }
+
+    pub fn config(&self) -> &GateConfig {
+        &self.config
+    }
+
+    /// Decide without recording. Used by `airlock check` and `replay`; executors must use
+    /// [`Gate::decide`]. Never fails: any internal error becomes a denial.
+    pub fn evaluate(&self, session: &Session, action: &Action) -> Evaluation {
+        let action_json = serde_json::to_value(action).unwrap_or(Value::Null);
+        let action_hash = match action.validate().and_then(|_| action.hash()) {
+            Ok(h) => h,
+            Err(e) => return deny_error(format!("invalid action: {e}"), action_json, String::new(), Value::Null),
+        };
+        let f = facts::build(action, &session.taint, &session.role, &self.config);
+        let facts_json = f.to_json();
+        match self.engine.evaluate(&session.id, &session.role, action.kind(), &f.resource, f.context) {
+            Ok(o) => Evaluation {
+                decision: o.decision,
+                reasons: o.reasons,
+                policies: o.policies,
+                facts: facts_json,
+                action_hash,
+                action_json,
+            },
+            Err(e) => deny_error(format!("policy evaluation failed: {e}"), action_json, action_hash, facts_json),
+        }
+    }
+
+    /// Decide, record durably, and only then authorize.
+    pub fn decide<A: IntoAction>(&self, session: &Session, action: A, sink: &mut dyn DecisionSink) -> Verdict<A> {
+        let eval = self.evaluate(session, &action.to_action());
+        let record = DecisionRecord {
+            kind: "decision".into(),
+            session: session.id.clone(),
+            principal: session.principal.clone(),
+            action: eval.action_json.clone(),
+            action_hash: eval.action_hash.clone(),
+            facts: eval.facts.clone(),
+            decision: eval.decision,
+            reasons: eval.reasons.clone(),
+            policies: eval.policies.clone(),
+        };
+        let receipt = match sink.record(&record) {
+            Ok(r) => r,
+            Err(e) => {
+                return Verdict::Deny(Denial {
+                    reasons: vec![format!(
+                        "the decision could not be recorded, so the action does not run: {e}\nhelp: check that the audit directory is writable and the disk is not full"
+                    )],
+                    policies: vec![],
+                    facts: eval.facts,
+                    action_hash: eval.action_hash,
+                })
+            }
+        };
+        match eval.decision {
+            DecisionKind::Allow => {
+                Verdict::Allow(Authorized::mint(action, eval.action_hash, session.id.clone(), receipt))
+            }
+            DecisionKind::Ask => Verdict::Ask(AskTicket {
+                action,
+                action_hash: eval.action_hash,
+                session: session.id.clone(),
+                reasons: eval.reasons,
+                policies: eval.policies,
+                facts: eval.facts,
+            }),
+            DecisionKind::Deny => Verdict::Deny(Denial {
+                reasons: eval.reasons,
+                policies: eval.policies,
+                facts: eval.facts,
+                action_hash: eval.action_hash,
+            }),
+        }
+    }
+
+    /// Turn an approved ticket into a token: the approval must name the held payload's
+    /// hash, come from the owner, be unexpired at `now` (unix seconds), and be recorded.
+    pub fn approve<A: IntoAction>(
+        &self,
+        ticket: AskTicket<A>,
+        approval: &Approval,
+        now: u64,
+        sink: &mut dyn DecisionSink,
+    ) -> Result<Authorized<A>, ApprovalError> {
+        if approval.payload_hash != ticket.action_hash {
+            return Err(ApprovalError::HashMismatch { approved: approval.payload_hash.clone(), held: ticket.action_hash });
+        }
+        if approval.approver_role != "owner" {
+            return Err(ApprovalError::NotOwner { approver: approval.approver.clone(), role: approval.approver_role.clone() });
+        }
+        if now >= approval.expires_at {
+            return Err(ApprovalError::Expired);
+        }
+        let record = DecisionRecord {
+            kind: "approval".into(),
+            session: ticket.session.clone(),
+            principal: approval.approver.clone(),
+            action: serde_json::to_value(ticket.action.to_action()).unwrap_or(Value::Null),
+            action_hash: ticket.action_hash.clone(),
+            facts: json!({"approved_by": approval.approver, "expires_at": approval.expires_at}),
+            decision: DecisionKind::Allow,
+            reasons: vec![format!("approved by {}", approval.approver)],
+            policies: ticket.policies.clone(),
+        };
+        let receipt = sink.record(&record).map_err(|e| ApprovalError::Record(e.to_string()))?;
+        Ok(Authorized::mint(ticket.action, ticket.action_hash, ticket.session, receipt))
+    }
+}
+
+fn deny_error(reason: String, action_json: Value, action_hash: String, facts: Value) -> Evaluation {
+    Evaluation {
+        decision: DecisionKind::Deny,
+        reasons: vec![reason],
+        policies: vec![],
+        facts,
+        action_hash,
+        action_json,
+    }
+}

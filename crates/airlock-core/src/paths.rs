@@ -1,0 +1,115 @@
+//! Lexical path normalization and workspace containment.
+//!
+//! The Gate never touches the filesystem, so containment here is *lexical*: `..` and `.`
+//! are folded and the result must stay under the workspace root. Executors add the
+//! kernel-enforced half (openat2 `RESOLVE_BENEATH`, Landlock) so that a symlink planted in
+//! the workspace cannot lead out either.
+
+use serde::Serialize;
+use std::path::{Component, Path, PathBuf};
+
+/// Fold `.` and `..` without touching the filesystem. `..` above the root stays at the root.
+/// A relative path is joined to `base` first.
+pub fn normalize_lexically(path: &str, base: &Path) -> PathBuf {
+    let joined = if Path::new(path).is_absolute() { PathBuf::from(path) } else { base.join(path) };
+    let mut out = PathBuf::from("/");
+    for comp in joined.components() {
+        match comp {
+            Component::RootDir | Component::Prefix(_) | Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(part) => out.push(part),
+        }
+    }
+    out
+}
+
+/// A path proven (lexically) to lie inside the workspace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WorkspacePath {
+    absolute: PathBuf,
+    relative: PathBuf,
+}
+
+impl WorkspacePath {
+    /// Resolve `path` (absolute, or relative to `workspace`) and check containment.
+    /// Returns `None` when the path leaves the workspace.
+    pub fn resolve(path: &str, workspace: &Path) -> Option<WorkspacePath> {
+        let root = normalize_lexically(&workspace.to_string_lossy(), Path::new("/"));
+        let absolute = normalize_lexically(path, &root);
+        let relative = absolute.strip_prefix(&root).ok()?.to_path_buf();
+        Some(WorkspacePath { absolute, relative })
+    }
+
+    pub fn absolute(&self) -> &Path {
+        &self.absolute
+    }
+
+    /// Path relative to the workspace root (empty for the root itself).
+    pub fn relative(&self) -> &Path {
+        &self.relative
+    }
+}
+
+/// Facts about one path for the policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PathFacts {
+    /// Lexically normalized absolute path.
+    pub normalized: String,
+    pub in_workspace: bool,
+    /// Inside a path the operator protects (`.git/hooks`, `.git/config`, …).
+    pub protected: bool,
+}
+
+/// Workspace-relative paths that stay read-only even inside the workspace: writing them
+/// would run code later outside the sandbox's view (git hooks and config).
+pub const DEFAULT_PROTECTED: &[&str] = &[".git/hooks", ".git/config", ".airlock"];
+
+/// Compute [`PathFacts`] for `path` against `workspace` and the protected list.
+pub fn path_facts(path: &str, workspace: &Path, protected: &[String]) -> PathFacts {
+    let normalized = normalize_lexically(path, workspace);
+    let inside = WorkspacePath::resolve(path, workspace);
+    let protected = inside.as_ref().is_some_and(|wp| {
+        protected.iter().any(|p| wp.relative().starts_with(p))
+            || DEFAULT_PROTECTED.iter().any(|p| wp.relative().starts_with(p))
+    });
+    PathFacts {
+        normalized: normalized.to_string_lossy().into_owned(),
+        in_workspace: inside.is_some(),
+        protected,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dotdot_cannot_escape() {
+        let ws = Path::new("/home/u/ws");
+        assert!(WorkspacePath::resolve("a/../b", ws).is_some());
+        assert!(WorkspacePath::resolve("../ws2/x", ws).is_none());
+        assert!(WorkspacePath::resolve("a/../../ws/x", ws).is_some());
+        assert!(WorkspacePath::resolve("/etc/passwd", ws).is_none());
+        assert!(WorkspacePath::resolve("/home/u/ws/../../../../etc", ws).is_none());
+        assert!(WorkspacePath::resolve("/home/u/wsx", ws).is_none(), "prefix of a name is not containment");
+    }
+
+    #[test]
+    fn protected_paths() {
+        let ws = Path::new("/w");
+        assert!(path_facts(".git/hooks/pre-commit", ws, &[]).protected);
+        assert!(path_facts("./x/../.git/config", ws, &[]).protected);
+        assert!(!path_facts(".github/x", ws, &[]).protected);
+        assert!(path_facts("secrets/a", ws, &["secrets".into()]).protected);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn normalized_never_contains_dotdot(p in "[a-z./]{0,40}") {
+            let n = normalize_lexically(&p, Path::new("/w"));
+            proptest::prop_assert!(n.components().all(|c| !matches!(c, Component::ParentDir | Component::CurDir)));
+        }
+    }
+}

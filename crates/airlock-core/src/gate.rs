@@ -36,7 +36,12 @@ pub struct Session {
 impl Session {
     /// A fresh, untainted session acting for the owner.
     pub fn new(id: impl Into<String>, principal: impl Into<String>) -> Self {
-        Session { id: id.into(), principal: principal.into(), role: "owner".into(), taint: TaintState::new() }
+        Session {
+            id: id.into(),
+            principal: principal.into(),
+            role: "owner".into(),
+            taint: TaintState::new(),
+        }
     }
 
     /// The principal's own message: trusted input.
@@ -149,25 +154,53 @@ impl Gate {
         let action_json = serde_json::to_value(action).unwrap_or(Value::Null);
         let action_hash = match action.validate().and_then(|_| action.hash()) {
             Ok(h) => h,
-            Err(e) => return deny_error(format!("invalid action: {e}"), action_json, String::new(), Value::Null),
+            Err(e) => {
+                return deny_error(
+                    format!("invalid action: {e}"),
+                    action_json,
+                    String::new(),
+                    Value::Null,
+                )
+            }
         };
         let f = facts::build(action, &session.taint, &session.role, &self.config);
         let facts_json = f.to_json();
-        match self.engine.evaluate(&session.id, &session.role, action.kind(), &f.resource, f.context) {
-            Ok(o) => Evaluation {
-                decision: o.decision,
-                reasons: o.reasons,
-                policies: o.policies,
-                facts: facts_json,
-                action_hash,
+        match self.engine.evaluate(
+            &session.id,
+            &session.role,
+            action.kind(),
+            &f.resource,
+            f.context,
+        ) {
+            Ok(mut o) => {
+                if o.decision != DecisionKind::Allow {
+                    o.reasons.extend(provenance_reasons(&facts_json));
+                }
+                Evaluation {
+                    decision: o.decision,
+                    reasons: o.reasons,
+                    policies: o.policies,
+                    facts: facts_json,
+                    action_hash,
+                    action_json,
+                }
+            }
+            Err(e) => deny_error(
+                format!("policy evaluation failed: {e}"),
                 action_json,
-            },
-            Err(e) => deny_error(format!("policy evaluation failed: {e}"), action_json, action_hash, facts_json),
+                action_hash,
+                facts_json,
+            ),
         }
     }
 
     /// Decide, record durably, and only then authorize.
-    pub fn decide<A: IntoAction>(&self, session: &Session, action: A, sink: &mut dyn DecisionSink) -> Verdict<A> {
+    pub fn decide<A: IntoAction>(
+        &self,
+        session: &Session,
+        action: A,
+        sink: &mut dyn DecisionSink,
+    ) -> Verdict<A> {
         let eval = self.evaluate(session, &action.to_action());
         let record = DecisionRecord {
             kind: "decision".into(),
@@ -194,9 +227,12 @@ impl Gate {
             }
         };
         match eval.decision {
-            DecisionKind::Allow => {
-                Verdict::Allow(Authorized::mint(action, eval.action_hash, session.id.clone(), receipt))
-            }
+            DecisionKind::Allow => Verdict::Allow(Authorized::mint(
+                action,
+                eval.action_hash,
+                session.id.clone(),
+                receipt,
+            )),
             DecisionKind::Ask => Verdict::Ask(AskTicket {
                 action,
                 action_hash: eval.action_hash,
@@ -224,10 +260,16 @@ impl Gate {
         sink: &mut dyn DecisionSink,
     ) -> Result<Authorized<A>, ApprovalError> {
         if approval.payload_hash != ticket.action_hash {
-            return Err(ApprovalError::HashMismatch { approved: approval.payload_hash.clone(), held: ticket.action_hash });
+            return Err(ApprovalError::HashMismatch {
+                approved: approval.payload_hash.clone(),
+                held: ticket.action_hash,
+            });
         }
         if approval.approver_role != "owner" {
-            return Err(ApprovalError::NotOwner { approver: approval.approver.clone(), role: approval.approver_role.clone() });
+            return Err(ApprovalError::NotOwner {
+                approver: approval.approver.clone(),
+                role: approval.approver_role.clone(),
+            });
         }
         if now >= approval.expires_at {
             return Err(ApprovalError::Expired);
@@ -243,9 +285,48 @@ impl Gate {
             reasons: vec![format!("approved by {}", approval.approver)],
             policies: ticket.policies.clone(),
         };
-        let receipt = sink.record(&record).map_err(|e| ApprovalError::Record(e.to_string()))?;
-        Ok(Authorized::mint(ticket.action, ticket.action_hash, ticket.session, receipt))
+        let receipt = sink
+            .record(&record)
+            .map_err(|e| ApprovalError::Record(e.to_string()))?;
+        Ok(Authorized::mint(
+            ticket.action,
+            ticket.action_hash,
+            ticket.session,
+            receipt,
+        ))
     }
+}
+
+/// Name the arguments that made provenance fail, so the approver and the model see which
+/// value did not trace.
+fn provenance_reasons(facts: &Value) -> Vec<String> {
+    let prov = &facts["context"]["provenance"];
+    let list = |k: &str| -> Vec<String> {
+        prov[k]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut out = Vec::new();
+    let untraced = list("untraced");
+    if !untraced.is_empty() {
+        out.push(format!(
+            "not traced to trusted input: {}",
+            untraced.join(", ")
+        ));
+    }
+    let contested = list("contested");
+    if !contested.is_empty() {
+        out.push(format!(
+            "named by you but also talked about in untrusted content: {}",
+            contested.join(", ")
+        ));
+    }
+    out
 }
 
 fn deny_error(reason: String, action_json: Value, action_hash: String, facts: Value) -> Evaluation {

@@ -30,28 +30,132 @@ pub enum ArgRole {
 }
 
 const CONTENT_WORDS: &[&str] = &[
-    "body", "content", "contents", "text", "message", "msg", "subject", "title", "description", "summary", "note",
-    "notes", "comment", "comments", "feedback", "caption", "reason", "prompt", "review", "markdown", "html", "memo",
-    "headline", "excerpt", "answer", "reply", "greeting", "signature",
+    "body",
+    "content",
+    "contents",
+    "text",
+    "message",
+    "msg",
+    "subject",
+    "title",
+    "description",
+    "summary",
+    "note",
+    "notes",
+    "comment",
+    "comments",
+    "feedback",
+    "caption",
+    "reason",
+    "prompt",
+    "review",
+    "markdown",
+    "html",
+    "memo",
+    "headline",
+    "excerpt",
+    "answer",
+    "reply",
+    "greeting",
+    "signature",
 ];
 const TIME_WORDS: &[&str] = &[
-    "date", "time", "day", "days", "datetime", "timestamp", "duration", "hour", "hours", "minute", "minutes", "year",
-    "month", "week", "deadline", "start", "end", "until", "since", "when", "timezone", "tz",
+    "date",
+    "time",
+    "day",
+    "days",
+    "datetime",
+    "timestamp",
+    "duration",
+    "hour",
+    "hours",
+    "minute",
+    "minutes",
+    "year",
+    "month",
+    "week",
+    "deadline",
+    "start",
+    "end",
+    "until",
+    "since",
+    "when",
+    "timezone",
+    "tz",
 ];
 const QUANTITY_WORDS: &[&str] = &[
-    "amount", "n", "count", "limit", "quantity", "qty", "price", "cost", "size", "rating", "max", "min", "page",
-    "offset", "total", "percent", "percentage", "score", "top", "k", "num", "recurring", "level", "priority",
+    "amount",
+    "n",
+    "count",
+    "limit",
+    "quantity",
+    "qty",
+    "price",
+    "cost",
+    "size",
+    "rating",
+    "max",
+    "min",
+    "page",
+    "offset",
+    "total",
+    "percent",
+    "percentage",
+    "score",
+    "top",
+    "k",
+    "num",
+    "recurring",
+    "level",
+    "priority",
 ];
 const CREDENTIAL_WORDS: &[&str] = &[
-    "password", "passwd", "passphrase", "passcode", "pin", "token", "secret", "apikey", "otp", "credential",
+    "password",
+    "passwd",
+    "passphrase",
+    "passcode",
+    "pin",
+    "token",
+    "secret",
+    "apikey",
+    "otp",
+    "credential",
     "credentials",
 ];
 /// Words that mark an argument as a target even when another rule would call it content
 /// (`message_recipient`, `email_body_to`).
 const TARGET_WORDS: &[&str] = &[
-    "recipient", "recipients", "to", "cc", "bcc", "email", "emails", "address", "iban", "account", "url", "uri",
-    "link", "host", "domain", "phone", "user", "users", "channel", "participant", "participants", "destination",
-    "target", "id", "ids", "path", "file", "server", "endpoint", "webhook", "number",
+    "recipient",
+    "recipients",
+    "to",
+    "cc",
+    "bcc",
+    "email",
+    "emails",
+    "address",
+    "iban",
+    "account",
+    "url",
+    "uri",
+    "link",
+    "host",
+    "domain",
+    "phone",
+    "user",
+    "users",
+    "channel",
+    "participant",
+    "participants",
+    "destination",
+    "target",
+    "id",
+    "ids",
+    "path",
+    "file",
+    "server",
+    "endpoint",
+    "webhook",
+    "number",
 ];
 
 /// Split `user_email`, `userEmail`, `user-email` into lower-case words.
@@ -91,7 +195,9 @@ pub fn classify(name: &str, schema: Option<&Value>, value: &Value) -> ArgRole {
         Value::Bool(_) | Value::Null => return ArgRole::Flag,
         _ => {}
     }
-    if any_in(&words, CREDENTIAL_WORDS) || (words.iter().any(|w| w == "key") && !any_in(&words, &["sort", "order"])) {
+    if any_in(&words, CREDENTIAL_WORDS)
+        || (words.iter().any(|w| w == "key") && !any_in(&words, &["sort", "order"]))
+    {
         return ArgRole::Credential;
     }
     // A value that *is* an e-mail, URL, IBAN or phone number is a target whatever its name.
@@ -113,7 +219,10 @@ pub fn classify(name: &str, schema: Option<&Value>, value: &Value) -> ArgRole {
         if any_in(&words, QUANTITY_WORDS) && value.is_number() {
             return ArgRole::Quantity;
         }
-        if let Some(desc) = schema.and_then(|s| s.get("description")).and_then(Value::as_str) {
+        if let Some(desc) = schema
+            .and_then(|s| s.get("description"))
+            .and_then(Value::as_str)
+        {
             let desc_words = name_words(desc);
             if any_in(&desc_words, TARGET_WORDS) || any_in(&desc_words, &["iban", "recipient"]) {
                 return ArgRole::Target;
@@ -141,19 +250,38 @@ mod tests {
 
     #[test]
     fn roles() {
-        assert_eq!(classify("recipient", None, &json!("Alice")), ArgRole::Target);
+        assert_eq!(
+            classify("recipient", None, &json!("Alice")),
+            ArgRole::Target
+        );
         assert_eq!(classify("body", None, &json!("hello")), ArgRole::Content);
-        assert_eq!(classify("subject", None, &json!("Refund")), ArgRole::Content);
+        assert_eq!(
+            classify("subject", None, &json!("Refund")),
+            ArgRole::Content
+        );
         assert_eq!(classify("amount", None, &json!(10.0)), ArgRole::Quantity);
         assert_eq!(classify("date", None, &json!("2022-01-01")), ArgRole::Time);
         assert_eq!(classify("id", None, &json!(7)), ArgRole::Target);
         assert_eq!(classify("file_id", None, &json!("13")), ArgRole::Target);
         assert_eq!(classify("password", None, &json!("x")), ArgRole::Credential);
         assert_eq!(classify("recurring", None, &json!(true)), ArgRole::Flag);
-        assert_eq!(classify("hotel", None, &json!("Riverside View")), ArgRole::Target);
-        assert_eq!(classify("content", None, &json!("www.evil.com")), ArgRole::Target, "a URL value is a target");
-        assert_eq!(classify("start_time", None, &json!("2024-05-30 10:20")), ArgRole::Time);
+        assert_eq!(
+            classify("hotel", None, &json!("Riverside View")),
+            ArgRole::Target
+        );
+        assert_eq!(
+            classify("content", None, &json!("www.evil.com")),
+            ArgRole::Target,
+            "a URL value is a target"
+        );
+        assert_eq!(
+            classify("start_time", None, &json!("2024-05-30 10:20")),
+            ArgRole::Time
+        );
         let schema = json!({"description": "IBAN of the recipient", "type": "string"});
-        assert_eq!(classify("to_whom", Some(&schema), &json!("X")), ArgRole::Target);
+        assert_eq!(
+            classify("to_whom", Some(&schema), &json!("X")),
+            ArgRole::Target
+        );
     }
 }

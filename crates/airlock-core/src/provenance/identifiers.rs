@@ -32,7 +32,9 @@ pub struct Found {
 
 fn email_re() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
-    RE.get_or_init(|| Regex::new(r"(?i)\b[a-z0-9._%+\-]{1,64}@[a-z0-9\-]{1,63}(?:\.[a-z0-9\-]{1,63})+\b").unwrap())
+    RE.get_or_init(|| {
+        Regex::new(r"(?i)\b[a-z0-9._%+\-]{1,64}@[a-z0-9\-]{1,63}(?:\.[a-z0-9\-]{1,63})+\b").unwrap()
+    })
 }
 
 fn url_re() -> &'static Regex {
@@ -47,7 +49,9 @@ fn iban_re() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
     // ISO 13616 shape: country code, check digits, 10–30 alphanumerics (spaces allowed in
     // groups of four as printed on paper).
-    RE.get_or_init(|| Regex::new(r"\b[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b").unwrap())
+    RE.get_or_init(|| {
+        Regex::new(r"\b[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b").unwrap()
+    })
 }
 
 fn phone_re() -> &'static Regex {
@@ -68,7 +72,10 @@ pub fn host_key(host: &str) -> String {
 
 /// Canonical key of an IBAN or account number: upper case, no spaces.
 pub fn iban_key(s: &str) -> String {
-    s.chars().filter(|c| !c.is_whitespace()).collect::<String>().to_uppercase()
+    s.chars()
+        .filter(|c| !c.is_whitespace())
+        .collect::<String>()
+        .to_uppercase()
 }
 
 /// Canonical key of a phone number: its digits.
@@ -79,7 +86,9 @@ pub fn phone_key(s: &str) -> String {
 fn looks_like_number_not_phone(s: &str) -> bool {
     // Amounts and dates ("1000.00", "2022-01-01") are not phone numbers.
     let digits = phone_key(s).len();
-    digits < 7 || s.contains('.') && !s.contains(' ') && s.matches('.').count() == 1 || is_date_like(s)
+    digits < 7
+        || s.contains('.') && !s.contains(' ') && s.matches('.').count() == 1
+        || is_date_like(s)
 }
 
 fn is_date_like(s: &str) -> bool {
@@ -92,34 +101,60 @@ fn is_date_like(s: &str) -> bool {
 /// (an e-mail's domain is not also reported as a host).
 pub fn find_identifiers(text: &str) -> Vec<Found> {
     let mut out: Vec<Found> = Vec::new();
-    let overlaps = |out: &Vec<Found>, s: usize, e: usize| out.iter().any(|f| s < f.end && f.start < e);
+    let overlaps =
+        |out: &Vec<Found>, s: usize, e: usize| out.iter().any(|f| s < f.end && f.start < e);
     for m in email_re().find_iter(text) {
-        out.push(Found { kind: IdKind::Email, key: email_key(m.as_str()), start: m.start(), end: m.end() });
+        out.push(Found {
+            kind: IdKind::Email,
+            key: email_key(m.as_str()),
+            start: m.start(),
+            end: m.end(),
+        });
     }
     for m in url_re().find_iter(text) {
         if overlaps(&out, m.start(), m.end()) {
             continue;
         }
-        let raw = m.as_str().trim_end_matches(['.', ',', ';', ':', ')', '!', '?']);
+        let raw = m
+            .as_str()
+            .trim_end_matches(['.', ',', ';', ':', ')', '!', '?']);
         if let Some(host) = loose_host(raw) {
             // A bare dotted word such as "e.g" or a file name "notes.txt" is not a host.
-            if !raw.contains("://") && !raw.to_lowercase().starts_with("www.") && !plausible_bare_host(&host) {
+            if !raw.contains("://")
+                && !raw.to_lowercase().starts_with("www.")
+                && !plausible_bare_host(&host)
+            {
                 continue;
             }
-            out.push(Found { kind: IdKind::Host, key: host_key(&host), start: m.start(), end: m.start() + raw.len() });
+            out.push(Found {
+                kind: IdKind::Host,
+                key: host_key(&host),
+                start: m.start(),
+                end: m.start() + raw.len(),
+            });
         }
     }
     for m in iban_re().find_iter(text) {
         if overlaps(&out, m.start(), m.end()) {
             continue;
         }
-        out.push(Found { kind: IdKind::Iban, key: iban_key(m.as_str()), start: m.start(), end: m.end() });
+        out.push(Found {
+            kind: IdKind::Iban,
+            key: iban_key(m.as_str()),
+            start: m.start(),
+            end: m.end(),
+        });
     }
     for m in phone_re().find_iter(text) {
         if overlaps(&out, m.start(), m.end()) || looks_like_number_not_phone(m.as_str()) {
             continue;
         }
-        out.push(Found { kind: IdKind::Phone, key: phone_key(m.as_str()), start: m.start(), end: m.end() });
+        out.push(Found {
+            kind: IdKind::Phone,
+            key: phone_key(m.as_str()),
+            start: m.start(),
+            end: m.end(),
+        });
     }
     out.sort_by_key(|f| f.start);
     out
@@ -129,9 +164,10 @@ pub fn find_identifiers(text: &str) -> Vec<Found> {
 /// file extension, so `report.pdf` or `main.rs` are not mistaken for hosts.
 fn plausible_bare_host(host: &str) -> bool {
     const FILE_EXTENSIONS: &[&str] = &[
-        "txt", "md", "pdf", "doc", "docx", "xls", "xlsx", "csv", "json", "yaml", "yml", "toml", "rs", "py", "js",
-        "ts", "sh", "png", "jpg", "jpeg", "gif", "html", "htm", "xml", "zip", "gz", "tar", "log", "cfg", "conf",
-        "ini", "lock", "c", "h", "cpp", "go", "java", "rb", "pptx", "odt", "svg", "mp3", "mp4", "exe", "bin",
+        "txt", "md", "pdf", "doc", "docx", "xls", "xlsx", "csv", "json", "yaml", "yml", "toml",
+        "rs", "py", "js", "ts", "sh", "png", "jpg", "jpeg", "gif", "html", "htm", "xml", "zip",
+        "gz", "tar", "log", "cfg", "conf", "ini", "lock", "c", "h", "cpp", "go", "java", "rb",
+        "pptx", "odt", "svg", "mp3", "mp4", "exe", "bin",
     ];
     let tld = host.rsplit('.').next().unwrap_or("");
     host.contains('.') && !FILE_EXTENSIONS.contains(&tld)
@@ -145,7 +181,9 @@ pub fn whole_value_identifier(value: &str) -> Option<(IdKind, String)> {
     }
     let found = find_identifiers(v);
     match found.as_slice() {
-        [one] if one.start == 0 && one.end >= v.trim_end_matches(['/', '.']).len() => Some((one.kind, one.key.clone())),
+        [one] if one.start == 0 && one.end >= v.trim_end_matches(['/', '.']).len() => {
+            Some((one.kind, one.key.clone()))
+        }
         _ => None,
     }
 }
@@ -155,17 +193,38 @@ mod tests {
     use super::*;
 
     fn kinds(t: &str) -> Vec<(IdKind, String)> {
-        find_identifiers(t).into_iter().map(|f| (f.kind, f.key)).collect()
+        find_identifiers(t)
+            .into_iter()
+            .map(|f| (f.kind, f.key))
+            .collect()
     }
 
     #[test]
     fn finds_each_kind() {
-        assert_eq!(kinds("mail Bob@Example.com now"), vec![(IdKind::Email, "bob@example.com".into())]);
-        assert_eq!(kinds("see www.Secure-Systems-252.com/x."), vec![(IdKind::Host, "secure-systems-252.com".into())]);
-        assert_eq!(kinds("https://api.github.com/repos"), vec![(IdKind::Host, "api.github.com".into())]);
-        assert_eq!(kinds("to US133000000121212121212 asap"), vec![(IdKind::Iban, "US133000000121212121212".into())]);
-        assert_eq!(kinds("GB29 NWBK 6016 1331 9268 19"), vec![(IdKind::Iban, "GB29NWBK60161331926819".into())]);
-        assert_eq!(kinds("call +1 (555) 010-9999"), vec![(IdKind::Phone, "15550109999".into())]);
+        assert_eq!(
+            kinds("mail Bob@Example.com now"),
+            vec![(IdKind::Email, "bob@example.com".into())]
+        );
+        assert_eq!(
+            kinds("see www.Secure-Systems-252.com/x."),
+            vec![(IdKind::Host, "secure-systems-252.com".into())]
+        );
+        assert_eq!(
+            kinds("https://api.github.com/repos"),
+            vec![(IdKind::Host, "api.github.com".into())]
+        );
+        assert_eq!(
+            kinds("to US133000000121212121212 asap"),
+            vec![(IdKind::Iban, "US133000000121212121212".into())]
+        );
+        assert_eq!(
+            kinds("GB29 NWBK 6016 1331 9268 19"),
+            vec![(IdKind::Iban, "GB29NWBK60161331926819".into())]
+        );
+        assert_eq!(
+            kinds("call +1 (555) 010-9999"),
+            vec![(IdKind::Phone, "15550109999".into())]
+        );
     }
 
     #[test]
@@ -176,8 +235,14 @@ mod tests {
 
     #[test]
     fn whole_values() {
-        assert_eq!(whole_value_identifier("www.dora-website.com"), Some((IdKind::Host, "dora-website.com".into())));
-        assert_eq!(whole_value_identifier("dora@gmail.com"), Some((IdKind::Email, "dora@gmail.com".into())));
+        assert_eq!(
+            whole_value_identifier("www.dora-website.com"),
+            Some((IdKind::Host, "dora-website.com".into()))
+        );
+        assert_eq!(
+            whole_value_identifier("dora@gmail.com"),
+            Some((IdKind::Email, "dora@gmail.com".into()))
+        );
         assert_eq!(whole_value_identifier("Hello dora@gmail.com"), None);
         assert_eq!(whole_value_identifier("Alice"), None);
     }

@@ -1,0 +1,126 @@
+//! Command-line interface.
+
+use clap::{Parser, Subcommand};
+
+use crate::cmd;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "airlock",
+    version,
+    about = "A personal AI agent host that is secure by default"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Write the config dir: airlock.toml, editable policy copies, the audit signing key.
+    Init {
+        /// Overwrite existing policy copies and config.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Inspect the policy.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+    /// Decide an action in a fresh, untainted session and print the decision.
+    /// Exit status: 0 allow, 10 ask, 20 deny, other on error.
+    Check {
+        #[arg(long)]
+        profile: Option<String>,
+        #[arg(long)]
+        json: bool,
+        /// Decide this action (JSON) instead of an exec command; `-` reads it from stdin.
+        #[arg(long, conflicts_with = "command")]
+        action: Option<String>,
+        /// Workspace the action is judged against (default: current directory).
+        #[arg(long)]
+        workspace: Option<std::path::PathBuf>,
+        /// The command, after `--`.
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+    /// Replay recorded agent traces (JSON lines) through the Gate and score them.
+    Replay {
+        traces: std::path::PathBuf,
+        #[arg(long)]
+        profile: Option<String>,
+        /// One JSON line per call on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The audit log.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Parse and validate the policies and print a summary.
+    Check {
+        #[arg(long)]
+        profile: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Check the hash chain and signed checkpoints; exit non-zero on the first problem.
+    Verify,
+    /// Show the last records.
+    Tail {
+        #[arg(short = 'n', default_value_t = 20)]
+        n: usize,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Run the CLI and return the process exit code.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return code;
+        }
+    };
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            1
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<i32> {
+    match cli.command {
+        Command::Init { force } => cmd::init::run(force),
+        Command::Policy(PolicyCommand::Check { profile }) => cmd::policy::check(profile.as_deref()),
+        Command::Check {
+            profile,
+            json,
+            action,
+            workspace,
+            command,
+        } => cmd::check::run(
+            profile.as_deref(),
+            json,
+            action.as_deref(),
+            workspace,
+            &command,
+        ),
+        Command::Replay {
+            traces,
+            profile,
+            json,
+        } => cmd::replay::run(&traces, profile.as_deref(), json),
+        Command::Audit(AuditCommand::Verify) => cmd::audit::verify(),
+        Command::Audit(AuditCommand::Tail { n, json }) => cmd::audit::tail(n, json),
+    }
+}

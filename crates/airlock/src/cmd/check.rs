@@ -1,0 +1,103 @@
+//! `airlock check`: decide one action in a fresh, untainted session.
+
+use serde_json::json;
+use std::path::PathBuf;
+
+use std::io::Read;
+
+use airlock_core::action::{Action, ExecAction, MAX_ACTION_JSON_BYTES};
+use airlock_core::facts::GateConfig;
+use airlock_core::gate::{Gate, Session};
+use airlock_core::DecisionKind;
+
+use crate::home::Home;
+use crate::{config, policies};
+
+/// Exit status for each decision.
+pub fn exit_code(d: DecisionKind) -> i32 {
+    match d {
+        DecisionKind::Allow => 0,
+        DecisionKind::Ask => 10,
+        DecisionKind::Deny => 20,
+    }
+}
+
+pub fn run(
+    profile_flag: Option<&str>,
+    as_json: bool,
+    action_json: Option<&str>,
+    workspace: Option<PathBuf>,
+    command: &[String],
+) -> anyhow::Result<i32> {
+    let home = Home::from_env()?;
+    let cfg = config::load(&home.config_file())?;
+    let profile = policies::pick_profile(profile_flag, &cfg.policy.profile)?;
+    let loaded = policies::load(&home, profile)?;
+    let workspace = match workspace {
+        Some(w) => std::path::absolute(w)?,
+        None => std::env::current_dir()?,
+    };
+    let action = match action_json {
+        Some(text) => {
+            let owned;
+            let text = if text == "-" {
+                // Large actions do not fit in one argv string (the kernel caps it at 128 KiB).
+                let mut buf = Vec::new();
+                std::io::Read::read_to_end(
+                    &mut std::io::stdin()
+                        .lock()
+                        .take(MAX_ACTION_JSON_BYTES as u64 + 1),
+                    &mut buf,
+                )?;
+                owned = String::from_utf8(buf).map_err(|_| {
+                    anyhow::anyhow!("--action -: standard input is not valid UTF-8")
+                })?;
+                owned.as_str()
+            } else {
+                text
+            };
+            Action::from_json(text).map_err(|e| anyhow::anyhow!("--action: {e}"))?
+        }
+        None => {
+            if command.is_empty() {
+                anyhow::bail!("nothing to check\nhelp: airlock check -- <command…>   or   airlock check --action '<json>'");
+            }
+            // Arguments are joined with spaces exactly as a shell line: `airlock check --
+            // 'ls -la'` and `airlock check -- ls -la` decide the same command.
+            Action::Exec(ExecAction {
+                command: command.join(" "),
+                cwd: workspace.display().to_string(),
+                env: vec![],
+            })
+        }
+    };
+    action.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut gc = GateConfig::new(workspace);
+    gc.protected = cfg.policy.protected_paths.clone();
+    let gate = Gate::new(loaded.engine, gc);
+    let session = Session::new("check", "owner");
+    let eval = gate.evaluate(&session, &action);
+    if as_json {
+        println!(
+            "{}",
+            json!({"decision": eval.decision.as_str(), "reasons": eval.reasons, "policies": eval.policies,
+                   "facts": eval.facts, "action_hash": eval.action_hash, "profile": profile.name()})
+        );
+    } else {
+        println!(
+            "decision: {} (profile {})",
+            eval.decision.as_str(),
+            profile.name()
+        );
+        for (i, r) in eval.reasons.iter().enumerate() {
+            let by = eval
+                .policies
+                .get(i)
+                .map(|p| format!(" [{p}]"))
+                .unwrap_or_default();
+            println!("  reason{by}: {}", r.replace('\n', "\n    "));
+        }
+        println!("facts: {}", serde_json::to_string_pretty(&eval.facts)?);
+    }
+    Ok(exit_code(eval.decision))
+}

@@ -1,0 +1,52 @@
+//! `airlock init`: write the operator's config dir.
+
+use airlock_core::policy::{builtin_sources, Profile};
+
+use crate::config::DEFAULT_CONFIG;
+use crate::home::{create_private_dir, Home};
+
+const LOCAL_README: &str =
+    "Policy files (*.cedar) in this directory are loaded with every profile.\n\
+Operator rules such as `airlock net allow` go here. Run `airlock policy check` after editing.\n";
+
+pub fn run(force: bool) -> anyhow::Result<i32> {
+    let home = Home::from_env()?;
+    create_private_dir(&home.config)?;
+    create_private_dir(&home.state)?;
+    create_private_dir(&home.policy_dir().join("local"))?;
+    let cfg = home.config_file();
+    if force || !cfg.exists() {
+        std::fs::write(&cfg, DEFAULT_CONFIG)?;
+        println!("wrote {}", cfg.display());
+    } else {
+        println!("kept  {}", cfg.display());
+    }
+    for profile in Profile::all() {
+        let dir = home.policy_dir().join(profile.name());
+        create_private_dir(&dir)?;
+        for src in builtin_sources(profile) {
+            let file = home.config.join(&src.name);
+            if force || !file.exists() {
+                std::fs::write(&file, &src.text)?;
+                println!("wrote {}", file.display());
+            } else {
+                println!("kept  {}", file.display());
+            }
+        }
+    }
+    let readme = home.policy_dir().join("local").join("README");
+    if !readme.exists() {
+        std::fs::write(&readme, LOCAL_README)?;
+    }
+    create_private_dir(home.audit_key().parent().unwrap_or(&home.config))?;
+    let signer = airlock_audit::CheckpointSigner::load_or_create(&home.audit_key())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    println!(
+        "audit signing key {} (id {})",
+        home.audit_key().display(),
+        signer.key_id()
+    );
+    create_private_dir(&home.audit_dir())?;
+    println!("state in {}", home.state.display());
+    Ok(0)
+}

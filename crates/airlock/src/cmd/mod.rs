@@ -1,0 +1,7 @@
+//! One module per subcommand.
+
+pub mod audit;
+pub mod check;
+pub mod init;
+pub mod policy;
+pub mod replay;

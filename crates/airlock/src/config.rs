@@ -1,0 +1,104 @@
+//! `airlock.toml`: the operator's configuration. Unknown keys are errors, so a typo never
+//! silently weakens a setting.
+
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub policy: PolicyConfig,
+    #[serde(default)]
+    pub audit: AuditConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// `default` or `strict`.
+    #[serde(default = "default_profile")]
+    pub profile: String,
+    /// Extra workspace-relative paths that stay read-only.
+    #[serde(default)]
+    pub protected_paths: Vec<String>,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            profile: default_profile(),
+            protected_paths: Vec::new(),
+        }
+    }
+}
+
+fn default_profile() -> String {
+    "default".into()
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditConfig {
+    /// Sign a checkpoint every this many records.
+    #[serde(default = "default_checkpoint_every")]
+    pub checkpoint_every: u64,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig {
+            checkpoint_every: default_checkpoint_every(),
+        }
+    }
+}
+
+fn default_checkpoint_every() -> u64 {
+    256
+}
+
+/// The config file `airlock init` writes.
+pub const DEFAULT_CONFIG: &str = r#"# Airlock configuration. Unknown keys are errors.
+
+[policy]
+# "default": the sandbox is the boundary; the network is closed unless allowlisted;
+#            after untrusted content, untraced destinations are asked.
+# "strict":  only curated read-only commands run unattended; everything else is asked.
+profile = "default"
+# Workspace-relative paths that stay read-only (in addition to .git/hooks and .git/config).
+protected_paths = []
+
+[audit]
+# Sign a checkpoint every N records (and at every clean shutdown).
+checkpoint_every = 256
+"#;
+
+/// Load the config, or defaults if the file does not exist.
+pub fn load(path: &Path) -> anyhow::Result<Config> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
+        Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
+    };
+    let cfg: Config = toml::from_str(&text).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: {}\nhelp: see the comments in the file `airlock init` writes for valid keys",
+            path.display(),
+            e.to_string().trim()
+        )
+    })?;
+    if airlock_core::policy::Profile::parse(&cfg.policy.profile).is_none() {
+        anyhow::bail!(
+            "{}: policy.profile = {:?} is not a known profile\nhelp: use \"default\" or \"strict\"",
+            path.display(),
+            cfg.policy.profile
+        );
+    }
+    if cfg.audit.checkpoint_every == 0 {
+        anyhow::bail!(
+            "{}: audit.checkpoint_every must be at least 1",
+            path.display()
+        );
+    }
+    Ok(cfg)
+}

@@ -1,0 +1,72 @@
+//! Where Airlock keeps its files.
+//!
+//! With `AIRLOCK_HOME` set, config lives in `$AIRLOCK_HOME/config` and state in
+//! `$AIRLOCK_HOME/state` (what tests use). Otherwise the XDG locations:
+//! `~/.config/airlock/` (operator-owned, never mounted into a sandbox) and
+//! `~/.local/share/airlock/` (database, audit log, session workspaces).
+
+use std::path::{Path, PathBuf};
+
+/// Resolved locations of config and state.
+#[derive(Debug, Clone)]
+pub struct Home {
+    pub config: PathBuf,
+    pub state: PathBuf,
+}
+
+impl Home {
+    /// Locate the directories from the environment.
+    pub fn from_env() -> anyhow::Result<Home> {
+        if let Some(h) = std::env::var_os("AIRLOCK_HOME").filter(|v| !v.is_empty()) {
+            let h = PathBuf::from(h);
+            return Ok(Home {
+                config: h.join("config"),
+                state: h.join("state"),
+            });
+        }
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let xdg = |var: &str, fallback: &str| -> anyhow::Result<PathBuf> {
+            if let Some(v) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+                return Ok(PathBuf::from(v).join("airlock"));
+            }
+            match &home {
+                Some(h) => Ok(h.join(fallback).join("airlock")),
+                None => anyhow::bail!("neither AIRLOCK_HOME nor HOME is set\nhelp: set AIRLOCK_HOME to the directory Airlock should use"),
+            }
+        };
+        Ok(Home {
+            config: xdg("XDG_CONFIG_HOME", ".config")?,
+            state: xdg("XDG_DATA_HOME", ".local/share")?,
+        })
+    }
+
+    pub fn config_file(&self) -> PathBuf {
+        self.config.join("airlock.toml")
+    }
+
+    pub fn policy_dir(&self) -> PathBuf {
+        self.config.join("policy")
+    }
+
+    pub fn audit_dir(&self) -> PathBuf {
+        self.state.join("audit")
+    }
+
+    /// The Ed25519 key that signs audit checkpoints.
+    pub fn audit_key(&self) -> PathBuf {
+        self.config.join("keys").join("audit-signing.key")
+    }
+
+    pub fn sessions_dir(&self) -> PathBuf {
+        self.state.join("sessions")
+    }
+}
+
+/// Create `dir` (and parents) with mode 0700.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}

@@ -1,0 +1,199 @@
+//! `airlock init`, `policy check`, `check` and `replay` as a user runs them, including bad
+//! input: every failure is a clear error, never a panic.
+
+use std::os::unix::ffi::OsStrExt;
+use std::process::{Command, Output};
+
+fn airlock(home: &std::path::Path, args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .env("AIRLOCK_HOME", home)
+        .env("RUST_BACKTRACE", "0")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn run(home: &std::path::Path, args: &[&str]) -> Output {
+    let os: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    airlock(home, &os)
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn assert_no_panic(o: &Output) {
+    let t = text(o);
+    assert!(!t.contains("panicked"), "panic: {t}");
+    assert_ne!(o.status.code(), Some(101), "panic exit: {t}");
+}
+
+#[test]
+fn check_exit_codes_and_json() {
+    let home = tempfile::tempdir().unwrap();
+    let o = run(home.path(), &["check", "--json", "--", "ls", "-la"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["decision"], "allow");
+    assert!(v["reasons"].as_array().unwrap().len() == 1);
+    assert!(v["facts"]["context"]["shell"]["programs"]
+        .as_array()
+        .unwrap()
+        .contains(&"ls".into()));
+
+    let o = run(
+        home.path(),
+        &[
+            "check",
+            "--profile",
+            "strict",
+            "--json",
+            "--",
+            "bash",
+            "-c",
+            "'id'",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(10), "{}", text(&o));
+
+    let o = run(
+        home.path(),
+        &[
+            "check",
+            "--json",
+            "--action",
+            r#"{"type":"net.request","method":"GET","url":"https://example.com/"}"#,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(20), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["reasons"][0]
+            .as_str()
+            .unwrap()
+            .contains("airlock net allow"),
+        "{v}"
+    );
+}
+
+#[test]
+fn bad_input_gets_clear_errors() {
+    let home = tempfile::tempdir().unwrap();
+    // Malformed action JSON.
+    let o = run(home.path(), &["check", "--action", "{\"type\": \"exec\", "]);
+    assert_no_panic(&o);
+    assert!(![0, 10, 20].contains(&o.status.code().unwrap()));
+    assert!(text(&o).contains("invalid action JSON"), "{}", text(&o));
+    // Unknown field.
+    let o = run(
+        home.path(),
+        &[
+            "check",
+            "--action",
+            r#"{"type":"exec","command":"ls","x":1}"#,
+        ],
+    );
+    assert!(text(&o).contains("unknown field"), "{}", text(&o));
+    // Oversized command (over 1 MB).
+    let big =
+        serde_json::json!({"type": "exec", "command": "a".repeat(1024 * 1024 + 10)}).to_string();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .env("AIRLOCK_HOME", home.path())
+        .args(["check", "--action", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), big.as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_no_panic(&o);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o).contains("over the"),
+        "{}",
+        &text(&o)[..200.min(text(&o).len())]
+    );
+    // Invalid UTF-8 in argv.
+    let bad = std::ffi::OsStr::from_bytes(b"ls \xff\xfe");
+    let o = airlock(
+        home.path(),
+        &[
+            std::ffi::OsStr::new("check"),
+            std::ffi::OsStr::new("--"),
+            bad,
+        ],
+    );
+    assert_no_panic(&o);
+    assert!(o.status.code() != Some(0));
+    // Replay of a file with garbage lines: the good trace is still decided, errors name lines.
+    let traces = home.path().join("t.jsonl");
+    let mut data = b"{not json\n".to_vec();
+    data.extend_from_slice(b"\xff\xfe\n");
+    data.extend_from_slice(br#"{"id":"ok","kind":"benign","tools":[{"name":"f","annotations":{"readOnlyHint":true}}],"events":[{"type":"user","text":"hi"},{"type":"call","id":"1","tool":"f","args":{}}]}"#);
+    data.push(b'\n');
+    std::fs::write(&traces, data).unwrap();
+    let o = run(home.path(), &["replay", traces.to_str().unwrap(), "--json"]);
+    assert_no_panic(&o);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("line 1:") && err.contains("line 2: not valid UTF-8"),
+        "{err}"
+    );
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 1);
+}
+
+#[test]
+fn broken_policy_stops_with_file_and_line() {
+    let home = tempfile::tempdir().unwrap();
+    let o = run(home.path(), &["init"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = run(home.path(), &["policy", "check"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("valid against the Airlock schema"));
+    let local = home.path().join("config/policy/local/mine.cedar");
+    std::fs::write(&local, "// mine\n\npermit (principal, action == Airlock::Action::\"exec\", resource)\nwhen { context.shell.prgrams.isEmpty() };\n").unwrap();
+    for args in [&["policy", "check"][..], &["check", "--", "ls"][..]] {
+        let o = run(home.path(), args);
+        assert_no_panic(&o);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        assert!(text(&o).contains("mine.cedar:4"), "{}", text(&o));
+    }
+    std::fs::write(&local, "permit (principal, action, resource) when {").unwrap();
+    let o = run(home.path(), &["policy", "check"]);
+    assert!(text(&o).contains("mine.cedar:1"), "{}", text(&o));
+    // A broken airlock.toml names the key.
+    std::fs::remove_file(&local).unwrap();
+    std::fs::write(
+        home.path().join("config/airlock.toml"),
+        "[policy]\nprofle = \"strict\"\n",
+    )
+    .unwrap();
+    let o = run(home.path(), &["check", "--", "ls"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("profle"), "{}", text(&o));
+}
+
+#[test]
+fn edited_policy_copy_takes_effect() {
+    let home = tempfile::tempdir().unwrap();
+    assert_eq!(run(home.path(), &["init"]).status.code(), Some(0));
+    let local = home.path().join("config/policy/local/allow-example.cedar");
+    std::fs::write(
+        &local,
+        "@id(\"local.example\")\n@reason(\"operator allows example.com\")\npermit (principal, action == Airlock::Action::\"net.request\", resource)\nwhen { context.net.host == \"example.com\" && context.net.method == \"GET\" };\n",
+    )
+    .unwrap();
+    let req = |m: &str| {
+        format!(r#"{{"type":"net.request","method":"{m}","url":"https://example.com/x"}}"#)
+    };
+    let o = run(home.path(), &["check", "--json", "--action", &req("GET")]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = run(home.path(), &["check", "--json", "--action", &req("POST")]);
+    assert_eq!(o.status.code(), Some(20), "{}", text(&o));
+}

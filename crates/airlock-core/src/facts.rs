@@ -16,11 +16,40 @@ use crate::url_facts::parse_url;
 
 /// Programs whose first non-option argument is a subcommand worth naming in policy.
 const SUBCOMMAND_TOOLS: &[&str] = &[
-    "git", "cargo", "npm", "pnpm", "yarn", "docker", "podman", "kubectl", "go", "pip", "pip3", "apt", "apt-get",
-    "systemctl", "brew", "gh", "rustup", "uv", "poetry", "helm", "terraform", "make",
+    "git",
+    "cargo",
+    "npm",
+    "pnpm",
+    "yarn",
+    "docker",
+    "podman",
+    "kubectl",
+    "go",
+    "pip",
+    "pip3",
+    "apt",
+    "apt-get",
+    "systemctl",
+    "brew",
+    "gh",
+    "rustup",
+    "uv",
+    "poetry",
+    "helm",
+    "terraform",
+    "make",
 ];
 /// Global options of those tools that take a separate value (`git -C dir status`).
-const VALUE_OPTIONS: &[&str] = &["-C", "-c", "--git-dir", "--work-tree", "--namespace", "--manifest-path", "-f", "-n"];
+const VALUE_OPTIONS: &[&str] = &[
+    "-C",
+    "-c",
+    "--git-dir",
+    "--work-tree",
+    "--namespace",
+    "--manifest-path",
+    "-f",
+    "-n",
+];
 /// Redirection targets that write nowhere.
 const HARMLESS_WRITE_TARGETS: &[&str] = &["/dev/null", "/dev/stdout", "/dev/stderr"];
 
@@ -35,7 +64,10 @@ pub struct GateConfig {
 
 impl GateConfig {
     pub fn new(workspace: impl Into<PathBuf>) -> Self {
-        GateConfig { workspace: workspace.into(), protected: Vec::new() }
+        GateConfig {
+            workspace: workspace.into(),
+            protected: Vec::new(),
+        }
     }
 }
 
@@ -70,12 +102,19 @@ fn path_json(p: &PathFacts) -> Value {
 /// Build the facts for `action` in a session with `taint`, acting for a principal of `role`.
 pub fn build(action: &Action, taint: &TaintState, role: &str, config: &GateConfig) -> ActionFacts {
     let session = session_json(taint, role);
-    let empty = ProvenanceFacts { tainted: taint.is_tainted(), ..Default::default() };
+    let empty = ProvenanceFacts {
+        tainted: taint.is_tainted(),
+        ..Default::default()
+    };
     let ws = config.workspace.as_path();
     match action {
         Action::Exec(e) => {
             let shell = shell::normalize(&e.command);
-            let cwd = if e.cwd.is_empty() { ws.to_string_lossy().into_owned() } else { e.cwd.clone() };
+            let cwd = if e.cwd.is_empty() {
+                ws.to_string_lossy().into_owned()
+            } else {
+                e.cwd.clone()
+            };
             let cwd = path_facts(&cwd, ws, &config.protected);
             ActionFacts {
                 resource: "workspace".into(),
@@ -102,7 +141,14 @@ pub fn build(action: &Action, taint: &TaintState, role: &str, config: &GateConfi
                 ),
             };
             let url = Value::String(n.url.clone());
-            let prov = check_args(taint, &[ArgCheck { name: "url".into(), role: ArgRole::Target, value: &url }]);
+            let prov = check_args(
+                taint,
+                &[ArgCheck {
+                    name: "url".into(),
+                    role: ArgRole::Target,
+                    value: &url,
+                }],
+            );
             ActionFacts {
                 resource: format!("host:{host}"),
                 context: json!({"session": session, "provenance": provenance_json(&prov), "net": net}),
@@ -119,9 +165,17 @@ pub fn build(action: &Action, taint: &TaintState, role: &str, config: &GateConfi
             let dest = Value::String(m.destination.clone());
             let text = Value::String(m.text.clone());
             let own = m.destination == "owner" || m.destination.is_empty();
-            let mut checks = vec![ArgCheck { name: "text".into(), role: ArgRole::Content, value: &text }];
+            let mut checks = vec![ArgCheck {
+                name: "text".into(),
+                role: ArgRole::Content,
+                value: &text,
+            }];
             if !own {
-                checks.push(ArgCheck { name: "destination".into(), role: ArgRole::Target, value: &dest });
+                checks.push(ArgCheck {
+                    name: "destination".into(),
+                    role: ArgRole::Target,
+                    value: &dest,
+                });
             }
             let prov = check_args(taint, &checks);
             ActionFacts {
@@ -144,7 +198,14 @@ pub fn build(action: &Action, taint: &TaintState, role: &str, config: &GateConfi
         }
         Action::TaskSchedule(t) => {
             let prompt = Value::String(t.prompt.clone());
-            let prov = check_args(taint, &[ArgCheck { name: "prompt".into(), role: ArgRole::Content, value: &prompt }]);
+            let prov = check_args(
+                taint,
+                &[ArgCheck {
+                    name: "prompt".into(),
+                    role: ArgRole::Content,
+                    value: &prompt,
+                }],
+            );
             ActionFacts {
                 resource: "scheduler".into(),
                 context: json!({"session": session, "provenance": provenance_json(&prov)}),
@@ -153,7 +214,14 @@ pub fn build(action: &Action, taint: &TaintState, role: &str, config: &GateConfi
         }
         Action::AgentSpawn(s) => {
             let prompt = Value::String(s.prompt.clone());
-            let prov = check_args(taint, &[ArgCheck { name: "prompt".into(), role: ArgRole::Content, value: &prompt }]);
+            let prov = check_args(
+                taint,
+                &[ArgCheck {
+                    name: "prompt".into(),
+                    role: ArgRole::Content,
+                    value: &prompt,
+                }],
+            );
             ActionFacts {
                 resource: format!("agent:{}", s.name),
                 context: json!({"session": session, "provenance": provenance_json(&prov)}),
@@ -163,7 +231,12 @@ pub fn build(action: &Action, taint: &TaintState, role: &str, config: &GateConfi
     }
 }
 
-fn path_action(path: &str, session: Value, prov: &ProvenanceFacts, config: &GateConfig) -> ActionFacts {
+fn path_action(
+    path: &str,
+    session: Value,
+    prov: &ProvenanceFacts,
+    config: &GateConfig,
+) -> ActionFacts {
     let pf = path_facts(path, &config.workspace, &config.protected);
     ActionFacts {
         resource: "workspace".into(),
@@ -174,15 +247,26 @@ fn path_action(path: &str, session: Value, prov: &ProvenanceFacts, config: &Gate
 
 /// The Cedar view of shell facts (sets and flags, no nested structure).
 pub fn shell_context(s: &ShellFacts) -> Value {
-    let programs: std::collections::BTreeSet<&str> = s.commands.iter().map(|c| c.basename.as_str()).collect();
-    let paths: std::collections::BTreeSet<&str> =
-        s.commands.iter().filter_map(|c| c.resolved_path.as_deref()).collect();
-    let options: std::collections::BTreeSet<&str> =
-        s.commands.iter().flat_map(|c| c.options.iter().map(String::as_str)).collect();
+    let programs: std::collections::BTreeSet<&str> =
+        s.commands.iter().map(|c| c.basename.as_str()).collect();
+    let paths: std::collections::BTreeSet<&str> = s
+        .commands
+        .iter()
+        .filter_map(|c| c.resolved_path.as_deref())
+        .collect();
+    let options: std::collections::BTreeSet<&str> = s
+        .commands
+        .iter()
+        .flat_map(|c| c.options.iter().map(String::as_str))
+        .collect();
     let mut subcommands = std::collections::BTreeSet::new();
     for c in &s.commands {
         if SUBCOMMAND_TOOLS.contains(&c.basename.as_str()) {
-            subcommands.insert(format!("{} {}", c.basename, first_operand(&c.args).unwrap_or("")).trim().to_string());
+            subcommands.insert(
+                format!("{} {}", c.basename, first_operand(&c.args).unwrap_or(""))
+                    .trim()
+                    .to_string(),
+            );
         }
     }
     let write_targets: std::collections::BTreeSet<&str> = s

@@ -17,11 +17,11 @@ pub use action::{Action, ActionError, IntoAction};
 pub use authorized::{Authorized, RecordReceipt};
 pub use sink::{DecisionKind, DecisionRecord, DecisionSink, SinkError};
 
-#[cfg(feature = "testing")]
-pub mod testing;
-pub mod paths;
-pub mod url_facts;
-pub mod provenance;
-pub mod policy;
 pub mod facts;
 pub mod gate;
+pub mod paths;
+pub mod policy;
+pub mod provenance;
+#[cfg(feature = "testing")]
+pub mod testing;
+pub mod url_facts;

@@ -11,7 +11,11 @@ use std::path::{Component, Path, PathBuf};
 /// Fold `.` and `..` without touching the filesystem. `..` above the root stays at the root.
 /// A relative path is joined to `base` first.
 pub fn normalize_lexically(path: &str, base: &Path) -> PathBuf {
-    let joined = if Path::new(path).is_absolute() { PathBuf::from(path) } else { base.join(path) };
+    let joined = if Path::new(path).is_absolute() {
+        PathBuf::from(path)
+    } else {
+        base.join(path)
+    };
     let mut out = PathBuf::from("/");
     for comp in joined.components() {
         match comp {
@@ -72,7 +76,9 @@ pub fn path_facts(path: &str, workspace: &Path, protected: &[String]) -> PathFac
     let inside = WorkspacePath::resolve(path, workspace);
     let protected = inside.as_ref().is_some_and(|wp| {
         protected.iter().any(|p| wp.relative().starts_with(p))
-            || DEFAULT_PROTECTED.iter().any(|p| wp.relative().starts_with(p))
+            || DEFAULT_PROTECTED
+                .iter()
+                .any(|p| wp.relative().starts_with(p))
     });
     PathFacts {
         normalized: normalized.to_string_lossy().into_owned(),
@@ -93,7 +99,10 @@ mod tests {
         assert!(WorkspacePath::resolve("a/../../ws/x", ws).is_some());
         assert!(WorkspacePath::resolve("/etc/passwd", ws).is_none());
         assert!(WorkspacePath::resolve("/home/u/ws/../../../../etc", ws).is_none());
-        assert!(WorkspacePath::resolve("/home/u/wsx", ws).is_none(), "prefix of a name is not containment");
+        assert!(
+            WorkspacePath::resolve("/home/u/wsx", ws).is_none(),
+            "prefix of a name is not containment"
+        );
     }
 
     #[test]

@@ -9,11 +9,17 @@ use crate::authorized::{Authorized, RecordReceipt};
 
 /// Mint a token for `action` without a Gate decision. Test code only.
 pub fn authorize_for_tests<A: IntoAction>(action: A) -> Authorized<A> {
-    let hash = action.to_action().hash().unwrap_or_else(|_| "sha256:test".into());
+    let hash = action
+        .to_action()
+        .hash()
+        .unwrap_or_else(|_| "sha256:test".into());
     Authorized::mint(
         action,
         hash,
         "test-session".into(),
-        RecordReceipt { seq: 0, record_hash: "test".into() },
+        RecordReceipt {
+            seq: 0,
+            record_hash: "test".into(),
+        },
     )
 }

@@ -40,20 +40,31 @@ pub fn parse_url(raw: &str) -> Result<UrlFacts, UrlError> {
         reason: e.to_string(),
     })?;
     if !url.username().is_empty() || url.password().is_some() {
-        return Err(UrlError::Userinfo { url: raw.to_string() });
+        return Err(UrlError::Userinfo {
+            url: raw.to_string(),
+        });
     }
     let scheme = url.scheme().to_string();
     if scheme != "http" && scheme != "https" {
-        return Err(UrlError::Scheme { url: raw.to_string(), scheme });
+        return Err(UrlError::Scheme {
+            url: raw.to_string(),
+            scheme,
+        });
     }
     let (host, ip_literal) = match url.host() {
         Some(url::Host::Domain(d)) => (d.trim_end_matches('.').to_ascii_lowercase(), false),
         Some(url::Host::Ipv4(ip)) => (ip.to_string(), true),
         Some(url::Host::Ipv6(ip)) => (ip.to_string(), true),
-        None => return Err(UrlError::NoHost { url: raw.to_string() }),
+        None => {
+            return Err(UrlError::NoHost {
+                url: raw.to_string(),
+            })
+        }
     };
     if host.is_empty() {
-        return Err(UrlError::NoHost { url: raw.to_string() });
+        return Err(UrlError::NoHost {
+            url: raw.to_string(),
+        });
     }
     Ok(UrlFacts {
         port: url.port_or_known_default().unwrap_or(0),
@@ -70,7 +81,11 @@ pub fn parse_url(raw: &str) -> Result<UrlFacts, UrlError> {
 /// host-bearing URL, and for userinfo tricks.
 pub fn loose_host(raw: &str) -> Option<String> {
     let trimmed = raw.trim();
-    let with_scheme = if trimmed.contains("://") { trimmed.to_string() } else { format!("https://{trimmed}") };
+    let with_scheme = if trimmed.contains("://") {
+        trimmed.to_string()
+    } else {
+        format!("https://{trimmed}")
+    };
     let facts = parse_url(&with_scheme).ok()?;
     if !facts.ip_literal && !facts.host.contains('.') {
         return None;
@@ -85,7 +100,10 @@ mod tests {
     #[test]
     fn parts_are_normalized() {
         let f = parse_url("HTTPS://Example.COM./a/../b?q=1").unwrap();
-        assert_eq!((f.scheme.as_str(), f.host.as_str(), f.port, f.path.as_str()), ("https", "example.com", 443, "/b"));
+        assert_eq!(
+            (f.scheme.as_str(), f.host.as_str(), f.port, f.path.as_str()),
+            ("https", "example.com", 443, "/b")
+        );
         assert_eq!(f.query, "q=1");
         let f = parse_url("http://bücher.example:8080/").unwrap();
         assert_eq!(f.host, "xn--bcher-kva.example");
@@ -94,8 +112,14 @@ mod tests {
 
     #[test]
     fn userinfo_is_refused() {
-        assert!(matches!(parse_url("https://trusted.com@evil.com/"), Err(UrlError::Userinfo { .. })));
-        assert!(matches!(parse_url("https://a:b@evil.com/"), Err(UrlError::Userinfo { .. })));
+        assert!(matches!(
+            parse_url("https://trusted.com@evil.com/"),
+            Err(UrlError::Userinfo { .. })
+        ));
+        assert!(matches!(
+            parse_url("https://a:b@evil.com/"),
+            Err(UrlError::Userinfo { .. })
+        ));
     }
 
     #[test]
@@ -109,13 +133,19 @@ mod tests {
 
     #[test]
     fn other_schemes_are_refused() {
-        assert!(matches!(parse_url("file:///etc/passwd"), Err(UrlError::Scheme { .. })));
+        assert!(matches!(
+            parse_url("file:///etc/passwd"),
+            Err(UrlError::Scheme { .. })
+        ));
         assert!(parse_url("not a url").is_err());
     }
 
     #[test]
     fn loose_hosts() {
-        assert_eq!(loose_host("www.Example.com/x").as_deref(), Some("www.example.com"));
+        assert_eq!(
+            loose_host("www.Example.com/x").as_deref(),
+            Some("www.example.com")
+        );
         assert_eq!(loose_host("Alice"), None);
         assert_eq!(loose_host("https://x.com@evil.com"), None);
     }

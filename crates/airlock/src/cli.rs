@@ -55,6 +55,21 @@ pub enum Command {
     /// The audit log.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Decide a command at the Gate, then run it in the verified sandbox. The exit status
+    /// is the command's (128+signal if killed), or 126 when it was refused.
+    Exec {
+        /// Directory mounted read-write at the same path (default: current directory).
+        #[arg(long)]
+        workspace: Option<std::path::PathBuf>,
+        /// Kill the whole process tree after this many seconds.
+        #[arg(long)]
+        timeout: Option<u64>,
+        #[arg(long)]
+        profile: Option<String>,
+        /// The command, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -122,5 +137,16 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         } => cmd::replay::run(&traces, profile.as_deref(), json),
         Command::Audit(AuditCommand::Verify) => cmd::audit::verify(),
         Command::Audit(AuditCommand::Tail { n, json }) => cmd::audit::tail(n, json),
+        Command::Exec {
+            workspace,
+            timeout,
+            profile,
+            command,
+        } => cmd::exec::run(cmd::exec::ExecArgs {
+            workspace,
+            timeout,
+            profile,
+            command,
+        }),
     }
 }

@@ -11,6 +11,50 @@ pub struct Config {
     pub policy: PolicyConfig,
     #[serde(default)]
     pub audit: AuditConfig,
+    #[serde(default)]
+    pub sandbox: SandboxConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// The unprivileged uid (and gid) the sandbox runs as when Airlock runs as root.
+    #[serde(default = "default_sandbox_uid")]
+    pub uid: u32,
+    /// Default wall-clock limit of one command, in seconds.
+    #[serde(default = "default_timeout")]
+    pub timeout_secs: u64,
+    /// Bytes of output kept per command before the rest is cut.
+    #[serde(default = "default_output_cap")]
+    pub output_cap_bytes: u64,
+    /// An explicit weaker mode, for kernels without full Landlock support:
+    /// "without_landlock" or "without_landlock_scopes". Shown by `airlock doctor` and
+    /// written into every audit record of runs made under it. Absent: full confinement.
+    #[serde(default)]
+    pub weakened: Option<airlock_sandbox::WeakenedMode>,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            uid: default_sandbox_uid(),
+            timeout_secs: default_timeout(),
+            output_cap_bytes: default_output_cap(),
+            weakened: None,
+        }
+    }
+}
+
+fn default_sandbox_uid() -> u32 {
+    65534
+}
+
+fn default_timeout() -> u64 {
+    600
+}
+
+fn default_output_cap() -> u64 {
+    16 * 1024 * 1024
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -67,6 +111,14 @@ pub const DEFAULT_CONFIG: &str = r#"# Airlock configuration. Unknown keys are er
 profile = "default"
 # Workspace-relative paths that stay read-only (in addition to .git/hooks and .git/config).
 protected_paths = []
+
+[sandbox]
+# The unprivileged uid (and gid) the sandbox runs as when Airlock runs as root.
+uid = 65534
+# Wall-clock limit of one command, and output kept before the rest is cut.
+timeout_secs = 600
+output_cap_bytes = 16777216
+# weakened = "without_landlock_scopes"   # only for kernels older than Linux 6.12
 
 [audit]
 # Sign a checkpoint every N records (and at every clean shutdown).

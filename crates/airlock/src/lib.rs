@@ -8,3 +8,4 @@ pub mod config;
 pub mod home;
 pub mod policies;
 pub mod replay;
+pub mod runtime;

@@ -12,9 +12,17 @@ pub enum PolicyError {
     #[error("schema error:\n{0}")]
     Schema(String),
     #[error("{file}:{line}: duplicate policy @id(\"{id}\")\nhelp: every policy needs a unique @id across all policy files")]
-    DuplicateId { id: String, file: String, line: usize },
+    DuplicateId {
+        id: String,
+        file: String,
+        line: usize,
+    },
     #[error("{file}:{line}: policy {id} is a forbid with @ask\nhelp: @ask only applies to permit policies")]
-    AskOnForbid { id: String, file: String, line: usize },
+    AskOnForbid {
+        id: String,
+        file: String,
+        line: usize,
+    },
     #[error("cannot build the policy request: {0}")]
     Request(String),
     #[error("cannot read policy file {file}: {reason}")]

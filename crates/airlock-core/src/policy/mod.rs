@@ -12,8 +12,8 @@ pub use errors::PolicyError;
 pub use profiles::{builtin_sources, Profile, SCHEMA_SRC};
 
 use cedar_policy::{
-    Authorizer, Context, Decision, Entities, EntityUid, PolicyId, PolicySet, Request, Schema, ValidationMode,
-    Validator,
+    Authorizer, Context, Decision, Entities, EntityUid, PolicyId, PolicySet, Request, Schema,
+    ValidationMode, Validator,
 };
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -68,8 +68,9 @@ pub struct PolicySummary {
 impl PolicyEngine {
     /// Parse and validate `sources` against the schema. Any error names the file and line.
     pub fn load(sources: &[PolicySource]) -> Result<PolicyEngine, PolicyError> {
-        let (schema, _warnings) = Schema::from_cedarschema_str(SCHEMA_SRC)
-            .map_err(|e| PolicyError::Schema(errors::render(&e, "airlock.cedarschema", SCHEMA_SRC)))?;
+        let (schema, _warnings) = Schema::from_cedarschema_str(SCHEMA_SRC).map_err(|e| {
+            PolicyError::Schema(errors::render(&e, "airlock.cedarschema", SCHEMA_SRC))
+        })?;
         let validator = Validator::new(schema.clone());
         let mut all = PolicySet::new();
         let mut meta = BTreeMap::new();
@@ -78,18 +79,31 @@ impl PolicyEngine {
                 .map_err(|e| PolicyError::Parse(errors::render(&e, &src.name, &src.text)))?;
             let result = validator.validate(&parsed, ValidationMode::Strict);
             if let Some(err) = result.validation_errors().next() {
-                return Err(PolicyError::Invalid(errors::render(err, &src.name, &src.text)));
+                return Err(PolicyError::Invalid(errors::render(
+                    err, &src.name, &src.text,
+                )));
             }
             for policy in parsed.policies() {
                 let line = errors::policy_line(policy, &src.text);
-                let id = policy.annotation("id").map(str::to_string).unwrap_or_else(|| format!("{}:{line}", src.name));
+                let id = policy
+                    .annotation("id")
+                    .map(str::to_string)
+                    .unwrap_or_else(|| format!("{}:{line}", src.name));
                 if meta.contains_key(&id) {
-                    return Err(PolicyError::DuplicateId { id, file: src.name.clone(), line });
+                    return Err(PolicyError::DuplicateId {
+                        id,
+                        file: src.name.clone(),
+                        line,
+                    });
                 }
                 let forbid = policy.effect() == cedar_policy::Effect::Forbid;
                 let ask = policy.annotation("ask").map(str::to_string);
                 if forbid && ask.is_some() {
-                    return Err(PolicyError::AskOnForbid { id, file: src.name.clone(), line });
+                    return Err(PolicyError::AskOnForbid {
+                        id,
+                        file: src.name.clone(),
+                        line,
+                    });
                 }
                 let reason = policy
                     .annotation("reason")
@@ -98,12 +112,23 @@ impl PolicyEngine {
                     .unwrap_or_else(|| format!("policy {id}"));
                 meta.insert(
                     id.clone(),
-                    PolicyMeta { reason, ask, help: policy.annotation("help").map(str::to_string), forbid },
+                    PolicyMeta {
+                        reason,
+                        ask,
+                        help: policy.annotation("help").map(str::to_string),
+                        forbid,
+                    },
                 );
-                all.add(policy.new_id(PolicyId::new(&id))).map_err(|e| PolicyError::Parse(e.to_string()))?;
+                all.add(policy.new_id(PolicyId::new(&id)))
+                    .map_err(|e| PolicyError::Parse(e.to_string()))?;
             }
         }
-        Ok(PolicyEngine { schema, policies: all, meta, authorizer: Authorizer::new() })
+        Ok(PolicyEngine {
+            schema,
+            policies: all,
+            meta,
+            authorizer: Authorizer::new(),
+        })
     }
 
     /// Load a built-in profile.
@@ -112,7 +137,13 @@ impl PolicyEngine {
     }
 
     pub fn summary(&self, files: Vec<String>) -> PolicySummary {
-        let mut s = PolicySummary { files, permits: 0, asks: 0, forbids: 0, ids: Vec::new() };
+        let mut s = PolicySummary {
+            files,
+            permits: 0,
+            asks: 0,
+            forbids: 0,
+            ids: Vec::new(),
+        };
         for (id, m) in &self.meta {
             if m.forbid {
                 s.forbids += 1;
@@ -128,7 +159,14 @@ impl PolicyEngine {
 
     /// Evaluate one request. `kind` is the action kind (`exec`, `tool.call`, …),
     /// `context` the facts JSON matching the schema's context type for that action.
-    pub fn evaluate(&self, session_id: &str, role: &str, kind: &str, resource: &str, context: Value) -> Result<PolicyOutcome, PolicyError> {
+    pub fn evaluate(
+        &self,
+        session_id: &str,
+        role: &str,
+        kind: &str,
+        resource: &str,
+        context: Value,
+    ) -> Result<PolicyOutcome, PolicyError> {
         let action = uid("Action", kind)?;
         let principal = uid("Session", session_id)?;
         let target = uid("Target", resource)?;
@@ -149,7 +187,9 @@ impl PolicyEngine {
             .map_err(|e| PolicyError::Request(format!("context for {kind}: {e}")))?;
         let request = Request::new(principal, action, target, context, Some(&self.schema))
             .map_err(|e| PolicyError::Request(e.to_string()))?;
-        let response = self.authorizer.is_authorized(&request, &self.policies, &entities);
+        let response = self
+            .authorizer
+            .is_authorized(&request, &self.policies, &entities);
         if let Some(err) = response.diagnostics().errors().next() {
             // An erroring policy is skipped by Cedar; an operator must hear about it, and
             // the safe reading of a broken forbid is "deny".
@@ -159,13 +199,19 @@ impl PolicyEngine {
                 policies: vec![],
             });
         }
-        let ids: Vec<String> = response.diagnostics().reason().map(|p| p.to_string()).collect();
+        let ids: Vec<String> = response
+            .diagnostics()
+            .reason()
+            .map(|p| p.to_string())
+            .collect();
         Ok(self.outcome(response.decision(), ids, kind))
     }
 
     fn outcome(&self, decision: Decision, ids: Vec<String>, kind: &str) -> PolicyOutcome {
-        let metas: Vec<(&String, &PolicyMeta)> =
-            ids.iter().filter_map(|id| self.meta.get_key_value(id)).collect();
+        let metas: Vec<(&String, &PolicyMeta)> = ids
+            .iter()
+            .filter_map(|id| self.meta.get_key_value(id))
+            .collect();
         match decision {
             Decision::Deny if metas.is_empty() => PolicyOutcome {
                 decision: DecisionKind::Deny,
@@ -217,7 +263,10 @@ fn default_deny_help(kind: &str) -> &'static str {
 fn uid(ty: &str, id: &str) -> Result<EntityUid, PolicyError> {
     let type_name = cedar_policy::EntityTypeName::from_str(&format!("Airlock::{ty}"))
         .map_err(|e| PolicyError::Request(e.to_string()))?;
-    Ok(EntityUid::from_type_name_and_id(type_name, cedar_policy::EntityId::new(id)))
+    Ok(EntityUid::from_type_name_and_id(
+        type_name,
+        cedar_policy::EntityId::new(id),
+    ))
 }
 
 #[cfg(test)]

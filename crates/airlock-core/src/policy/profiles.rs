@@ -45,7 +45,13 @@ pub fn builtin_sources(profile: Profile) -> Vec<PolicySource> {
         Profile::Strict => STRICT,
     };
     vec![
-        PolicySource { name: format!("policy/{}/base.cedar", profile.name()), text: BASE.to_string() },
-        PolicySource { name: format!("policy/{}/{}.cedar", profile.name(), profile.name()), text: own.to_string() },
+        PolicySource {
+            name: format!("policy/{}/base.cedar", profile.name()),
+            text: BASE.to_string(),
+        },
+        PolicySource {
+            name: format!("policy/{}/{}.cedar", profile.name(), profile.name()),
+            text: own.to_string(),
+        },
     ]
 }

@@ -18,8 +18,14 @@ fn both_builtin_profiles_load_and_validate() {
 
 #[test]
 fn parse_error_names_file_and_line() {
-    let src = PolicySource { name: "policy/local/x.cedar".into(), text: "// c\npermit (principal, action, resource)\nwhen { oops".into() };
-    let err = PolicyEngine::load(&[src]).err().expect("must fail").to_string();
+    let src = PolicySource {
+        name: "policy/local/x.cedar".into(),
+        text: "// c\npermit (principal, action, resource)\nwhen { oops".into(),
+    };
+    let err = PolicyEngine::load(&[src])
+        .err()
+        .expect("must fail")
+        .to_string();
     assert!(err.contains("policy/local/x.cedar:"), "{err}");
 }
 
@@ -29,14 +35,22 @@ fn validation_error_names_file_and_line() {
         name: "policy/local/y.cedar".into(),
         text: "\n\npermit (principal, action == Airlock::Action::\"exec\", resource)\nwhen { context.shell.no_such_field };".into(),
     };
-    let err = PolicyEngine::load(&[src]).err().expect("must fail").to_string();
+    let err = PolicyEngine::load(&[src])
+        .err()
+        .expect("must fail")
+        .to_string();
     assert!(err.contains("policy/local/y.cedar:4"), "{err}");
 }
 
 #[test]
 fn duplicate_ids_are_refused() {
     let text = "@id(\"a\") permit (principal, action, resource);\n@id(\"a\") permit (principal, action, resource);";
-    let err = PolicyEngine::load(&[PolicySource { name: "f.cedar".into(), text: text.into() }]).err().unwrap();
+    let err = PolicyEngine::load(&[PolicySource {
+        name: "f.cedar".into(),
+        text: text.into(),
+    }])
+    .err()
+    .unwrap();
     assert!(matches!(err, PolicyError::DuplicateId { .. }), "{err}");
 }
 
@@ -48,18 +62,40 @@ fn deny_by_default_ask_and_forbid_beats_permit() {
 @id("r") @reason("blocked") @help("don't") forbid (principal, action == Airlock::Action::"memory.read", resource)
   when { context.memory.key == "secret" };
 "#;
-    let e = PolicyEngine::load(&[PolicySource { name: "t.cedar".into(), text: text.into() }]).unwrap();
+    let e = PolicyEngine::load(&[PolicySource {
+        name: "t.cedar".into(),
+        text: text.into(),
+    }])
+    .unwrap();
     let ctx = |key: &str| json!({"session": session(), "provenance": prov(), "memory": {"scope": "recall", "key": key, "kind": "note"}});
-    let o = e.evaluate("s", "owner", "memory.read", "memory", ctx("k")).unwrap();
-    assert_eq!((o.decision, o.policies.clone()), (DecisionKind::Allow, vec!["p".to_string()]));
-    let o = e.evaluate("s", "owner", "memory.read", "memory", ctx("secret")).unwrap();
+    let o = e
+        .evaluate("s", "owner", "memory.read", "memory", ctx("k"))
+        .unwrap();
+    assert_eq!(
+        (o.decision, o.policies.clone()),
+        (DecisionKind::Allow, vec!["p".to_string()])
+    );
+    let o = e
+        .evaluate("s", "owner", "memory.read", "memory", ctx("secret"))
+        .unwrap();
     assert_eq!(o.decision, DecisionKind::Deny);
     assert_eq!(o.policies, vec!["r"]);
     assert!(o.reasons[0].contains("help: don't"));
-    let o = e.evaluate("s", "owner", "memory.write", "memory", ctx("k")).unwrap();
-    assert_eq!((o.decision, o.reasons.clone()), (DecisionKind::Ask, vec!["ask me".to_string()]));
     let o = e
-        .evaluate("s", "owner", "task.schedule", "t", json!({"session": session(), "provenance": prov()}))
+        .evaluate("s", "owner", "memory.write", "memory", ctx("k"))
+        .unwrap();
+    assert_eq!(
+        (o.decision, o.reasons.clone()),
+        (DecisionKind::Ask, vec!["ask me".to_string()])
+    );
+    let o = e
+        .evaluate(
+            "s",
+            "owner",
+            "task.schedule",
+            "t",
+            json!({"session": session(), "provenance": prov()}),
+        )
         .unwrap();
     assert_eq!(o.decision, DecisionKind::Deny);
     assert!(o.policies.is_empty() && o.reasons[0].contains("deny by default"));

@@ -8,6 +8,23 @@
 
 use serde::{Deserialize, Serialize};
 
+mod analyze;
+mod awk_program;
+mod code_runners;
+mod git;
+mod inspection;
+mod options;
+mod parse;
+mod paths;
+mod sed_script;
+mod words;
+mod wrappers;
+
+pub use paths::{normalize_absolute, resolve_programs};
+
+/// Largest command line analysed, in bytes; a longer one is `unparsed`.
+pub const MAX_COMMAND_BYTES: usize = 1 << 20;
+
 /// One simple command found anywhere in the command line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SimpleCommand {
@@ -21,7 +38,9 @@ pub struct SimpleCommand {
     /// Arguments after quote removal. Words with expansions keep their source text.
     pub args: Vec<String>,
     /// Options seen, as `basename:option` (`find:-exec`, `sort:-o`, `git:-c`), with long
-    /// options cut at `=` and short option clusters split (`-la` gives `-l` and `-a`).
+    /// options cut at `=` and short option clusters kept whole and split (`-la` gives
+    /// `-la`, `-l` and `-a`). Options stop at `--`; a wrapper's options stop where its
+    /// command begins. The full rule is in the `options` module.
     pub options: Vec<String>,
     /// The program word contains an expansion (`$X`, `$(…)`, glob), so what runs is
     /// not known statically.
@@ -78,15 +97,32 @@ pub struct ShellFacts {
     pub has_compound: bool,
     /// True if any command (or the structure itself) runs code that cannot be seen.
     pub runs_arbitrary_code: bool,
+    /// Why `runs_arbitrary_code` is set: `basename: reason` for each command, and
+    /// reasons of the structure (e.g. a standalone `LD_PRELOAD=…`).
+    #[serde(default)]
+    pub arbitrary_code_reasons: Vec<String>,
 }
 
 /// Parse `command` and return its facts. Never panics; bad syntax gives `unparsed`.
-// Placeholder until the tree-sitter based normalizer lands: everything is unparsed,
-// which the policy treats as "never allow".
+///
+/// ```
+/// let facts = airlock_core::shell::normalize("sudo env A=1 find . -name '*.o' -exec rm {} \\;");
+/// assert_eq!(facts.unparsed, None);
+/// let names: Vec<&str> = facts.commands.iter().map(|c| c.basename.as_str()).collect();
+/// assert_eq!(names, ["sudo", "env", "find", "rm"]);
+/// assert_eq!(facts.commands[3].via, ["sudo", "env", "find"]);
+/// ```
 pub fn normalize(command: &str) -> ShellFacts {
-    let _ = command;
-    ShellFacts {
-        unparsed: Some("shell normalizer not built".into()),
-        ..Default::default()
+    if command.len() > MAX_COMMAND_BYTES {
+        return ShellFacts {
+            unparsed: Some(format!(
+                "command line is {} bytes, more than the {MAX_COMMAND_BYTES} analysed",
+                command.len()
+            )),
+            ..ShellFacts::default()
+        };
     }
+    let mut collector = analyze::Collector::default();
+    parse::parse_into(&mut collector, command, &analyze::Scope::default());
+    collector.finish()
 }

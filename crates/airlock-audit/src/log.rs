@@ -1,0 +1,434 @@
+//! [`AuditLog`]: the one append path. Every append takes the directory lock, chains onto
+//! the record that is really last on disk, writes one line and fsyncs it before returning.
+
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use airlock_core::canonical::sha256_hex;
+use airlock_core::{DecisionRecord, DecisionSink, RecordReceipt, SinkError};
+
+use crate::checkpoint::{build_checkpoint_line, parse_checkpoint_seq};
+use crate::lines::read_tail;
+use crate::lock::DirLock;
+use crate::record::{build_record_line, parse_chain_head, MAX_RECORD_BYTES, ZERO_HASH};
+use crate::{AuditError, AuditEvent, CheckpointSigner, Redactor};
+
+/// Name of the record file inside the audit directory.
+pub const LOG_FILE: &str = "log.jsonl";
+/// Name of the checkpoint file inside the audit directory.
+pub const CHECKPOINT_FILE: &str = "checkpoints.jsonl";
+/// Name of the lock file inside the audit directory.
+pub const LOCK_FILE: &str = "lock";
+/// Where bytes of a torn (crash-interrupted, never acknowledged) last line are kept.
+pub const TORN_FILE: &str = "torn.bin";
+
+/// What an append returns: where the record sits and its hash.
+pub type AppendReceipt = RecordReceipt;
+
+/// How an [`AuditLog`] behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditOptions {
+    /// Write a signed checkpoint once this many records were appended since the last one.
+    /// `0` turns periodic checkpoints off (one is still written on close).
+    pub checkpoint_every: u64,
+    /// `sync_data` each record before `append` returns. Turn off only for benchmarks and
+    /// throwaway logs: without it, a crash can lose acknowledged records.
+    pub fsync: bool,
+}
+
+impl Default for AuditOptions {
+    fn default() -> Self {
+        AuditOptions {
+            checkpoint_every: 256,
+            fsync: true,
+        }
+    }
+}
+
+/// The audit log in one directory (`<state>/audit/`). Many handles, in many processes,
+/// may append to the same directory at once.
+///
+/// ```
+/// use airlock_audit::{AuditEvent, AuditLog, AuditOptions, CheckpointSigner, verify};
+/// let config = tempfile::tempdir().unwrap();
+/// let state = tempfile::tempdir().unwrap();
+/// let signer = CheckpointSigner::load_or_create(&config.path().join("audit.key")).unwrap();
+/// let key = signer.verifying_key();
+/// let dir = state.path().join("audit");
+/// let mut log = AuditLog::open(&dir, signer, AuditOptions::default()).unwrap();
+/// let receipt = log.append(AuditEvent::new("execution", "s-1", "owner")).unwrap();
+/// assert_eq!(receipt.seq, 0);
+/// log.close().unwrap();
+/// let report = verify(&dir, &key).unwrap();
+/// assert!(report.is_ok() && report.unsigned_tail == 0);
+/// ```
+#[derive(Debug)]
+pub struct AuditLog {
+    dir: PathBuf,
+    log_path: PathBuf,
+    cp_path: PathBuf,
+    lock_path: PathBuf,
+    signer: CheckpointSigner,
+    opts: AuditOptions,
+    redactor: Option<Redactor>,
+    closed: bool,
+}
+
+/// The last checkpoint as the appender needs it.
+struct LastCheckpoint {
+    seq: u64,
+    record_hash: String,
+    line_hash: String,
+}
+
+impl AuditLog {
+    /// Open (creating if needed, mode 0700) the audit directory `dir` and its files.
+    ///
+    /// `dir` must be in the state directory, never inside anything mounted into a sandbox.
+    pub fn open(
+        dir: &Path,
+        signer: CheckpointSigner,
+        opts: AuditOptions,
+    ) -> Result<AuditLog, AuditError> {
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| AuditError::io("create audit directory", dir, e))?;
+        let meta = fs::metadata(dir).map_err(|e| AuditError::io("inspect", dir, e))?;
+        if !meta.is_dir() {
+            return Err(AuditError::io(
+                "use as audit directory",
+                dir,
+                std::io::Error::from(std::io::ErrorKind::NotADirectory),
+            ));
+        }
+        if meta.permissions().mode() & 0o777 != 0o700 {
+            fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+                .map_err(|e| AuditError::io("restrict permissions of", dir, e))?;
+        }
+        let log = AuditLog {
+            dir: dir.to_path_buf(),
+            log_path: dir.join(LOG_FILE),
+            cp_path: dir.join(CHECKPOINT_FILE),
+            lock_path: dir.join(LOCK_FILE),
+            signer,
+            opts,
+            redactor: None,
+            closed: false,
+        };
+        {
+            let _lock = DirLock::acquire(&log.lock_path)?;
+            for path in [&log.log_path, &log.cp_path] {
+                let file = OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .mode(0o600)
+                    .open(path)
+                    .map_err(|e| AuditError::io("create", path, e))?;
+                ensure_regular(&file, path)?;
+            }
+            // Make the new directory entries durable, or a crash could lose the files.
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| AuditError::io("fsync", dir, e))?;
+        }
+        Ok(log)
+    }
+
+    /// Redact these secrets from every event appended from now on.
+    pub fn set_redactor(&mut self, redactor: Redactor) {
+        self.redactor = Some(redactor);
+    }
+
+    /// The audit directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Append `ev` as the next record and make it durable.
+    ///
+    /// `Ok` means the record is on disk (fsynced unless [`AuditOptions::fsync`] is off).
+    /// `Err` means it must be treated as not recorded; nothing partial is left behind.
+    /// When a checkpoint is due it is written too, and a failure to write it is an `Err`
+    /// as well (the record itself then stays in the log).
+    pub fn append(&mut self, ev: AuditEvent) -> Result<AppendReceipt, AuditError> {
+        let ev = match &self.redactor {
+            Some(r) => r.redact_event(ev),
+            None => ev,
+        };
+        let _lock = DirLock::acquire(&self.lock_path)?;
+        let mut log = open_data_file(&self.log_path)?;
+        let mut cps = open_data_file(&self.cp_path)?;
+        let (log_len, last) = self.last_record(&log)?;
+        let (cp_len, last_cp) = self.last_checkpoint(&cps)?;
+        self.check_against_checkpoint(last.as_ref(), last_cp.as_ref())?;
+
+        let (seq, prev) = match &last {
+            None => (0, ZERO_HASH.to_string()),
+            Some((seq, hash)) => (
+                seq.checked_add(1).ok_or_else(|| AuditError::SeqOverflow {
+                    path: self.log_path.clone(),
+                })?,
+                hash.clone(),
+            ),
+        };
+        let (line, hash) = build_record_line(&ev, seq, &now_rfc3339(), &prev)?;
+        self.write_line(&mut log, &self.log_path, log_len, line)?;
+
+        let every = self.opts.checkpoint_every;
+        let due = every > 0
+            && match &last_cp {
+                None => seq.saturating_add(1) >= every,
+                Some(cp) => seq >= cp.seq.saturating_add(every),
+            };
+        if due {
+            self.write_checkpoint(&mut cps, cp_len, last_cp.as_ref(), seq, &hash)?;
+        }
+        Ok(RecordReceipt {
+            seq,
+            record_hash: hash,
+        })
+    }
+
+    /// Sign a final checkpoint covering the last record (unless one already does) and close.
+    pub fn close(mut self) -> Result<(), AuditError> {
+        let result = self.finish();
+        self.closed = true;
+        result
+    }
+
+    fn finish(&mut self) -> Result<(), AuditError> {
+        let _lock = DirLock::acquire(&self.lock_path)?;
+        let log = open_data_file(&self.log_path)?;
+        let mut cps = open_data_file(&self.cp_path)?;
+        let (_, last) = self.last_record(&log)?;
+        let (cp_len, last_cp) = self.last_checkpoint(&cps)?;
+        self.check_against_checkpoint(last.as_ref(), last_cp.as_ref())?;
+        match (&last, &last_cp) {
+            (Some((seq, hash)), cp) if cp.as_ref().is_none_or(|c| *seq > c.seq) => {
+                self.write_checkpoint(&mut cps, cp_len, last_cp.as_ref(), *seq, hash)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Length of the log and the `(seq, hash)` of its last record, after setting aside a
+    /// torn last line.
+    fn last_record(&self, log: &File) -> Result<(u64, Option<(u64, String)>), AuditError> {
+        let (len, line) = self.last_line(log, &self.log_path)?;
+        let head = line
+            .map(|l| parse_chain_head(&l))
+            .transpose()
+            .map_err(|detail| AuditError::CorruptTail {
+                path: self.log_path.clone(),
+                detail,
+            })?;
+        Ok((len, head))
+    }
+
+    fn last_checkpoint(&self, cps: &File) -> Result<(u64, Option<LastCheckpoint>), AuditError> {
+        let (len, line) = self.last_line(cps, &self.cp_path)?;
+        let Some(line) = line else {
+            return Ok((len, None));
+        };
+        let (seq, record_hash) =
+            parse_checkpoint_seq(&line).map_err(|detail| AuditError::CorruptTail {
+                path: self.cp_path.clone(),
+                detail,
+            })?;
+        Ok((
+            len,
+            Some(LastCheckpoint {
+                seq,
+                record_hash,
+                line_hash: sha256_hex(&line),
+            }),
+        ))
+    }
+
+    /// The file's length and its last complete line. A torn last line (no newline: a
+    /// writer died mid-write, so it was never acknowledged) is moved to [`TORN_FILE`].
+    fn last_line(&self, file: &File, path: &Path) -> Result<(u64, Option<Vec<u8>>), AuditError> {
+        let len = file
+            .metadata()
+            .map_err(|e| AuditError::io("inspect", path, e))?
+            .len();
+        let max = 2 * MAX_RECORD_BYTES as u64 + 64 * 1024;
+        let mut tail = read_tail(file, len, 1, max).map_err(|e| AuditError::io("read", path, e))?;
+        let mut end = len;
+        if let Some(start) = tail.fragment_start {
+            self.set_aside_torn_tail(file, path, start, len)?;
+            end = start;
+        }
+        let line = tail.lines.pop();
+        if line.is_none() && end > 0 {
+            return Err(AuditError::CorruptTail {
+                path: path.to_path_buf(),
+                detail: format!("its last line is longer than {MAX_RECORD_BYTES} bytes"),
+            });
+        }
+        Ok((end, line))
+    }
+
+    fn set_aside_torn_tail(
+        &self,
+        file: &File,
+        path: &Path,
+        start: u64,
+        len: u64,
+    ) -> Result<(), AuditError> {
+        let torn_path = self.dir.join(TORN_FILE);
+        let mut bytes = vec![0u8; (len - start).min(2 * MAX_RECORD_BYTES as u64) as usize];
+        std::os::unix::fs::FileExt::read_exact_at(file, &mut bytes, start)
+            .map_err(|e| AuditError::io("read", path, e))?;
+        let mut torn = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(&torn_path)
+            .map_err(|e| AuditError::io("open", &torn_path, e))?;
+        let header = format!(
+            "\n--- {} bytes from {} at offset {start}\n",
+            len - start,
+            path.display()
+        );
+        torn.write_all(header.as_bytes())
+            .and_then(|()| torn.write_all(&bytes))
+            .and_then(|()| torn.sync_data())
+            .map_err(|e| AuditError::io("write", &torn_path, e))?;
+        file.set_len(start)
+            .and_then(|()| file.sync_data())
+            .map_err(|e| AuditError::io("truncate torn record of", path, e))
+    }
+
+    /// Refuse to chain onto a log that no longer reaches its last signed checkpoint.
+    fn check_against_checkpoint(
+        &self,
+        last: Option<&(u64, String)>,
+        cp: Option<&LastCheckpoint>,
+    ) -> Result<(), AuditError> {
+        let Some(cp) = cp else { return Ok(()) };
+        let detail = match last {
+            None => format!(
+                "the log is empty, but a checkpoint covers records up to #{}",
+                cp.seq
+            ),
+            Some((seq, _)) if *seq < cp.seq => {
+                format!(
+                    "the log ends at record #{seq}, but a checkpoint covers up to #{}",
+                    cp.seq
+                )
+            }
+            Some((seq, hash)) if *seq == cp.seq && *hash != cp.record_hash => {
+                format!("record #{seq} differs from the one the last checkpoint signed")
+            }
+            _ => return Ok(()),
+        };
+        Err(AuditError::Tampered {
+            path: self.log_path.clone(),
+            detail,
+        })
+    }
+
+    fn write_checkpoint(
+        &self,
+        cps: &mut File,
+        cp_len: u64,
+        last_cp: Option<&LastCheckpoint>,
+        seq: u64,
+        record_hash: &str,
+    ) -> Result<(), AuditError> {
+        let prev = last_cp.map_or(ZERO_HASH, |c| c.line_hash.as_str());
+        let line = build_checkpoint_line(&self.signer, seq, record_hash, &now_rfc3339(), prev)?;
+        self.write_line(cps, &self.cp_path, cp_len, line)
+    }
+
+    /// Append `line` and a newline in one write, then fsync. On any failure, cut the file
+    /// back to `len` so no partial line stays behind.
+    fn write_line(
+        &self,
+        file: &mut File,
+        path: &Path,
+        len: u64,
+        line: String,
+    ) -> Result<(), AuditError> {
+        let mut bytes = line.into_bytes();
+        bytes.push(b'\n');
+        let written = file
+            .write_all(&bytes)
+            .map_err(|e| ("write to", e))
+            .and_then(|()| {
+                if self.opts.fsync {
+                    file.sync_data().map_err(|e| ("fsync", e))
+                } else {
+                    Ok(())
+                }
+            });
+        if let Err((op, e)) = written {
+            let rolled_back = file.set_len(len).and_then(|()| file.sync_data());
+            let mut err = AuditError::io(op, path, e);
+            if let (Err(rb), AuditError::Io { help, .. }) = (rolled_back, &mut err) {
+                help.push_str(&format!(
+                    "; removing the partial line also failed ({rb}), so run `airlock audit verify` once the disk is fixed"
+                ));
+            }
+            return Err(err);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for AuditLog {
+    /// Best effort: sign a final checkpoint if `close` was not called.
+    fn drop(&mut self) {
+        if !self.closed {
+            let _ = self.finish();
+        }
+    }
+}
+
+impl DecisionSink for AuditLog {
+    fn record(&mut self, record: &DecisionRecord) -> Result<RecordReceipt, SinkError> {
+        self.append(AuditEvent::from(record))
+            .map_err(|e| SinkError(e.to_string()))
+    }
+}
+
+/// Open an existing log or checkpoint file for reading and appending. It must exist (it
+/// was created by `open`): a missing file means it was deleted, and a new chain must not
+/// silently start over it.
+fn open_data_file(path: &Path) -> Result<File, AuditError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => AuditError::Missing {
+                path: path.to_path_buf(),
+            },
+            _ => AuditError::io("open", path, e),
+        })?;
+    ensure_regular(&file, path)?;
+    Ok(file)
+}
+
+fn ensure_regular(file: &File, path: &Path) -> Result<(), AuditError> {
+    let meta = file
+        .metadata()
+        .map_err(|e| AuditError::io("inspect", path, e))?;
+    if meta.is_file() {
+        Ok(())
+    } else {
+        Err(AuditError::NotAFile {
+            path: path.to_path_buf(),
+        })
+    }
+}
+
+pub(crate) fn now_rfc3339() -> String {
+    humantime::format_rfc3339_micros(SystemTime::now()).to_string()
+}

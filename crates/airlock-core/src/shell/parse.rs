@@ -1,0 +1,495 @@
+//! Tree walking: a tree-sitter-bash parse becomes simple commands, redirections,
+//! assignments and structure flags in a [`Collector`].
+//!
+//! The walk is iterative (an explicit stack), so a deeply nested or very long command
+//! line cannot overflow the stack; only word evaluation recurses, and it is bounded.
+
+use std::collections::HashSet;
+
+use tree_sitter::{Node, Parser};
+
+use super::analyze::{analyze, Collector, Scope};
+use super::words::{eval_word, is_word_kind, Word};
+use super::{RedirectKind, Redirection};
+
+/// Parse `src` and add its facts to `c`, in the given scope.
+pub(crate) fn parse_into(c: &mut Collector, src: &str, scope: &Scope) {
+    if c.facts.unparsed.is_some() {
+        return;
+    }
+    let mut parser = Parser::new();
+    if parser
+        .set_language(&tree_sitter_bash::LANGUAGE.into())
+        .is_err()
+    {
+        c.unparsed("the bash grammar could not be loaded".into());
+        return;
+    }
+    let Some(tree) = parser.parse(src, None) else {
+        c.unparsed("the parser gave no result".into());
+        return;
+    };
+    Walker {
+        c,
+        src,
+        scope,
+        skip: HashSet::new(),
+        herestrings: HashSet::new(),
+        read_write: HashSet::new(),
+    }
+    .walk(tree.root_node());
+}
+
+struct Walker<'a, 'c> {
+    c: &'c mut Collector,
+    src: &'a str,
+    scope: &'a Scope,
+    /// ERROR nodes explained by a known grammar gap (see [`Walker::repair_redirects`]).
+    skip: HashSet<usize>,
+    /// `file_redirect` nodes that are really the tail of a `<<<` here-string.
+    herestrings: HashSet<usize>,
+    /// `file_redirect` nodes that are really the tail of a `<>` read-write redirect.
+    read_write: HashSet<usize>,
+}
+
+/// Statement node kinds, for counting list members.
+fn is_statement(kind: &str) -> bool {
+    matches!(
+        kind,
+        "command"
+            | "pipeline"
+            | "list"
+            | "subshell"
+            | "compound_statement"
+            | "redirected_statement"
+            | "if_statement"
+            | "for_statement"
+            | "c_style_for_statement"
+            | "while_statement"
+            | "case_statement"
+            | "function_definition"
+            | "declaration_command"
+            | "unset_command"
+            | "test_command"
+            | "negated_command"
+            | "variable_assignment"
+            | "variable_assignments"
+    )
+}
+
+impl Walker<'_, '_> {
+    fn text(&self, node: Node) -> &str {
+        &self.src[node.byte_range()]
+    }
+
+    fn pos(&self, node: Node) -> usize {
+        self.scope.anchor.unwrap_or(node.start_byte())
+    }
+
+    fn word(&mut self, node: Node) -> Word {
+        match eval_word(node, self.src) {
+            Ok(w) => w,
+            Err(_) => {
+                self.c.unparsed("a word is nested too deeply".into());
+                Word {
+                    text: self.text(node).to_string(),
+                    dynamic: true,
+                }
+            }
+        }
+    }
+
+    fn walk(&mut self, root: Node) {
+        // Parents travel with their children: `Node::parent` searches from the root,
+        // which would make long lists quadratic.
+        let mut stack: Vec<(Node, Option<Node>)> = vec![(root, None)];
+        while let Some((node, parent)) = stack.pop() {
+            if self.c.facts.unparsed.is_some() {
+                return;
+            }
+            if node.is_error() && !self.skip.contains(&node.id()) {
+                let snippet: String = self.text(node).chars().take(40).collect();
+                self.c.unparsed(format!(
+                    "syntax error at byte {} near `{snippet}`",
+                    node.start_byte()
+                ));
+                return;
+            }
+            if node.is_missing() {
+                self.c.unparsed(format!(
+                    "incomplete command: missing `{}` at byte {}",
+                    node.kind(),
+                    node.start_byte()
+                ));
+                return;
+            }
+            self.visit(node, parent);
+            let mut cursor = node.walk();
+            let children: Vec<Node> = node.children(&mut cursor).collect();
+            stack.extend(children.into_iter().rev().map(|c| (c, Some(node))));
+        }
+    }
+
+    fn visit(&mut self, node: Node, parent: Option<Node>) {
+        let kind = node.kind();
+        if !node.is_named() {
+            if kind == "&" {
+                self.c.facts.has_background = true;
+            }
+            return;
+        }
+        self.count_statements(node);
+        match kind {
+            "command" => self.command(node, parent),
+            "declaration_command" | "unset_command" => self.declaration(node),
+            "test_command" => self.test_command(node),
+            "variable_assignment" => self.assignment(node, parent),
+            "file_redirect" => self.file_redirect(node),
+            "heredoc_redirect" | "herestring_redirect" => self.c.facts.has_heredoc = true,
+            "heredoc_body" => self.heredoc_body(node, parent),
+            "pipeline" => self.c.facts.has_pipeline = true,
+            "list" => self.c.facts.has_list = true,
+            "subshell" => self.c.facts.has_subshell = true,
+            "command_substitution" => self.c.facts.has_command_substitution = true,
+            "process_substitution" => self.c.facts.has_process_substitution = true,
+            "if_statement"
+            | "for_statement"
+            | "c_style_for_statement"
+            | "while_statement"
+            | "case_statement"
+            | "function_definition"
+            | "arithmetic_expansion" => {
+                self.c.facts.has_compound = true;
+            }
+            "compound_statement" => {
+                if node.child(0).is_some_and(|c| c.kind() == "((") {
+                    self.c.facts.has_compound = true;
+                }
+            }
+            _ => {}
+        }
+        if kind == "redirected_statement" {
+            self.repair_redirects(node);
+        }
+    }
+
+    /// More than one statement in one body is a list (`a; b`, newline-separated).
+    fn count_statements(&mut self, node: Node) {
+        let mut cursor = node.walk();
+        let mut count = 0;
+        for (i, child) in node.children(&mut cursor).enumerate() {
+            let field = node.field_name_for_child(i as u32);
+            if child.is_named() && is_statement(child.kind()) && field.is_none() {
+                count += 1;
+            }
+        }
+        if count > 1 && node.kind() != "pipeline" && node.kind() != "list" {
+            self.c.facts.has_list = true;
+        }
+    }
+
+    /// tree-sitter-bash gaps with a certain reading: `2>&1 <<< word` parses as an ERROR
+    /// `<<` followed by `< word`; `<> file` as `<`, ERROR `>`, `file` (handled in
+    /// [`Walker::file_redirect`]) or, after an argument, as ERROR `<` followed by `> file`.
+    fn repair_redirects(&mut self, node: Node) {
+        let mut cursor = node.walk();
+        let children: Vec<Node> = node.children(&mut cursor).collect();
+        for pair in children.windows(2) {
+            let (err, next) = (pair[0], pair[1]);
+            if err.is_error()
+                && self.text(err) == "<<"
+                && next.kind() == "file_redirect"
+                && next.start_byte() == err.end_byte()
+                && self.text(next).starts_with('<')
+            {
+                self.skip.insert(err.id());
+                self.herestrings.insert(next.id());
+            }
+            let err_text = self.text(err);
+            if err.is_error()
+                && err_text.ends_with('<')
+                && err_text[..err_text.len() - 1]
+                    .chars()
+                    .all(|c| c.is_ascii_digit())
+                && next.kind() == "file_redirect"
+                && next.start_byte() == err.end_byte()
+                && self.text(next).starts_with('>')
+                && !self.text(next).starts_with(">>")
+                && !self.text(next).starts_with(">&")
+            {
+                self.skip.insert(err.id());
+                self.read_write.insert(next.id());
+            }
+        }
+    }
+
+    fn command(&mut self, node: Node, parent: Option<Node>) {
+        let mut words = Vec::new();
+        let mut prefix = Vec::new();
+        let mut cursor = node.walk();
+        let mut has_name = false;
+        for (i, child) in node.children(&mut cursor).enumerate() {
+            match node.field_name_for_child(i as u32) {
+                Some("name") => {
+                    has_name = true;
+                    if let Some(w) = child.named_child(0) {
+                        let word = self.word(w);
+                        words.push(word);
+                    }
+                }
+                Some("argument") => {
+                    let word = self.word(child);
+                    words.push(word);
+                }
+                _ => {
+                    if child.kind() == "variable_assignment" {
+                        if let Some(name) = assignment_name(child, self.src) {
+                            prefix.push(name);
+                        }
+                    }
+                }
+            }
+        }
+        if !has_name || words.is_empty() {
+            return;
+        }
+        // tree-sitter-bash attaches words after a redirect target to the redirect
+        // (`cat > f a b`); bash passes them to the command.
+        for redirect in self.redirects_of(node, parent) {
+            let mut rc = redirect.walk();
+            let extra: Vec<Node> = redirect
+                .children_by_field_name("destination", &mut rc)
+                .skip(1)
+                .collect();
+            for e in extra {
+                let word = self.word(e);
+                words.push(word);
+            }
+        }
+        if words[0].text == "coproc" && !words[0].dynamic {
+            self.c.unparsed("`coproc` is not supported".into());
+            return;
+        }
+        let pos = self.pos(node);
+        analyze(self.c, words, &prefix, self.scope, pos);
+    }
+
+    /// Redirects that apply to `command`: its own and its redirected_statement's.
+    fn redirects_of<'t>(&self, command: Node<'t>, parent: Option<Node<'t>>) -> Vec<Node<'t>> {
+        let mut out = Vec::new();
+        let mut cursor = command.walk();
+        out.extend(
+            command
+                .children(&mut cursor)
+                .filter(|c| c.kind() == "file_redirect"),
+        );
+        if let Some(parent) = parent {
+            let is_body = parent.kind() == "redirected_statement"
+                && parent
+                    .child_by_field_name("body")
+                    .is_some_and(|b| b.id() == command.id());
+            if is_body {
+                let mut pc = parent.walk();
+                out.extend(
+                    parent
+                        .children(&mut pc)
+                        .filter(|c| c.kind() == "file_redirect"),
+                );
+            }
+        }
+        out
+    }
+
+    /// `export A=1`, `declare -x B`, `local c`, `unset d`: reported as commands.
+    fn declaration(&mut self, node: Node) {
+        let mut words = Vec::new();
+        let mut cursor = node.walk();
+        for child in node.children(&mut cursor) {
+            if !child.is_named() {
+                words.push(Word::literal(self.text(child)));
+            } else if is_word_kind(child.kind()) {
+                let w = self.word(child);
+                words.push(w);
+            } else {
+                // Assignments and bare names keep their source text as arguments.
+                let text = self.text(child).to_string();
+                let dynamic = child.kind() == "variable_assignment"
+                    && child
+                        .child_by_field_name("value")
+                        .is_some_and(|v| self.word(v).dynamic);
+                words.push(Word { text, dynamic });
+            }
+        }
+        if words.is_empty() {
+            return;
+        }
+        let pos = self.pos(node);
+        analyze(self.c, words, &[], self.scope, pos);
+    }
+
+    /// `[ … ]` and `[[ … ]]` are reported as commands named `[` / `[[`.
+    fn test_command(&mut self, node: Node) {
+        let open = node
+            .child(0)
+            .map(|c| self.text(c).to_string())
+            .unwrap_or_default();
+        let mut words = vec![Word::literal(open)];
+        let mut stack: Vec<Node> = Vec::new();
+        let mut cursor = node.walk();
+        stack.extend(
+            node.named_children(&mut cursor)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev(),
+        );
+        while let Some(n) = stack.pop() {
+            if is_word_kind(n.kind()) || n.kind() == "test_operator" || n.kind() == "regex" {
+                let w = self.word(n);
+                words.push(w);
+            } else {
+                let mut cc = n.walk();
+                let children: Vec<Node> = n.children(&mut cc).collect();
+                for child in children.into_iter().rev() {
+                    if child.is_named() {
+                        stack.push(child);
+                    } else if !matches!(self.text(child), "(" | ")") {
+                        stack.push(child);
+                    }
+                }
+                if !n.is_named() {
+                    words.push(Word::literal(self.text(n)));
+                }
+            }
+        }
+        let pos = self.pos(node);
+        analyze(self.c, words, &[], self.scope, pos);
+    }
+
+    fn assignment(&mut self, node: Node, parent: Option<Node>) {
+        if let Some(name) = assignment_name(node, self.src) {
+            let in_command = parent.is_some_and(|p| p.kind() == "command");
+            if !in_command {
+                self.c.standalone_assignment(&name);
+            }
+            self.c.facts.assignments.push(name);
+        }
+    }
+
+    fn file_redirect(&mut self, node: Node) {
+        let mut cursor = node.walk();
+        let children: Vec<Node> = node.children(&mut cursor).collect();
+        let op = children
+            .iter()
+            .find(|c| !c.is_named())
+            .map(|c| self.text(*c).to_string())
+            .unwrap_or_default();
+        // `<>`: the grammar reads `<` then an ERROR `>`.
+        let mut read_write = op == "<"
+            && children
+                .iter()
+                .any(|c| c.is_error() && self.text(*c) == ">");
+        if read_write {
+            for c in children.iter().filter(|c| c.is_error()) {
+                self.skip.insert(c.id());
+            }
+        }
+        read_write |= self.read_write.contains(&node.id());
+        let Some(dest) = node.child_by_field_name("destination") else {
+            return;
+        };
+        let target = self.word(dest);
+        if self.herestrings.contains(&node.id()) {
+            self.c.facts.has_heredoc = true;
+            return;
+        }
+        let is_fd = !target.dynamic
+            && (target.text == "-" || target.text.chars().all(|c| c.is_ascii_digit()));
+        let kind = match op.as_str() {
+            _ if read_write => RedirectKind::Write,
+            "<" => RedirectKind::Read,
+            ">>" | "&>>" => RedirectKind::Append,
+            "<&" | "<&-" if is_fd => RedirectKind::Dup,
+            ">&" | ">&-" if is_fd => RedirectKind::Dup,
+            "<&" => RedirectKind::Read,
+            _ => RedirectKind::Write,
+        };
+        self.c.facts.redirections.push(Redirection {
+            kind,
+            target: target.text,
+            dynamic: target.dynamic,
+        });
+    }
+
+    /// Unquoted here-document bodies are expanded: `$(…)` is in the tree, but the
+    /// grammar leaves backquotes as text, so they are parsed here.
+    fn heredoc_body(&mut self, node: Node, parent: Option<Node>) {
+        let quoted = parent
+            .and_then(|p| {
+                let mut c = p.walk();
+                let start = p.children(&mut c).find(|n| n.kind() == "heredoc_start");
+                start
+            })
+            .is_some_and(|s| self.text(s).contains(['\'', '"', '\\']));
+        if quoted {
+            return;
+        }
+        let mut cursor = node.walk();
+        let contents: Vec<(usize, String)> = node
+            .children(&mut cursor)
+            .filter(|c| c.kind() == "heredoc_content")
+            .map(|c| (c.start_byte(), self.text(c).to_string()))
+            .collect();
+        for (start, text) in contents {
+            for (offset, inner) in backquoted(&text) {
+                self.c.facts.has_command_substitution = true;
+                let scope = Scope {
+                    via: self.scope.via.clone(),
+                    depth: self.scope.depth + 1,
+                    anchor: Some(self.scope.anchor.unwrap_or(start + offset)),
+                };
+                if scope.depth > super::analyze::MAX_DEPTH {
+                    self.c.unparsed(super::analyze::too_deep());
+                    return;
+                }
+                parse_into(self.c, &inner, &scope);
+            }
+        }
+    }
+}
+
+fn assignment_name(node: Node, src: &str) -> Option<String> {
+    let name = node.child_by_field_name("name")?;
+    let name = if name.kind() == "subscript" {
+        name.child_by_field_name("name").unwrap_or(name)
+    } else {
+        name
+    };
+    Some(src[name.byte_range()].to_string())
+}
+
+/// The contents of unescaped backquote pairs in `text`, with the byte offset of each.
+fn backquoted(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut current: Option<(usize, String)> = None;
+    let mut chars = text.char_indices();
+    while let Some((at, c)) = chars.next() {
+        match c {
+            '\\' => {
+                let next = chars.next();
+                if let (Some((_, buf)), Some((_, n))) = (current.as_mut(), next) {
+                    buf.push(n);
+                }
+            }
+            '`' => match current.take() {
+                Some(done) => out.push(done),
+                None => current = Some((at, String::new())),
+            },
+            _ => {
+                if let Some((_, buf)) = current.as_mut() {
+                    buf.push(c);
+                }
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,222 @@
+use super::*;
+use crate::profile::SandboxProfile;
+
+fn ids(id: u32) -> Ids {
+    Ids {
+        real: id,
+        effective: id,
+        saved: id,
+        fs: id,
+    }
+}
+
+fn fixture() -> (
+    tempfile::TempDir,
+    SandboxProfile,
+    MountPlan,
+    HostView,
+    Attestation,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    let profile = SandboxProfile::new(&ws);
+    let plan = MountPlan::for_profile(&profile, &ws).unwrap();
+    let host = HostView {
+        namespaces: NAMESPACES.iter().map(|n| (n.to_string(), 1)).collect(),
+        uid: 1000,
+        gid: 1000,
+        landlock_abi: 7,
+    };
+    let mounts = plan
+        .mounts()
+        .map(|s| MountEntry {
+            mount_point: s.target(),
+            root: "/".into(),
+            fs_type: "tmpfs".into(),
+            read_only: s.read_only(),
+            options: if s.read_only() {
+                "ro".into()
+            } else {
+                "rw".into()
+            },
+        })
+        .collect();
+    let att = Attestation {
+        namespaces: NAMESPACES.iter().map(|n| (n.to_string(), 2)).collect(),
+        host_namespaces: host.namespaces.clone(),
+        uid: ids(1000),
+        gid: ids(1000),
+        uid_map: vec![IdMapLine {
+            inside: 1000,
+            outside: 1000,
+            count: 1,
+        }],
+        gid_map: vec![IdMapLine {
+            inside: 1000,
+            outside: 1000,
+            count: 1,
+        }],
+        cap_effective: 0,
+        cap_permitted: 0,
+        cap_inheritable: 0,
+        cap_bounding: 0,
+        cap_ambient: 0,
+        no_new_privs: true,
+        seccomp_mode: 2,
+        seccomp_filters: 3,
+        landlock: LandlockReport {
+            kernel_abi: 7,
+            applied_abi: 7,
+            status: "fully_enforced".into(),
+            scoped: true,
+            signal_probe_errno: Some(libc::EPERM),
+        },
+        mounts,
+        cgroup: CgroupReport::Unavailable {
+            reason: "test".into(),
+        },
+        weakened: None,
+    };
+    (dir, profile, plan, host, att)
+}
+
+fn features(
+    att: &Attestation,
+    profile: &SandboxProfile,
+    plan: &MountPlan,
+    host: &HostView,
+) -> Vec<String> {
+    att.verify(profile, plan, host)
+        .into_iter()
+        .map(|s| s.feature)
+        .collect()
+}
+
+#[test]
+fn full_confinement_passes() {
+    let (_d, profile, plan, host, att) = fixture();
+    assert_eq!(att.verify(&profile, &plan, &host), vec![]);
+}
+
+#[test]
+fn each_shortfall_is_named() {
+    let (_d, profile, plan, host, good) = fixture();
+    type Mutation = Box<dyn Fn(&mut Attestation)>;
+    let cases: Vec<(&str, Mutation)> = vec![
+        (
+            "net namespace",
+            Box::new(|a| *a.namespaces.get_mut("net").unwrap() = 1),
+        ),
+        ("sandbox uid", Box::new(|a| a.uid.effective = 0)),
+        (
+            "user namespace id map",
+            Box::new(|a| a.uid_map[0].outside = 0),
+        ),
+        ("capabilities", Box::new(|a| a.cap_bounding = 1 << 21)),
+        ("capabilities", Box::new(|a| a.cap_ambient = 1)),
+        ("no_new_privs", Box::new(|a| a.no_new_privs = false)),
+        ("seccomp", Box::new(|a| a.seccomp_filters = 1)),
+        ("seccomp", Box::new(|a| a.seccomp_mode = 0)),
+        (
+            "landlock",
+            Box::new(|a| a.landlock.status = "partially_enforced".into()),
+        ),
+        ("landlock", Box::new(|a| a.landlock.applied_abi = 5)),
+        (
+            "landlock scoping",
+            Box::new(|a| a.landlock.signal_probe_errno = None),
+        ),
+        ("mounts", Box::new(|a| a.mounts[0].read_only = false)),
+        (
+            "mounts",
+            Box::new(|a| {
+                a.mounts.push(MountEntry {
+                    mount_point: "/home".into(),
+                    root: "/home".into(),
+                    fs_type: "ext4".into(),
+                    read_only: false,
+                    options: "rw".into(),
+                })
+            }),
+        ),
+        (
+            "mounts",
+            Box::new(|a| {
+                a.mounts.retain(|m| m.mount_point != Path::new("/proc/sys"));
+            }),
+        ),
+        (
+            "weakened mode",
+            Box::new(|a| a.weakened = Some(WeakenedMode::WithoutLandlock)),
+        ),
+    ];
+    for (feature, mutate) in cases {
+        let mut att = good.clone();
+        mutate(&mut att);
+        let found = features(&att, &profile, &plan, &host);
+        assert!(
+            found.iter().any(|f| f == feature),
+            "{feature} not detected: {found:?}"
+        );
+    }
+}
+
+#[test]
+fn weakened_mode_accepts_only_what_it_names() {
+    let (_d, mut profile, plan, mut host, mut att) = fixture();
+    host.landlock_abi = 4; // an older kernel, which is why the operator weakened the mode
+    att.landlock.kernel_abi = 4;
+    profile.weakened = Some(WeakenedMode::WithoutLandlockScopes);
+    att.weakened = profile.weakened;
+    att.landlock.applied_abi = 4;
+    att.landlock.scoped = false;
+    att.landlock.signal_probe_errno = None;
+    assert_eq!(att.verify(&profile, &plan, &host), vec![]);
+    att.seccomp_filters = 0;
+    assert!(features(&att, &profile, &plan, &host).contains(&"seccomp".to_string()));
+}
+
+#[test]
+fn recursive_binds_may_carry_read_only_submounts_only() {
+    let (_d, profile, plan, host, mut att) = fixture();
+    att.mounts.push(MountEntry {
+        mount_point: "/usr/lib/sub".into(),
+        root: "/".into(),
+        fs_type: "ext4".into(),
+        read_only: true,
+        options: "ro".into(),
+    });
+    assert_eq!(att.verify(&profile, &plan, &host), vec![]);
+    att.mounts.last_mut().unwrap().read_only = false;
+    assert!(features(&att, &profile, &plan, &host).contains(&"mounts".to_string()));
+}
+
+#[test]
+fn kernel_files_parse() {
+    let status = "Uid:\t1000\t1000\t1000\t1000\nGid:\t5\t5\t5\t5\nCapEff:\t0000000000000000\nCapBnd:\t000001ffffffffff\nNoNewPrivs:\t1\nSeccomp:\t2\nSeccomp_filters:\t3\n";
+    let s = parse_status(status);
+    assert_eq!(s.uid, Some(ids(1000)));
+    assert_eq!(s.cap_eff, 0);
+    assert_eq!(s.cap_bnd, 0x1ff_ffff_ffff);
+    assert_eq!(
+        s.cap_amb,
+        u64::MAX,
+        "a missing field must not read as empty"
+    );
+    assert!(s.no_new_privs);
+    assert_eq!((s.seccomp, s.seccomp_filters), (2, 3));
+    let m = parse_mountinfo(
+        "36 35 98:0 /my\\040dir /mnt/a\\040b ro,nosuid master:1 - ext3 /dev/root rw\n",
+    );
+    assert_eq!(m[0].mount_point, PathBuf::from("/mnt/a b"));
+    assert_eq!(m[0].root, PathBuf::from("/my dir"));
+    assert!(m[0].read_only);
+    assert_eq!(
+        parse_id_map("  65534  65534  1\n"),
+        vec![IdMapLine {
+            inside: 65534,
+            outside: 65534,
+            count: 1
+        }]
+    );
+}

@@ -1,0 +1,165 @@
+//! Confinement of the payload process, in order: rlimits, Landlock, no_new_privs, seccomp;
+//! then the attestation read back from the kernel.
+
+use std::path::Path;
+
+use landlock::{
+    Access, AccessFs, AccessNet, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+};
+use nix::sys::resource::{setrlimit, Resource};
+
+use super::InitError;
+use crate::attestation::{self, Attestation, CgroupReport, LandlockReport};
+use crate::host_support::{kernel_landlock_abi, usable_landlock_abi};
+use crate::profile::{SandboxProfile, WeakenedMode};
+use crate::seccomp_policy;
+
+/// Apply the profile's rlimits (soft = hard) and forbid core dumps.
+pub fn apply_rlimits(profile: &SandboxProfile) -> Result<(), InitError> {
+    let r = &profile.rlimits;
+    for (res, value) in [
+        (Resource::RLIMIT_CPU, r.cpu_seconds),
+        (Resource::RLIMIT_AS, r.address_space_bytes),
+        (Resource::RLIMIT_NPROC, r.processes),
+        (Resource::RLIMIT_NOFILE, r.open_files),
+        (Resource::RLIMIT_FSIZE, r.file_size_bytes),
+        (Resource::RLIMIT_CORE, 0),
+    ] {
+        setrlimit(res, value, value)
+            .map_err(|e| InitError::new("rlimits", format!("{res:?}={value}: {e}")))?;
+    }
+    Ok(())
+}
+
+/// Restrict the payload with Landlock, handling every right of the kernel's ABI.
+pub fn apply_landlock(
+    profile: &SandboxProfile,
+    workspace: &Path,
+) -> Result<LandlockReport, InitError> {
+    let kernel_abi = kernel_landlock_abi();
+    let applied = usable_landlock_abi();
+    if profile.weakened == Some(WeakenedMode::WithoutLandlock) && applied == 0 {
+        return Ok(LandlockReport {
+            kernel_abi,
+            applied_abi: 0,
+            status: "not_enforced".into(),
+            scoped: false,
+            signal_probe_errno: None,
+        });
+    }
+    let abi = ABI::from(applied as i32);
+    let fail = |e: &dyn std::fmt::Display| InitError::new("landlock", e.to_string());
+    let read = AccessFs::from_read(abi);
+    let all = AccessFs::from_all(abi);
+    let devices = AccessFs::from_file(abi) & !AccessFs::Execute | AccessFs::ReadDir;
+    let proc_access = read | AccessFs::WriteFile;
+    let mut rules: Vec<(&Path, landlock::BitFlags<AccessFs>)> = vec![
+        (Path::new("/"), read),
+        (Path::new("/proc"), proc_access),
+        (Path::new("/dev"), devices),
+        (Path::new("/dev/shm"), all),
+        (Path::new("/tmp"), all),
+        (workspace, all),
+    ];
+    rules.retain(|(p, _)| p.exists());
+    let scopes = Scope::from_all(abi);
+    let mut ruleset = Ruleset::default()
+        .handle_access(all)
+        .map_err(|e| fail(&e))?
+        .handle_access(AccessNet::from_all(abi))
+        .map_err(|e| fail(&e))?
+        .scope(scopes)
+        .map_err(|e| fail(&e))?
+        .create()
+        .map_err(|e| fail(&e))?;
+    for (path, access) in rules {
+        let fd = PathFd::new(path).map_err(|e| fail(&e))?;
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(fd, access))
+            .map_err(|e| fail(&e))?;
+    }
+    if !AccessNet::from_all(abi).is_empty() {
+        for port in &profile.tcp_ports {
+            ruleset = ruleset
+                .add_rule(NetPort::new(*port, AccessNet::from_all(abi)))
+                .map_err(|e| fail(&e))?;
+        }
+    }
+    let status = ruleset.restrict_self().map_err(|e| fail(&e))?;
+    let status_name = match status.ruleset {
+        RulesetStatus::FullyEnforced => "fully_enforced",
+        RulesetStatus::PartiallyEnforced => "partially_enforced",
+        RulesetStatus::NotEnforced => "not_enforced",
+    };
+    Ok(LandlockReport {
+        kernel_abi,
+        applied_abi: if status.ruleset == RulesetStatus::NotEnforced {
+            0
+        } else {
+            applied
+        },
+        status: status_name.into(),
+        scoped: !scopes.is_empty() && status.ruleset == RulesetStatus::FullyEnforced,
+        signal_probe_errno: None,
+    })
+}
+
+/// `kill(1, 0)`: with Landlock signal scoping, the sandbox's PID 1 (outside the payload's
+/// domain) cannot be signalled, so the kernel answers `EPERM`.
+pub fn signal_probe() -> Option<i32> {
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(1), None) {
+        Ok(()) => None,
+        Err(e) => Some(e as i32),
+    }
+}
+
+/// Set no_new_privs and install the seccomp filters. Must be the last restriction.
+pub fn apply_seccomp() -> Result<(), InitError> {
+    nix::sys::prctl::set_no_new_privs()
+        .map_err(|e| InitError::new("no_new_privs", e.to_string()))?;
+    let filters = seccomp_policy::compile(&seccomp_policy::deny_list())
+        .map_err(|e| InitError::new("seccomp", e.to_string()))?;
+    for filter in &filters {
+        seccompiler::apply_filter(filter).map_err(|e| InitError::new("seccomp", e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Read back from the kernel what is applied to this process.
+pub fn collect_attestation(
+    profile: &SandboxProfile,
+    landlock: LandlockReport,
+    cgroup: CgroupReport,
+) -> Result<Attestation, InitError> {
+    let read = |p: &str| {
+        std::fs::read_to_string(p).map_err(|e| InitError::new("attestation", format!("{p}: {e}")))
+    };
+    let status = attestation::parse_status(&read("/proc/self/status")?);
+    let (Some(uid), Some(gid)) = (status.uid, status.gid) else {
+        return Err(InitError::new(
+            "attestation",
+            "no Uid/Gid in /proc/self/status",
+        ));
+    };
+    Ok(Attestation {
+        namespaces: attestation::namespace_ids(Path::new("/proc/self/ns")),
+        host_namespaces: Default::default(),
+        uid,
+        gid,
+        uid_map: attestation::parse_id_map(&read("/proc/self/uid_map")?),
+        gid_map: attestation::parse_id_map(&read("/proc/self/gid_map")?),
+        cap_effective: status.cap_eff,
+        cap_permitted: status.cap_prm,
+        cap_inheritable: status.cap_inh,
+        cap_bounding: status.cap_bnd,
+        cap_ambient: status.cap_amb,
+        no_new_privs: status.no_new_privs,
+        seccomp_mode: status.seccomp,
+        seccomp_filters: status.seccomp_filters,
+        landlock,
+        mounts: attestation::parse_mountinfo(&read("/proc/self/mountinfo")?),
+        cgroup,
+        weakened: profile.weakened,
+    })
+}

@@ -1,0 +1,362 @@
+//! `airlock-sandbox-init`: builds the sandbox and starts the payload.
+//!
+//! Single-threaded by construction (nothing here spawns a thread): the kernel refuses
+//! `unshare(CLONE_NEWUSER)` to multi-threaded processes. Three processes:
+//!
+//! 1. **stage 0** (started by the host, in the host's namespaces): creates the user
+//!    namespace with a one-id identity map, unshares mount, pid, net, ipc, uts and cgroup
+//!    namespaces, forks PID 1, then relays: the host's kill command to PID 1, and PID 1's
+//!    exit status to the host.
+//! 2. **PID 1** (the reaper): cannot be ptraced (not dumpable), dies with stage 0
+//!    (parent-death signal), brings up loopback, executes the mount plan and pivots, drops
+//!    every capability (bounding and ambient too) and sets no_new_privs, forks the payload
+//!    and reaps until the payload exits; its exit ends every process in the namespace.
+//! 3. **the payload**: `setsid`, parent-death signal, working directory, rlimits, Landlock,
+//!    seccomp (last), then reads back its confinement from the kernel, sends the
+//!    attestation to the host and waits for the host's verdict before `execve`.
+
+mod confine;
+mod mounts;
+mod sys;
+
+use std::ffi::CString;
+use std::io::{BufReader, Write};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::net::UnixStream;
+
+use nix::sched::{unshare, CloneFlags};
+use nix::sys::signal::Signal;
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::{fork, ForkResult, Pid};
+
+use crate::protocol::{
+    self, HostCommand, InitRequest, PayloadMessage, StageMessage, Verdict, CONTROL_FD, HANDSHAKE_FD,
+};
+
+/// A failed setup step.
+#[derive(Debug)]
+pub struct InitError {
+    stage: String,
+    message: String,
+}
+
+impl InitError {
+    fn new(stage: impl Into<String>, message: impl Into<String>) -> Self {
+        InitError {
+            stage: stage.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Exit codes of the helper when it could not run the payload.
+const EXIT_SETUP_FAILED: i32 = 125;
+const EXIT_ABORTED: i32 = 126;
+const EXIT_EXEC_FAILED: i32 = 127;
+
+/// Entry point of the `airlock-sandbox-init` binary.
+pub fn main() -> ! {
+    // SAFETY: fcntl(F_GETFD) on integer fds only queries flags.
+    let have_fds = unsafe {
+        libc::fcntl(CONTROL_FD, libc::F_GETFD) >= 0 && libc::fcntl(HANDSHAKE_FD, libc::F_GETFD) >= 0
+    };
+    if !have_fds {
+        eprintln!(
+            "airlock-sandbox-init: this helper is started by the airlock sandbox library, which passes it file descriptors 3 and 4\nhelp: run commands with `airlock exec -- <command>`"
+        );
+        std::process::exit(2);
+    }
+    std::process::exit(stage0())
+}
+
+fn stage0() -> i32 {
+    // Nothing the host leaked may reach the sandbox.
+    if let Err(e) = sys::close_from(HANDSHAKE_FD as u32 + 1) {
+        eprintln!("airlock-sandbox-init: close_range: {e}");
+        return EXIT_SETUP_FAILED;
+    }
+    // SAFETY: fd 3 is the control socket the host passed (checked in `main`); this is its
+    // only owner in this process.
+    let mut control = unsafe { UnixStream::from_raw_fd(CONTROL_FD) };
+    let request: InitRequest = match control
+        .try_clone()
+        .and_then(|c| protocol::recv(&mut BufReader::new(c)))
+    {
+        Ok(Some(r)) => r,
+        Ok(None) => return EXIT_SETUP_FAILED,
+        Err(e) => {
+            report_stage_failure(&mut control, InitError::new("request", e.to_string()));
+            return EXIT_SETUP_FAILED;
+        }
+    };
+    let child = match create_namespaces().and_then(|()| fork_pid1(&request)) {
+        Ok(child) => child,
+        Err(e) => {
+            report_stage_failure(&mut control, e);
+            return EXIT_SETUP_FAILED;
+        }
+    };
+    // The handshake channel belongs to the sandbox now.
+    // SAFETY: closing fd 4, which no Rust object in this process owns.
+    unsafe { libc::close(HANDSHAKE_FD) };
+    let status = supervise(&mut control, child);
+    let _ = protocol::send(&mut control, &StageMessage::Exited { status });
+    status
+}
+
+fn report_stage_failure(control: &mut UnixStream, e: InitError) {
+    let _ = protocol::send(
+        control,
+        &StageMessage::Failed {
+            stage: e.stage,
+            message: e.message,
+        },
+    );
+}
+
+fn create_namespaces() -> Result<(), InitError> {
+    let uid = nix::unistd::geteuid();
+    let gid = nix::unistd::getegid();
+    unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| {
+        InitError::new(
+            "user namespace",
+            format!("unshare(CLONE_NEWUSER): {e}; enable user namespaces: sysctl -w user.max_user_namespaces=15000 (and kernel.unprivileged_userns_clone=1 or kernel.apparmor_restrict_unprivileged_userns=0 where present)"),
+        )
+    })?;
+    let write = |path: &str, text: String| {
+        std::fs::write(path, text.as_bytes())
+            .map_err(|e| InitError::new("user namespace", format!("{path}: {e}")))
+    };
+    write("/proc/self/setgroups", "deny".into())?;
+    write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
+    write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
+    let flags = CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWNET
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWUTS
+        | CloneFlags::CLONE_NEWCGROUP;
+    unshare(flags).map_err(|e| {
+        InitError::new(
+            "namespaces",
+            format!("unshare(mount, pid, net, ipc, uts, cgroup): {e}"),
+        )
+    })
+}
+
+fn fork_pid1(request: &InitRequest) -> Result<Pid, InitError> {
+    // SAFETY: this process is single-threaded, so the child may run any code.
+    match unsafe { fork() } {
+        Ok(ForkResult::Child) => pid1(request),
+        Ok(ForkResult::Parent { child }) => Ok(child),
+        Err(e) => Err(InitError::new("fork", format!("PID 1: {e}"))),
+    }
+}
+
+/// Wait for PID 1, killing it when the host says so or goes away.
+fn supervise(control: &mut UnixStream, child: Pid) -> i32 {
+    let pidfd = sys::pidfd_open(child.as_raw());
+    let mut reader = control.try_clone().ok().map(BufReader::new);
+    let mut listen = reader.is_some();
+    if let Ok(pidfd) = &pidfd {
+        loop {
+            let mut fds = [
+                libc::pollfd {
+                    fd: pidfd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: if listen { control.as_raw_fd() } else { -1 },
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: `fds` is a valid array of two pollfd for the duration of the call.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            if n < 0 {
+                if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                break;
+            }
+            if fds[0].revents != 0 {
+                break;
+            }
+            if fds[1].revents != 0 {
+                let cmd = reader.as_mut().map(protocol::recv::<HostCommand>);
+                if !matches!(cmd, Some(Ok(Some(_)))) {
+                    listen = false; // host gone: fall through to the kill
+                }
+                let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+            }
+        }
+    }
+    loop {
+        match waitpid(child, None) {
+            Ok(WaitStatus::Exited(_, code)) => return code,
+            Ok(WaitStatus::Signaled(_, sig, _)) => return 128 + sig as i32,
+            Ok(_) => continue,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return EXIT_SETUP_FAILED,
+        }
+    }
+}
+
+/// PID 1 of the sandbox. Never returns.
+fn pid1(request: &InitRequest) -> ! {
+    // SAFETY: fd 4 is the handshake socket inherited from stage 0; this process owns it.
+    let mut handshake = unsafe { UnixStream::from_raw_fd(HANDSHAKE_FD) };
+    if let Err(e) = pid1_setup(request) {
+        report_payload_failure(&mut handshake, e);
+        std::process::exit(EXIT_SETUP_FAILED);
+    }
+    // SAFETY: single-threaded process.
+    let payload = match unsafe { fork() } {
+        Ok(ForkResult::Child) => run_payload(request, handshake),
+        Ok(ForkResult::Parent { child }) => child,
+        Err(e) => {
+            report_payload_failure(
+                &mut handshake,
+                InitError::new("fork", format!("payload: {e}")),
+            );
+            std::process::exit(EXIT_SETUP_FAILED);
+        }
+    };
+    drop(handshake);
+    // Reap everything; leave when the payload is done (the kernel then kills the rest).
+    loop {
+        match waitpid(None::<Pid>, None) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == payload => std::process::exit(code),
+            Ok(WaitStatus::Signaled(pid, sig, _)) if pid == payload => {
+                std::process::exit(128 + sig as i32)
+            }
+            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => std::process::exit(EXIT_SETUP_FAILED),
+        }
+    }
+}
+
+fn pid1_setup(request: &InitRequest) -> Result<(), InitError> {
+    let os = |stage: &'static str| move |e: nix::errno::Errno| InitError::new(stage, e.to_string());
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(os("parent-death signal"))?;
+    // SAFETY: closing the control socket fd, which no Rust object in this process owns.
+    unsafe { libc::close(CONTROL_FD) };
+    nix::sys::prctl::set_dumpable(false).map_err(os("dumpable"))?;
+    nix::unistd::sethostname("airlock").map_err(os("hostname"))?;
+    sys::loopback_up().map_err(|e| InitError::new("loopback", e.to_string()))?;
+    mounts::build_root(&request.plan)?;
+    drop_capabilities()?;
+    nix::sys::prctl::set_no_new_privs().map_err(os("no_new_privs"))
+}
+
+fn drop_capabilities() -> Result<(), InitError> {
+    for cap in 0..64 {
+        // SAFETY: PR_CAPBSET_DROP with an integer capability number.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EINVAL) {
+                break; // past the last capability this kernel knows
+            }
+            return Err(InitError::new(
+                "capabilities",
+                format!("drop bounding capability {cap}: {err}"),
+            ));
+        }
+    }
+    // SAFETY: PR_CAP_AMBIENT_CLEAR_ALL takes no pointers.
+    if unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        )
+    } != 0
+    {
+        return Err(InitError::new(
+            "capabilities",
+            format!("clear ambient: {}", std::io::Error::last_os_error()),
+        ));
+    }
+    sys::clear_capabilities().map_err(|e| InitError::new("capabilities", format!("capset: {e}")))
+}
+
+fn report_payload_failure(handshake: &mut UnixStream, e: InitError) {
+    let _ = protocol::send(
+        handshake,
+        &PayloadMessage::Failed {
+            stage: e.stage,
+            message: e.message,
+        },
+    );
+}
+
+/// The payload process. Never returns.
+fn run_payload(request: &InitRequest, mut handshake: UnixStream) -> ! {
+    let attestation = confine_payload(request);
+    let attestation = match attestation {
+        Ok(a) => a,
+        Err(e) => {
+            report_payload_failure(&mut handshake, e);
+            std::process::exit(EXIT_SETUP_FAILED);
+        }
+    };
+    if protocol::send(
+        &mut handshake,
+        &PayloadMessage::Attestation(Box::new(attestation)),
+    )
+    .is_err()
+    {
+        std::process::exit(EXIT_ABORTED);
+    }
+    let verdict = handshake
+        .try_clone()
+        .and_then(|c| protocol::recv::<Verdict>(&mut BufReader::new(c)));
+    if !matches!(verdict, Ok(Some(Verdict::Go))) {
+        std::process::exit(EXIT_ABORTED);
+    }
+    // SAFETY: F_SETFD on the handshake fd this process owns; it then closes on execve.
+    unsafe { libc::fcntl(handshake.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+    let err = exec(request);
+    let _ = writeln!(
+        std::io::stderr(),
+        "airlock-sandbox: cannot execute {}: {err}",
+        request.argv.first().map(String::as_str).unwrap_or("?")
+    );
+    std::process::exit(EXIT_EXEC_FAILED);
+}
+
+fn confine_payload(request: &InitRequest) -> Result<crate::attestation::Attestation, InitError> {
+    let os = |stage: &'static str| move |e: nix::errno::Errno| InitError::new(stage, e.to_string());
+    nix::unistd::setsid().map_err(os("setsid"))?;
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(os("parent-death signal"))?;
+    nix::unistd::chdir(&request.cwd)
+        .map_err(|e| InitError::new("cwd", format!("{}: {e}", request.cwd.display())))?;
+    confine::apply_rlimits(&request.profile)?;
+    let mut landlock = confine::apply_landlock(&request.profile, &request.workspace)?;
+    landlock.signal_probe_errno = confine::signal_probe();
+    confine::apply_seccomp()?;
+    confine::collect_attestation(&request.profile, landlock, request.cgroup.clone())
+}
+
+fn exec(request: &InitRequest) -> String {
+    let to_c = |s: &str| CString::new(s).map_err(|_| "argument contains a NUL byte".to_string());
+    let argv: Result<Vec<CString>, String> = request.argv.iter().map(|a| to_c(a)).collect();
+    let env: Result<Vec<CString>, String> = request
+        .profile
+        .env
+        .iter()
+        .map(|(k, v)| to_c(&format!("{k}={v}")))
+        .collect();
+    let (argv, env) = match (argv, env) {
+        (Ok(a), Ok(e)) if !a.is_empty() => (a, e),
+        (Err(e), _) | (_, Err(e)) => return e,
+        _ => return "empty argv".into(),
+    };
+    match nix::unistd::execve(&argv[0], &argv, &env) {
+        Ok(never) => match never {},
+        Err(e) => e.to_string(),
+    }
+}

@@ -1,0 +1,568 @@
+//! The mount plan: the sandbox's filesystem as data.
+//!
+//! The host computes the plan from a profile ([`MountPlan::for_profile`]), `airlock doctor`
+//! prints it, `airlock-sandbox-init` executes it step by step, and the host checks the
+//! sandbox's `/proc/self/mountinfo` against it. Nothing about the filesystem layout lives
+//! anywhere else.
+
+use std::fmt;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::SandboxError;
+use crate::profile::SandboxProfile;
+
+/// Entries of the host's `/etc` that ordinary programs need: user and group names, name
+/// resolution, the dynamic linker cache, TLS trust roots, locale and time zone, shell
+/// start-up files. Everything else in `/etc` (shadow, sudoers, ssh keys, service
+/// credentials) stays out.
+pub const ETC_ENTRIES: &[&str] = &[
+    "passwd",
+    "group",
+    "hosts",
+    "host.conf",
+    "resolv.conf",
+    "nsswitch.conf",
+    "gai.conf",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "pki",
+    "crypto-policies",
+    "alternatives",
+    "localtime",
+    "timezone",
+    "locale.alias",
+    "locale.conf",
+    "default/locale",
+    "protocols",
+    "services",
+    "mime.types",
+    "magic",
+    "magic.mime",
+    "inputrc",
+    "bash.bashrc",
+    "profile",
+    "profile.d",
+    "shells",
+    "terminfo",
+    "os-release",
+    "lsb-release",
+    "debian_version",
+    "gitconfig",
+    "python3",
+    "perl",
+];
+
+/// Top-level directories that are symlinks into `/usr` on merged-usr systems, and real
+/// directories (bound read-only) elsewhere.
+pub const USR_MERGE_DIRS: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+
+/// Host device nodes bound into the sandbox's `/dev`.
+pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+/// Whether a bind's source is a directory or a single file (the mount point must match).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeKind {
+    Dir,
+    File,
+}
+
+/// Why a path of the sandbox is re-bound onto itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RebindReason {
+    /// A protected path, made read-only.
+    Protected,
+    /// An ancestor of a protected path, made a mount point so that it cannot be renamed or
+    /// removed (which would let the payload swap in an unprotected copy).
+    Pin,
+    /// A kernel interface made read-only (`/proc/sys`).
+    KernelInterface,
+}
+
+/// One step of the plan, executed in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum MountStep {
+    /// A fresh tmpfs. `read_only` ones are made read-only after the steps below them.
+    Tmpfs {
+        target: PathBuf,
+        size_bytes: u64,
+        mode: u32,
+        read_only: bool,
+    },
+    /// A bind of a host path (resolved inside the host's root, symlinks included).
+    Bind {
+        source: PathBuf,
+        target: PathBuf,
+        node: NodeKind,
+        read_only: bool,
+        /// Include the mounts below `source` (made read-only too when `read_only`).
+        recursive: bool,
+        /// Device nodes work through this mount (only for the `/dev` entries).
+        devices: bool,
+    },
+    /// A fresh procfs for the sandbox's pid namespace.
+    Proc { target: PathBuf },
+    /// A new devpts instance (its own ptys, none of the host's).
+    Devpts { target: PathBuf },
+    /// A symbolic link.
+    Symlink { target: PathBuf, points_to: PathBuf },
+    /// `anchor/relative` bound onto itself, resolved below `anchor` without following any
+    /// symlink and without leaving the anchor's mount.
+    Rebind {
+        anchor: PathBuf,
+        relative: PathBuf,
+        read_only: bool,
+        reason: RebindReason,
+    },
+}
+
+impl MountStep {
+    /// The path inside the sandbox this step creates.
+    pub fn target(&self) -> PathBuf {
+        match self {
+            MountStep::Tmpfs { target, .. }
+            | MountStep::Bind { target, .. }
+            | MountStep::Proc { target }
+            | MountStep::Devpts { target }
+            | MountStep::Symlink { target, .. } => target.clone(),
+            MountStep::Rebind {
+                anchor, relative, ..
+            } => anchor.join(relative),
+        }
+    }
+
+    /// Whether this step produces a mount (symlinks do not).
+    pub fn is_mount(&self) -> bool {
+        !matches!(self, MountStep::Symlink { .. })
+    }
+
+    /// Whether the mount this step produces must end up read-only.
+    pub fn read_only(&self) -> bool {
+        match self {
+            MountStep::Tmpfs { read_only, .. }
+            | MountStep::Bind { read_only, .. }
+            | MountStep::Rebind { read_only, .. } => *read_only,
+            MountStep::Proc { .. } | MountStep::Devpts { .. } | MountStep::Symlink { .. } => false,
+        }
+    }
+
+    /// Whether host mounts below the target may legitimately appear (recursive binds).
+    pub fn allows_submounts(&self) -> bool {
+        matches!(
+            self,
+            MountStep::Bind {
+                recursive: true,
+                ..
+            } | MountStep::Proc { .. }
+        )
+    }
+}
+
+/// The ordered list of steps that builds the sandbox's root.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MountPlan {
+    pub steps: Vec<MountStep>,
+}
+
+impl MountPlan {
+    /// Compute the plan for `profile` whose canonical workspace is `workspace`.
+    ///
+    /// Reads the host's filesystem to learn which optional entries exist. Refuses a
+    /// protected path that is a symlink, or that is missing while its parent exists.
+    pub fn for_profile(
+        profile: &SandboxProfile,
+        workspace: &Path,
+    ) -> Result<MountPlan, SandboxError> {
+        Self::for_host_root(profile, workspace, Path::new("/"))
+    }
+
+    fn for_host_root(
+        profile: &SandboxProfile,
+        workspace: &Path,
+        host_root: &Path,
+    ) -> Result<MountPlan, SandboxError> {
+        let host = |p: &str| host_root.join(p.trim_start_matches('/'));
+        let mut steps = vec![MountStep::Tmpfs {
+            target: "/".into(),
+            size_bytes: 1 << 20,
+            mode: 0o755,
+            read_only: true,
+        }];
+        steps.push(ro_bind("/usr", NodeKind::Dir));
+        for dir in USR_MERGE_DIRS {
+            let path = host(dir);
+            match std::fs::symlink_metadata(&path) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    let to = std::fs::read_link(&path)?;
+                    steps.push(MountStep::Symlink {
+                        target: Path::new("/").join(dir),
+                        points_to: to,
+                    });
+                }
+                Ok(m) if m.is_dir() => steps.push(ro_bind(&format!("/{dir}"), NodeKind::Dir)),
+                _ => {}
+            }
+        }
+        for entry in ETC_ENTRIES {
+            if let Ok(m) = std::fs::metadata(host(&format!("etc/{entry}"))) {
+                let node = if m.is_dir() {
+                    NodeKind::Dir
+                } else {
+                    NodeKind::File
+                };
+                steps.push(ro_bind(&format!("/etc/{entry}"), node));
+            }
+        }
+        steps.push(MountStep::Tmpfs {
+            target: "/dev".into(),
+            size_bytes: 64 << 10,
+            mode: 0o755,
+            read_only: true,
+        });
+        for dev in DEVICES {
+            if let Ok(m) = std::fs::metadata(host(&format!("dev/{dev}"))) {
+                if m.file_type().is_char_device() {
+                    let path = PathBuf::from(format!("/dev/{dev}"));
+                    steps.push(MountStep::Bind {
+                        source: path.clone(),
+                        target: path,
+                        node: NodeKind::File,
+                        read_only: false,
+                        recursive: false,
+                        devices: true,
+                    });
+                }
+            }
+        }
+        steps.push(MountStep::Devpts {
+            target: "/dev/pts".into(),
+        });
+        for (link, to) in [
+            ("/dev/ptmx", "pts/ptmx"),
+            ("/dev/fd", "/proc/self/fd"),
+            ("/dev/stdin", "/proc/self/fd/0"),
+            ("/dev/stdout", "/proc/self/fd/1"),
+            ("/dev/stderr", "/proc/self/fd/2"),
+        ] {
+            steps.push(MountStep::Symlink {
+                target: link.into(),
+                points_to: to.into(),
+            });
+        }
+        steps.push(MountStep::Tmpfs {
+            target: "/dev/shm".into(),
+            size_bytes: profile.tmp_size_bytes,
+            mode: 0o1777,
+            read_only: false,
+        });
+        steps.push(MountStep::Proc {
+            target: "/proc".into(),
+        });
+        steps.push(MountStep::Rebind {
+            anchor: "/proc".into(),
+            relative: "sys".into(),
+            read_only: true,
+            reason: RebindReason::KernelInterface,
+        });
+        steps.push(MountStep::Tmpfs {
+            target: "/tmp".into(),
+            size_bytes: profile.tmp_size_bytes,
+            mode: 0o1777,
+            read_only: false,
+        });
+        steps.push(MountStep::Symlink {
+            target: "/var/tmp".into(),
+            points_to: "/tmp".into(),
+        });
+        // After /tmp (so a path under /tmp stays visible), before the workspace.
+        for extra in &profile.read_only_paths {
+            let path = extra.canonicalize()?;
+            let node = if path.is_dir() {
+                NodeKind::Dir
+            } else {
+                NodeKind::File
+            };
+            steps.push(MountStep::Bind {
+                source: path.clone(),
+                target: path,
+                node,
+                read_only: true,
+                recursive: true,
+                devices: false,
+            });
+        }
+        steps.push(MountStep::Bind {
+            source: workspace.to_path_buf(),
+            target: workspace.to_path_buf(),
+            node: NodeKind::Dir,
+            read_only: false,
+            recursive: false,
+            devices: false,
+        });
+        steps.extend(protected_steps(profile, workspace, host_root)?);
+        Ok(MountPlan { steps })
+    }
+
+    /// Steps that produce mounts, with the targets the sandbox must show.
+    pub fn mounts(&self) -> impl Iterator<Item = &MountStep> {
+        self.steps.iter().filter(|s| s.is_mount())
+    }
+}
+
+fn ro_bind(path: &str, node: NodeKind) -> MountStep {
+    MountStep::Bind {
+        source: path.into(),
+        target: path.into(),
+        node,
+        read_only: true,
+        recursive: true,
+        devices: false,
+    }
+}
+
+/// Pins for the ancestors of every protected path, then the protected paths themselves.
+fn protected_steps(
+    profile: &SandboxProfile,
+    workspace: &Path,
+    host_root: &Path,
+) -> Result<Vec<MountStep>, SandboxError> {
+    let host_ws = host_root.join(workspace.strip_prefix("/").unwrap_or(workspace));
+    let mut pins: Vec<PathBuf> = Vec::new();
+    let mut protected: Vec<PathBuf> = Vec::new();
+    'paths: for rel in profile.all_protected_paths() {
+        // Walk the path: every component must be a real directory (no symlink), the last
+        // one must exist, or the whole path must be absent with an absent parent.
+        let mut so_far = PathBuf::new();
+        let comps: Vec<_> = rel.components().collect();
+        for (i, comp) in comps.iter().enumerate() {
+            so_far.push(comp);
+            let last = i + 1 == comps.len();
+            match std::fs::symlink_metadata(host_ws.join(&so_far)) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    return Err(SandboxError::Profile {
+                        field: "protected_paths",
+                        message: format!(
+                            "{} in the workspace is a symlink, so {} cannot be protected",
+                            so_far.display(),
+                            rel.display()
+                        ),
+                        help: format!(
+                            "inspect {} and replace the symlink with the real directory or file",
+                            workspace.join(&so_far).display()
+                        ),
+                    });
+                }
+                Ok(m) if !last && !m.is_dir() => continue 'paths, // e.g. a `.git` file of a worktree
+                Ok(_) => {}
+                Err(_) if i == 0 => continue 'paths, // nothing of it exists: nothing to protect
+                Err(_) => {
+                    return Err(SandboxError::Profile {
+                        field: "protected_paths",
+                        message: format!(
+                            "{} does not exist in the workspace but its parent does, so the sandbox could create it",
+                            rel.display()
+                        ),
+                        help: format!(
+                            "create it (for a directory: mkdir {}) so it can be bound read-only, or remove it from protected_paths",
+                            workspace.join(&rel).display()
+                        ),
+                    });
+                }
+            }
+        }
+        let mut ancestor = PathBuf::new();
+        for comp in comps.iter().take(comps.len() - 1) {
+            ancestor.push(comp);
+            if !pins.contains(&ancestor) {
+                pins.push(ancestor.clone());
+            }
+        }
+        protected.push(rel);
+    }
+    // Pins are rebound first (outermost first): a later pin would hide the read-only
+    // mounts below it.
+    pins.sort_by_key(|p| p.components().count());
+    protected.sort_by_key(|p| p.components().count());
+    let mut steps: Vec<MountStep> = pins
+        .into_iter()
+        .filter(|p| !protected.contains(p))
+        .map(|relative| MountStep::Rebind {
+            anchor: workspace.to_path_buf(),
+            relative,
+            read_only: false,
+            reason: RebindReason::Pin,
+        })
+        .collect();
+    steps.extend(protected.into_iter().map(|relative| MountStep::Rebind {
+        anchor: workspace.to_path_buf(),
+        relative,
+        read_only: true,
+        reason: RebindReason::Protected,
+    }));
+    Ok(steps)
+}
+
+impl fmt::Display for MountPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{:<28} {:<10} {:<4} details", "path", "kind", "mode")?;
+        for step in &self.steps {
+            let target = step.target().display().to_string();
+            let mode = if !step.is_mount() {
+                "-"
+            } else if step.read_only() {
+                "ro"
+            } else {
+                "rw"
+            };
+            let (kind, details) = match step {
+                MountStep::Tmpfs {
+                    size_bytes, mode, ..
+                } => (
+                    "tmpfs",
+                    format!("size={size_bytes} mode={mode:o} nosuid,nodev"),
+                ),
+                MountStep::Bind {
+                    source,
+                    recursive,
+                    devices,
+                    ..
+                } => (
+                    "bind",
+                    format!(
+                        "from host {}{}{}",
+                        source.display(),
+                        if *recursive { ", recursive" } else { "" },
+                        if *devices {
+                            ", nosuid,noexec (device)"
+                        } else {
+                            ", nosuid,nodev"
+                        }
+                    ),
+                ),
+                MountStep::Proc { .. } => ("proc", "new instance for the pid namespace".into()),
+                MountStep::Devpts { .. } => ("devpts", "newinstance, ptmxmode=0666".into()),
+                MountStep::Symlink { points_to, .. } => {
+                    ("symlink", format!("-> {}", points_to.display()))
+                }
+                MountStep::Rebind { reason, .. } => (
+                    "rebind",
+                    match reason {
+                        RebindReason::Protected => "protected path, no symlinks followed".into(),
+                        RebindReason::Pin => "pinned (cannot be renamed or removed)".into(),
+                        RebindReason::KernelInterface => "kernel interface".into(),
+                    },
+                ),
+            };
+            writeln!(f, "{target:<28} {kind:<10} {mode:<4} {details}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_for(ws: &Path) -> Result<MountPlan, SandboxError> {
+        MountPlan::for_profile(&SandboxProfile::new(ws), ws)
+    }
+
+    #[test]
+    fn root_is_read_only_and_workspace_is_writable_at_the_same_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        let plan = plan_for(&ws).unwrap();
+        assert!(
+            matches!(&plan.steps[0], MountStep::Tmpfs { target, read_only: true, .. } if target == Path::new("/"))
+        );
+        let ws_step = plan.steps.iter().find(|s| s.target() == ws).unwrap();
+        assert!(
+            matches!(ws_step, MountStep::Bind { source, read_only: false, .. } if source == &ws)
+        );
+        // Nothing from the host's home or sockets; /sys absent.
+        for s in &plan.steps {
+            let t = s.target();
+            assert!(
+                !t.starts_with("/sys") && !t.starts_with("/run") && !t.starts_with("/home")
+                    || t.starts_with(&ws),
+                "{t:?}"
+            );
+        }
+        assert!(plan.steps.iter().any(|s| matches!(s, MountStep::Rebind { relative, read_only: true, .. } if relative == Path::new("sys"))));
+        assert!(!plan
+            .steps
+            .iter()
+            .any(|s| s.target() == Path::new("/etc/shadow")));
+    }
+
+    #[test]
+    fn protected_paths_are_pinned_then_bound_read_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+        std::fs::write(ws.join(".git/config"), "").unwrap();
+        let plan = plan_for(&ws).unwrap();
+        let rebinds: Vec<_> = plan
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                MountStep::Rebind {
+                    relative,
+                    read_only,
+                    reason,
+                    ..
+                } => Some((relative.clone(), *read_only, *reason)),
+                _ => None,
+            })
+            .filter(|(_, _, r)| *r != RebindReason::KernelInterface)
+            .collect();
+        assert_eq!(
+            rebinds,
+            vec![
+                (PathBuf::from(".git"), false, RebindReason::Pin),
+                (PathBuf::from(".git/hooks"), true, RebindReason::Protected),
+                (PathBuf::from(".git/config"), true, RebindReason::Protected),
+            ]
+        );
+    }
+
+    #[test]
+    fn symlinked_protected_path_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(ws.join(".git")).unwrap();
+        std::fs::write(ws.join(".git/config"), "").unwrap();
+        std::os::unix::fs::symlink("/etc", ws.join(".git/hooks")).unwrap();
+        let err = plan_for(&ws).unwrap_err().to_string();
+        assert!(err.contains("symlink"), "{err}");
+    }
+
+    #[test]
+    fn missing_protected_path_under_existing_parent_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+        let err = plan_for(&ws).unwrap_err().to_string();
+        assert!(err.contains(".git/config does not exist"), "{err}");
+        assert!(err.contains("help:"), "{err}");
+    }
+
+    #[test]
+    fn plan_prints_every_step() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        let plan = plan_for(&ws).unwrap();
+        let text = plan.to_string();
+        assert_eq!(text.lines().count(), plan.steps.len() + 1);
+        assert!(text.contains("/usr") && text.contains("/proc/sys"));
+    }
+}

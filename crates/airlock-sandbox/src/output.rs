@@ -1,0 +1,108 @@
+//! Forwarding or capturing the payload's output under a shared byte cap.
+
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// Where the payload's output goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputMode {
+    /// Forwarded live to this process's stdout and stderr (through pipes, so the payload
+    /// never holds the caller's terminal), up to the cap; then a marker says it was cut.
+    Inherit,
+    /// Kept in [`crate::RunOutcome::stdout`] / [`crate::RunOutcome::stderr`], up to the cap.
+    Capture,
+}
+
+/// The byte budget shared by stdout and stderr of one run.
+pub(crate) struct OutputCap {
+    remaining: AtomicU64,
+    truncated: AtomicBool,
+    cap: u64,
+}
+
+impl OutputCap {
+    pub(crate) fn new(cap: u64) -> Arc<Self> {
+        Arc::new(OutputCap {
+            remaining: AtomicU64::new(cap),
+            truncated: AtomicBool::new(false),
+            cap,
+        })
+    }
+
+    /// How many of `want` bytes may still pass.
+    fn take(&self, want: u64) -> u64 {
+        let mut cur = self.remaining.load(Ordering::Relaxed);
+        loop {
+            let grant = cur.min(want);
+            match self.remaining.compare_exchange(
+                cur,
+                cur - grant,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return grant,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    pub(crate) fn truncated(&self) -> bool {
+        self.truncated.load(Ordering::Relaxed)
+    }
+}
+
+/// Which of the caller's streams a pump forwards to in [`OutputMode::Inherit`].
+#[derive(Clone, Copy)]
+pub(crate) enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Read `source` to its end on a thread; forward or keep what fits under `cap`; drain the
+/// rest so the payload never blocks on a full pipe.
+pub(crate) fn pump(
+    mut source: impl Read + Send + 'static,
+    mode: OutputMode,
+    stream: Stream,
+    cap: Arc<OutputCap>,
+) -> JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            let n = match source.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            };
+            let grant = cap.take(n as u64) as usize;
+            let chunk = &buf[..grant];
+            match mode {
+                OutputMode::Capture => kept.extend_from_slice(chunk),
+                OutputMode::Inherit => {
+                    let _ = match stream {
+                        Stream::Stdout => std::io::stdout()
+                            .lock()
+                            .write_all(chunk)
+                            .and_then(|()| std::io::stdout().flush()),
+                        Stream::Stderr => std::io::stderr().lock().write_all(chunk),
+                    };
+                }
+            }
+            if grant < n
+                && !cap.truncated.swap(true, Ordering::Relaxed)
+                && mode == OutputMode::Inherit
+            {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "\n[airlock: output cut after {} bytes]",
+                    cap.cap
+                );
+            }
+        }
+        kept
+    })
+}

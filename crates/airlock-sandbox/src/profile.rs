@@ -1,0 +1,458 @@
+//! `SandboxProfile`: everything the operator decides about one sandboxed run.
+//!
+//! A profile is plain data (serde, `deny_unknown_fields`) so that it can live in
+//! `airlock.toml`, be shown by `airlock doctor`, and be sent to `airlock-sandbox-init`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::SandboxError;
+
+/// The Landlock ABI below which the sandbox refuses to run unless weakened.
+///
+/// ABI 6 (Linux 6.12) is the first that scopes abstract UNIX sockets and signals; without it
+/// a payload could talk to host daemons over abstract sockets or signal host processes of
+/// the same uid.
+pub const MIN_SAFE_LANDLOCK_ABI: u32 = 6;
+
+/// The lowest ABI accepted under [`WeakenedMode::WithoutLandlockScopes`]: ABI 3 still
+/// covers file truncation, so the filesystem rules stay complete.
+pub const MIN_LANDLOCK_ABI_WITHOUT_SCOPES: u32 = 3;
+
+/// Workspace paths that are always bound read-only over the workspace (when they exist),
+/// because host tools execute what they contain.
+pub const DEFAULT_PROTECTED_PATHS: &[&str] = &[".git/hooks", ".git/config"];
+
+/// An explicit operator choice to run with less confinement than the default.
+///
+/// The name of each mode says what it gives up. The mode is recorded in every
+/// [`crate::Attestation`] (and therefore in every audit record) of runs made under it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WeakenedMode {
+    /// Run even when the kernel has no usable Landlock: no filesystem access rules, no
+    /// scoping. Namespaces, the read-only root and seccomp still apply.
+    WithoutLandlock,
+    /// Accept a Landlock ABI from 3 to 5: filesystem rules apply but abstract UNIX sockets
+    /// and signals are not scoped.
+    WithoutLandlockScopes,
+}
+
+impl WeakenedMode {
+    /// The name used in `airlock.toml` and in audit records.
+    pub fn name(self) -> &'static str {
+        match self {
+            WeakenedMode::WithoutLandlock => "without_landlock",
+            WeakenedMode::WithoutLandlockScopes => "without_landlock_scopes",
+        }
+    }
+}
+
+/// Resource limits applied with `setrlimit` to the payload (soft = hard).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Rlimits {
+    /// `RLIMIT_CPU`, seconds of CPU time.
+    pub cpu_seconds: u64,
+    /// `RLIMIT_AS`, bytes of address space.
+    pub address_space_bytes: u64,
+    /// `RLIMIT_NPROC`, processes of the sandbox uid inside the sandbox's user namespace.
+    pub processes: u64,
+    /// `RLIMIT_NOFILE`, open file descriptors.
+    pub open_files: u64,
+    /// `RLIMIT_FSIZE`, largest file the payload may write, in bytes.
+    pub file_size_bytes: u64,
+}
+
+impl Default for Rlimits {
+    fn default() -> Self {
+        Rlimits {
+            cpu_seconds: 600,
+            address_space_bytes: 16 << 30,
+            processes: 512,
+            open_files: 4096,
+            file_size_bytes: 8 << 30,
+        }
+    }
+}
+
+/// How the sandbox reaches the network.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkPolicy {
+    /// A fresh network namespace with only loopback up. Nothing leaves the sandbox.
+    /// (The egress proxy adds a relayed variant.)
+    #[default]
+    LoopbackOnly,
+}
+
+/// cgroup v2 limits, applied when a delegated cgroup is available.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CgroupLimits {
+    /// `memory.max` in bytes.
+    pub memory_max_bytes: u64,
+    /// `pids.max`.
+    pub pids_max: u64,
+    /// `cpu.max` as a share of one CPU in percent (100 = one full CPU).
+    pub cpu_percent: u32,
+}
+
+impl Default for CgroupLimits {
+    fn default() -> Self {
+        CgroupLimits {
+            memory_max_bytes: 4 << 30,
+            pids_max: 1024,
+            cpu_percent: 200,
+        }
+    }
+}
+
+/// Everything that defines one sandboxed run except the command itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxProfile {
+    /// Host directory mounted read-write at the same absolute path.
+    pub workspace: PathBuf,
+    /// Allow the workspace to be `/` or the caller's home directory itself.
+    #[serde(default)]
+    pub allow_broad_workspace: bool,
+    /// Workspace-relative paths bound read-only over the workspace, in addition to
+    /// [`DEFAULT_PROTECTED_PATHS`].
+    #[serde(default)]
+    pub protected_paths: Vec<PathBuf>,
+    /// Extra absolute host paths (files or directories) bound read-only, with execute
+    /// rights, at the same path: toolchains outside `/usr`, a probe binary.
+    #[serde(default)]
+    pub read_only_paths: Vec<PathBuf>,
+    /// Working directory inside the sandbox; `None` means the workspace root. Relative paths
+    /// are taken from the workspace root. It must lie inside the workspace.
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// The uid the sandbox runs as when the caller is root (never 0). An unprivileged
+    /// caller runs as itself.
+    #[serde(default = "default_sandbox_id")]
+    pub sandbox_uid: u32,
+    /// The gid the sandbox runs as when the caller is root (never 0).
+    #[serde(default = "default_sandbox_id")]
+    pub sandbox_gid: u32,
+    /// The complete environment of the payload. Nothing else from the host passes.
+    #[serde(default = "default_env")]
+    pub env: BTreeMap<String, String>,
+    /// Resource limits.
+    #[serde(default)]
+    pub rlimits: Rlimits,
+    /// cgroup v2 limits (applied only when a delegated cgroup is available; the attestation
+    /// says whether they were).
+    #[serde(default)]
+    pub cgroup: CgroupLimits,
+    /// Size of the `/tmp` and `/dev/shm` tmpfs mounts, in bytes.
+    #[serde(default = "default_tmp_size")]
+    pub tmp_size_bytes: u64,
+    /// Wall-clock limit in seconds; the whole process tree is killed when it passes.
+    #[serde(default = "default_timeout")]
+    pub timeout_secs: u64,
+    /// Bytes of output (stdout and stderr together) kept before the rest is cut.
+    #[serde(default = "default_output_cap")]
+    pub output_cap_bytes: u64,
+    /// The Landlock ABI the run requires. `None` means the best the kernel offers, and never
+    /// less than [`MIN_SAFE_LANDLOCK_ABI`].
+    #[serde(default)]
+    pub landlock_abi: Option<u32>,
+    /// TCP ports the payload may bind and connect to (Landlock network rules). Empty means
+    /// no TCP at all, not even on the sandbox's own loopback.
+    #[serde(default)]
+    pub tcp_ports: Vec<u16>,
+    /// Network access.
+    #[serde(default)]
+    pub network: NetworkPolicy,
+    /// An explicit weaker mode; `None` is full confinement.
+    #[serde(default)]
+    pub weakened: Option<WeakenedMode>,
+}
+
+fn default_sandbox_id() -> u32 {
+    65534
+}
+fn default_tmp_size() -> u64 {
+    512 << 20
+}
+fn default_timeout() -> u64 {
+    300
+}
+fn default_output_cap() -> u64 {
+    8 << 20
+}
+fn default_env() -> BTreeMap<String, String> {
+    [
+        (
+            "PATH",
+            "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
+        ),
+        ("HOME", "/tmp"),
+        ("LANG", "C.UTF-8"),
+        ("TERM", "dumb"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+impl SandboxProfile {
+    /// A profile with the defaults for `workspace`.
+    pub fn new(workspace: impl Into<PathBuf>) -> Self {
+        SandboxProfile {
+            workspace: workspace.into(),
+            allow_broad_workspace: false,
+            protected_paths: Vec::new(),
+            read_only_paths: Vec::new(),
+            cwd: None,
+            sandbox_uid: default_sandbox_id(),
+            sandbox_gid: default_sandbox_id(),
+            env: default_env(),
+            rlimits: Rlimits::default(),
+            cgroup: CgroupLimits::default(),
+            tmp_size_bytes: default_tmp_size(),
+            timeout_secs: default_timeout(),
+            output_cap_bytes: default_output_cap(),
+            landlock_abi: None,
+            tcp_ports: Vec::new(),
+            network: NetworkPolicy::default(),
+            weakened: None,
+        }
+    }
+
+    /// The Landlock ABI a run must prove, given the kernel's best `available` ABI.
+    pub fn required_landlock_abi(&self, available: u32) -> u32 {
+        let floor = match self.weakened {
+            None => MIN_SAFE_LANDLOCK_ABI,
+            Some(WeakenedMode::WithoutLandlockScopes) => MIN_LANDLOCK_ABI_WITHOUT_SCOPES,
+            Some(WeakenedMode::WithoutLandlock) => 0,
+        };
+        self.landlock_abi.unwrap_or(available).max(floor)
+    }
+
+    /// All protected workspace-relative paths: the defaults then the profile's own.
+    pub fn all_protected_paths(&self) -> Vec<PathBuf> {
+        let mut all: Vec<PathBuf> = DEFAULT_PROTECTED_PATHS.iter().map(PathBuf::from).collect();
+        for p in &self.protected_paths {
+            if !all.contains(p) {
+                all.push(p.clone());
+            }
+        }
+        all
+    }
+
+    /// Check the profile and return the canonical workspace path.
+    pub fn validate(&self) -> Result<PathBuf, SandboxError> {
+        let ws = self
+            .workspace
+            .canonicalize()
+            .map_err(|e| SandboxError::Profile {
+                field: "workspace",
+                message: format!("cannot resolve {}: {e}", self.workspace.display()),
+                help: "pass an existing directory as the workspace".into(),
+            })?;
+        if !ws.is_dir() {
+            return Err(SandboxError::Profile {
+                field: "workspace",
+                message: format!("{} is not a directory", ws.display()),
+                help: "pass a directory as the workspace".into(),
+            });
+        }
+        if !self.allow_broad_workspace {
+            if ws == Path::new("/") {
+                return Err(SandboxError::Profile {
+                    field: "workspace",
+                    message: "the workspace is `/`, which would expose the whole host".into(),
+                    help: "choose a project directory, or set allow_broad_workspace = true".into(),
+                });
+            }
+            if let Some(home) = caller_home() {
+                if home.canonicalize().ok().as_deref() == Some(ws.as_path()) {
+                    return Err(SandboxError::Profile {
+                        field: "workspace",
+                        message: format!(
+                            "the workspace is your home directory {} itself",
+                            ws.display()
+                        ),
+                        help: "choose a project directory inside it, or set allow_broad_workspace = true".into(),
+                    });
+                }
+            }
+        }
+        for system in ["/proc", "/sys", "/dev"] {
+            if ws.starts_with(system) {
+                return Err(SandboxError::Profile {
+                    field: "workspace",
+                    message: format!("{} is inside {system}", ws.display()),
+                    help: "the workspace must be an ordinary directory".into(),
+                });
+            }
+        }
+        if self.sandbox_uid == 0 || self.sandbox_gid == 0 {
+            return Err(SandboxError::Profile {
+                field: "sandbox_uid",
+                message: "the sandbox uid and gid must not be 0".into(),
+                help: "use an unprivileged id such as 65534 (nobody)".into(),
+            });
+        }
+        for p in &self.protected_paths {
+            if p.is_absolute()
+                || p.components()
+                    .any(|c| !matches!(c, std::path::Component::Normal(_)))
+            {
+                return Err(SandboxError::Profile {
+                    field: "protected_paths",
+                    message: format!("{} is not a plain workspace-relative path", p.display()),
+                    help: "write protected paths relative to the workspace, without `..`".into(),
+                });
+            }
+        }
+        for p in &self.read_only_paths {
+            let bad = !p.is_absolute()
+                || p == Path::new("/")
+                || ["/proc", "/sys", "/dev"].iter().any(|s| p.starts_with(s))
+                || !p.exists();
+            if bad {
+                return Err(SandboxError::Profile {
+                    field: "read_only_paths",
+                    message: format!(
+                        "{} is not an existing absolute path outside /, /proc, /sys and /dev",
+                        p.display()
+                    ),
+                    help: "list existing absolute host paths such as /opt/toolchain".into(),
+                });
+            }
+        }
+        for (k, v) in &self.env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+                return Err(SandboxError::Profile {
+                    field: "env",
+                    message: format!("invalid environment entry {k:?}"),
+                    help: "names must be non-empty and contain no `=`; no NUL bytes".into(),
+                });
+            }
+        }
+        if self.timeout_secs == 0 {
+            return Err(SandboxError::Profile {
+                field: "timeout_secs",
+                message: "the timeout is 0".into(),
+                help: "give a timeout of at least one second".into(),
+            });
+        }
+        if self.tmp_size_bytes < 1 << 20 {
+            return Err(SandboxError::Profile {
+                field: "tmp_size_bytes",
+                message: format!("/tmp size {} bytes is below 1 MiB", self.tmp_size_bytes),
+                help: "give /tmp at least 1 MiB".into(),
+            });
+        }
+        Ok(ws)
+    }
+
+    /// The working directory inside the sandbox, given an action's `cwd` (which may be
+    /// empty, relative to the workspace, or absolute).
+    pub fn resolve_cwd(&self, workspace: &Path, action_cwd: &str) -> Result<PathBuf, SandboxError> {
+        let requested: Option<PathBuf> = if !action_cwd.is_empty() {
+            Some(PathBuf::from(action_cwd))
+        } else {
+            self.cwd.clone()
+        };
+        let Some(req) = requested else {
+            return Ok(workspace.to_path_buf());
+        };
+        let joined = if req.is_absolute() {
+            req
+        } else {
+            workspace.join(req)
+        };
+        let resolved = joined.canonicalize().map_err(|e| SandboxError::Profile {
+            field: "cwd",
+            message: format!("cannot resolve working directory {}: {e}", joined.display()),
+            help: "give a directory that exists inside the workspace".into(),
+        })?;
+        if !resolved.starts_with(workspace) {
+            return Err(SandboxError::Profile {
+                field: "cwd",
+                message: format!(
+                    "working directory {} is outside the workspace {}",
+                    resolved.display(),
+                    workspace.display()
+                ),
+                help: "give a directory inside the workspace".into(),
+            });
+        }
+        Ok(resolved)
+    }
+}
+
+/// The caller's home directory, from the password database (not `$HOME`, which the caller
+/// controls less reliably than the system does).
+fn caller_home() -> Option<PathBuf> {
+    let uid = nix::unistd::geteuid();
+    match nix::unistd::User::from_uid(uid) {
+        Ok(Some(u)) => Some(u.dir),
+        _ => std::env::var_os("HOME").map(PathBuf::from),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_workspace_is_refused_unless_allowed() {
+        let mut p = SandboxProfile::new("/");
+        let err = p.validate().unwrap_err().to_string();
+        assert!(err.contains("allow_broad_workspace"), "{err}");
+        p.allow_broad_workspace = true;
+        assert_eq!(p.validate().unwrap(), PathBuf::from("/"));
+    }
+
+    #[test]
+    fn home_workspace_is_refused() {
+        let home = caller_home().unwrap();
+        if home.is_dir() {
+            let err = SandboxProfile::new(&home)
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("home directory"), "{err}");
+        }
+    }
+
+    #[test]
+    fn required_abi_never_drops_below_the_floor() {
+        let mut p = SandboxProfile::new("/tmp");
+        assert_eq!(p.required_landlock_abi(7), 7);
+        p.landlock_abi = Some(2);
+        assert_eq!(p.required_landlock_abi(7), MIN_SAFE_LANDLOCK_ABI);
+        p.weakened = Some(WeakenedMode::WithoutLandlockScopes);
+        assert_eq!(p.required_landlock_abi(7), 3);
+        p.landlock_abi = Some(99);
+        assert_eq!(p.required_landlock_abi(7), 99);
+    }
+
+    #[test]
+    fn cwd_outside_workspace_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(ws.join("sub")).unwrap();
+        let p = SandboxProfile::new(&ws);
+        assert_eq!(p.resolve_cwd(&ws, "sub").unwrap(), ws.join("sub"));
+        assert_eq!(p.resolve_cwd(&ws, "").unwrap(), ws);
+        let err = p.resolve_cwd(&ws, "..").unwrap_err().to_string();
+        assert!(err.contains("outside the workspace"), "{err}");
+    }
+
+    #[test]
+    fn unknown_profile_fields_are_refused() {
+        let err = serde_json::from_str::<SandboxProfile>(r#"{"workspace":"/x","sneaky":1}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field"), "{err}");
+    }
+}

@@ -1,0 +1,103 @@
+//! Messages between the host and `airlock-sandbox-init`: one JSON object per line over two
+//! UNIX socket pairs the host passes as file descriptors.
+//!
+//! * fd 3, the **control** channel, host <-> the helper's first stage: the request, a kill
+//!   command, and the final exit status (or a setup failure of the first stage).
+//! * fd 4, the **handshake** channel, host <-> the payload process: the attestation (or a
+//!   setup failure inside the sandbox), then the host's verdict. The payload closes it on
+//!   `execve`.
+
+use std::io::{self, BufRead, Read, Write};
+use std::path::PathBuf;
+
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+use crate::attestation::{Attestation, CgroupReport};
+use crate::mount_plan::MountPlan;
+use crate::profile::SandboxProfile;
+
+/// File descriptor of the control channel in the helper.
+pub const CONTROL_FD: i32 = 3;
+/// File descriptor of the handshake channel in the helper.
+pub const HANDSHAKE_FD: i32 = 4;
+/// The largest message either side accepts.
+pub const MAX_MESSAGE: usize = 16 << 20;
+
+/// What the host asks the helper to build and run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct InitRequest {
+    pub profile: SandboxProfile,
+    pub plan: MountPlan,
+    /// The canonical workspace (mounted at the same path).
+    pub workspace: PathBuf,
+    /// Program and arguments; `argv[0]` is the absolute path executed.
+    pub argv: Vec<String>,
+    /// Working directory inside the sandbox.
+    pub cwd: PathBuf,
+    /// Whether cgroup limits apply (decided and applied by the host).
+    pub cgroup: CgroupReport,
+}
+
+/// Host -> first stage.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HostCommand {
+    /// Kill the sandbox's PID 1 (and so every process in it).
+    Kill,
+}
+
+/// First stage -> host.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageMessage {
+    /// The first stage could not create the sandbox.
+    Failed { stage: String, message: String },
+    /// The sandbox's PID 1 is gone (with every process in it). `status` is the payload's
+    /// exit code, or 128 + signal.
+    Exited { status: i32 },
+}
+
+/// Sandbox (PID 1 or the payload) -> host.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PayloadMessage {
+    Attestation(Box<Attestation>),
+    Failed { stage: String, message: String },
+}
+
+/// Host -> payload.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Go,
+    Abort,
+}
+
+/// Write one message as a JSON line.
+pub fn send<T: Serialize>(w: &mut impl Write, msg: &T) -> io::Result<()> {
+    let mut line = serde_json::to_vec(msg).map_err(io::Error::other)?;
+    line.push(b'\n');
+    w.write_all(&line)?;
+    w.flush()
+}
+
+/// Read one JSON line; `Ok(None)` at end of stream.
+pub fn recv<T: DeserializeOwned>(r: &mut impl BufRead) -> io::Result<Option<T>> {
+    let mut line = Vec::new();
+    let n = r
+        .by_ref()
+        .take(MAX_MESSAGE as u64)
+        .read_until(b'\n', &mut line)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if line.last() != Some(&b'\n') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "message truncated or too large",
+        ));
+    }
+    serde_json::from_slice(&line)
+        .map(Some)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}

@@ -1,0 +1,181 @@
+//! `airlock exec`: decide a command at the Gate, record the decision, run it in the
+//! verified sandbox, and record the result with the run's attestation.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+
+use serde_json::json;
+
+use airlock_audit::AuditEvent;
+use airlock_core::action::ExecAction;
+use airlock_core::gate::{Approval, Session, Verdict};
+use airlock_core::Authorized;
+use airlock_sandbox::{OutputMode, Sandbox, SandboxProfile};
+
+use crate::home::Home;
+use crate::{config, policies, runtime};
+
+/// Exit status when the Gate refuses the command (as a shell does for "cannot execute").
+pub const EXIT_REFUSED: i32 = 126;
+/// How long an inline terminal approval stays valid.
+const APPROVAL_TTL_SECS: u64 = 60;
+
+pub struct ExecArgs {
+    pub workspace: Option<PathBuf>,
+    pub timeout: Option<u64>,
+    pub profile: Option<String>,
+    pub command: Vec<String>,
+}
+
+pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
+    if args.command.is_empty() {
+        anyhow::bail!("nothing to run\nhelp: airlock exec [--workspace DIR] -- <command…>");
+    }
+    let home = Home::from_env()?;
+    let cfg = config::load(&home.config_file())?;
+    let profile = policies::pick_profile(args.profile.as_deref(), &cfg.policy.profile)?;
+    let explicit_workspace = args.workspace.is_some();
+    let workspace = match args.workspace {
+        Some(w) => std::path::absolute(&w)?,
+        None => std::env::current_dir()?,
+    };
+    let workspace = workspace
+        .canonicalize()
+        .map_err(|e| anyhow::anyhow!("workspace {}: {e}", workspace.display()))?;
+    let cwd = std::env::current_dir()
+        .ok()
+        .filter(|c| c.starts_with(&workspace))
+        .unwrap_or_else(|| workspace.clone());
+
+    let gate = runtime::gate_for(&home, &cfg, profile, &workspace)?;
+    let mut log = runtime::open_audit(&home, &cfg)?;
+    let mut session = Session::new(runtime::session_id("exec"), "owner");
+    let command = args.command.join(" ");
+    // The operator typed this command: it is trusted input of the session.
+    session.observe_trusted(&command);
+    let action = ExecAction {
+        command,
+        cwd: cwd.display().to_string(),
+        env: vec![],
+    };
+
+    let token = match gate.decide(&session, action, &mut log) {
+        Verdict::Allow(token) => token,
+        Verdict::Deny(d) => {
+            eprintln!(
+                "airlock: refused: {}",
+                d.reasons.join("\n  ").replace('\n', "\n  ")
+            );
+            if !d.policies.is_empty() {
+                eprintln!("  decided by: {}", d.policies.join(", "));
+            }
+            log.close().ok();
+            return Ok(EXIT_REFUSED);
+        }
+        Verdict::Ask(ticket) => {
+            let approved = prompt_on_terminal(
+                &ticket.action().command,
+                &ticket.action_hash,
+                &ticket.reasons,
+            )?;
+            if !approved {
+                let _ = log.append(
+                    AuditEvent::new("approval-denied", &session.id, "owner").with_action(
+                        json!({"command": ticket.action().command}),
+                        ticket.action_hash.clone(),
+                    ),
+                );
+                eprintln!("airlock: not approved; the command did not run");
+                log.close().ok();
+                return Ok(EXIT_REFUSED);
+            }
+            let approval = Approval {
+                approver: "owner (terminal)".into(),
+                approver_role: "owner".into(),
+                payload_hash: ticket.action_hash.clone(),
+                expires_at: runtime::now_unix() + APPROVAL_TTL_SECS,
+            };
+            gate.approve(ticket, &approval, runtime::now_unix(), &mut log)
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+        }
+    };
+
+    let mut profile_sb = SandboxProfile::new(workspace.clone());
+    profile_sb.allow_broad_workspace = explicit_workspace;
+    profile_sb.cwd = Some(cwd);
+    profile_sb.sandbox_uid = cfg.sandbox.uid;
+    profile_sb.sandbox_gid = cfg.sandbox.uid;
+    profile_sb.timeout_secs = args.timeout.unwrap_or(cfg.sandbox.timeout_secs);
+    profile_sb.output_cap_bytes = cfg.sandbox.output_cap_bytes;
+    profile_sb.weakened = cfg.sandbox.weakened;
+    profile_sb
+        .protected_paths
+        .extend(cfg.policy.protected_paths.iter().map(PathBuf::from));
+    let status = run_authorized(&token, &profile_sb, &session, &mut log);
+    log.close().map_err(|e| anyhow::anyhow!("{e}"))?;
+    status
+}
+
+/// Run an authorized command and append its execution record (attestation, status).
+fn run_authorized(
+    token: &Authorized<ExecAction>,
+    profile: &SandboxProfile,
+    session: &Session,
+    log: &mut airlock_audit::AuditLog,
+) -> anyhow::Result<i32> {
+    let sandbox = Sandbox::locate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let outcome = sandbox.run(token, profile, OutputMode::Inherit);
+    let (detail, result) = match outcome {
+        Ok(o) => {
+            let detail = json!({
+                "status": o.status, "timed_out": o.timed_out, "truncated": o.truncated,
+                "elapsed_ms": o.elapsed.as_millis() as u64, "attestation": o.attestation,
+                "weakened": profile.weakened.map(|w| w.name()),
+            });
+            if o.timed_out {
+                eprintln!(
+                    "airlock: timed out after {} s; the whole process tree was killed",
+                    profile.timeout_secs
+                );
+            }
+            (detail, Ok(o.status))
+        }
+        Err(e) => (
+            json!({"refused": e.to_string()}),
+            Err(anyhow::anyhow!("{e}")),
+        ),
+    };
+    let ev = AuditEvent::new("execution", &session.id, "owner")
+        .with_action(
+            json!({"command": token.action().command}),
+            token.action_hash().to_string(),
+        )
+        .with_detail(detail);
+    if let Err(e) = log.append(ev) {
+        eprintln!("airlock: warning: the execution record could not be written: {e}");
+    }
+    result
+}
+
+/// Ask on the controlling terminal. No terminal means no approver: deny.
+fn prompt_on_terminal(command: &str, hash: &str, reasons: &[String]) -> anyhow::Result<bool> {
+    if !std::io::stdin().is_terminal() {
+        eprintln!(
+            "airlock: this command needs approval ({}) and there is no terminal to ask on",
+            reasons.join("; ")
+        );
+        return Ok(false);
+    }
+    let mut err = std::io::stderr().lock();
+    writeln!(err, "airlock: approval needed")?;
+    for r in reasons {
+        writeln!(err, "  why:     {}", r.replace('\n', " "))?;
+    }
+    writeln!(err, "  command: {command}")?;
+    writeln!(err, "  payload: {hash}")?;
+    write!(err, "  run it? [y/N] ")?;
+    err.flush()?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    Ok(matches!(line.trim(), "y" | "Y" | "yes"))
+}

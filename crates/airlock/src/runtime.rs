@@ -1,0 +1,58 @@
+//! Shared wiring for commands that act: the audit log, the Gate for a workspace, and
+//! session ids.
+
+use std::path::Path;
+
+use airlock_audit::{AuditLog, AuditOptions, CheckpointSigner};
+use airlock_core::facts::GateConfig;
+use airlock_core::gate::Gate;
+use airlock_core::policy::Profile;
+
+use crate::config::Config;
+use crate::home::{create_private_dir, Home};
+use crate::policies;
+
+/// Open the audit log in the state dir, creating the signing key in the config dir on
+/// first use.
+pub fn open_audit(home: &Home, cfg: &Config) -> anyhow::Result<AuditLog> {
+    if let Some(parent) = home.audit_key().parent() {
+        create_private_dir(parent)?;
+    }
+    let signer =
+        CheckpointSigner::load_or_create(&home.audit_key()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let opts = AuditOptions {
+        checkpoint_every: cfg.audit.checkpoint_every,
+        ..AuditOptions::default()
+    };
+    AuditLog::open(&home.audit_dir(), signer, opts).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// The Gate for `workspace` under `profile`.
+pub fn gate_for(
+    home: &Home,
+    cfg: &Config,
+    profile: Profile,
+    workspace: &Path,
+) -> anyhow::Result<Gate> {
+    let loaded = policies::load(home, profile)?;
+    let mut gc = GateConfig::new(workspace);
+    gc.protected = cfg.policy.protected_paths.clone();
+    Ok(Gate::new(loaded.engine, gc))
+}
+
+/// A session id unique across concurrent processes: `<prefix>-<unix ms>-<pid>`.
+pub fn session_id(prefix: &str) -> String {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    format!("{prefix}-{ms}-{}", std::process::id())
+}
+
+/// Unix seconds now.
+pub fn now_unix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}

@@ -55,6 +55,8 @@ pub enum Command {
     /// The audit log.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Show what this machine supports, the sandbox profile, and run the escape probes.
+    Doctor,
     /// Decide a command at the Gate, then run it in the verified sandbox. The exit status
     /// is the command's (128+signal if killed), or 126 when it was refused.
     Exec {
@@ -137,6 +139,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         } => cmd::replay::run(&traces, profile.as_deref(), json),
         Command::Audit(AuditCommand::Verify) => cmd::audit::verify(),
         Command::Audit(AuditCommand::Tail { n, json }) => cmd::audit::tail(n, json),
+        Command::Doctor => cmd::doctor::run(),
         Command::Exec {
             workspace,
             timeout,

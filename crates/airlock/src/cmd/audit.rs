@@ -18,6 +18,12 @@ pub fn verify() -> anyhow::Result<i32> {
                 report.last_checkpoint_seq.map_or("-".into(), |s| s.to_string()),
                 report.unsigned_tail
             );
+            if report.unsigned_tail > 0 {
+                println!(
+                    "warning: {} records after the last signed checkpoint: expected after a crash, but a removed final checkpoint looks the same\nhelp: a cleanly closed log has none; compare with your last known checkpoint",
+                    report.unsigned_tail
+                );
+            }
             Ok(0)
         }
         Some(p) => {

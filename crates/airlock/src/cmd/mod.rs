@@ -2,6 +2,7 @@
 
 pub mod audit;
 pub mod check;
+pub mod doctor;
 pub mod exec;
 pub mod init;
 pub mod policy;

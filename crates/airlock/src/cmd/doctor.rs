@@ -1,0 +1,150 @@
+//! `airlock doctor`: what this machine supports, the exact profile that will be applied,
+//! and the escape probes run inside a real sandbox.
+
+use std::net::{TcpListener, UdpSocket};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use airlock_core::action::ExecAction;
+use airlock_core::gate::{Session, Verdict};
+use airlock_core::policy::Profile;
+use airlock_sandbox::{describe_profile, host_support, OutputMode, Sandbox, SandboxProfile};
+
+use crate::home::Home;
+use crate::{config, runtime};
+
+/// Where the probe binary is: `AIRLOCK_PROBES`, or next to this executable.
+fn locate_probes() -> anyhow::Result<PathBuf> {
+    if let Some(p) = std::env::var_os("AIRLOCK_PROBES") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe()?;
+    let p = exe.with_file_name("airlock-probes");
+    if p.exists() {
+        return Ok(p);
+    }
+    anyhow::bail!(
+        "the escape-probe binary was not found next to {}\nhelp: build it with `cargo build --workspace --bins`, or set AIRLOCK_PROBES",
+        exe.display()
+    )
+}
+
+pub fn run() -> anyhow::Result<i32> {
+    let home = Home::from_env()?;
+    let cfg = config::load(&home.config_file())?;
+    println!("== host support\n{}", host_support());
+    match cfg.sandbox.weakened {
+        Some(w) => println!("!! weakened sandbox mode configured: {} (written into every audit record)\n", w.name()),
+        None => println!("sandbox mode: full confinement\n"),
+    }
+
+    let tmp = std::env::temp_dir().join(format!("airlock-doctor-{}", std::process::id()));
+    let ws = tmp.join("workspace");
+    std::fs::create_dir_all(ws.join(".git/hooks"))?;
+    // When Airlock runs as root the sandbox runs as an unprivileged uid that must reach it.
+    for d in [&tmp, &ws, &ws.join(".git"), &ws.join(".git/hooks")] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777))?;
+    }
+    std::fs::write(ws.join(".git/config"), "[core]\n")?;
+    std::fs::write(ws.join(".git/hooks/pre-commit"), "#!/bin/sh\nexit 0\n")?;
+    let outside = tmp.join("outside-secret.txt");
+    std::fs::write(&outside, "host file outside the workspace\n")?;
+    let result = probe_run(&home, &cfg, &ws, &outside);
+    let _ = std::fs::remove_dir_all(&tmp);
+    result
+}
+
+fn probe_run(home: &Home, cfg: &config::Config, ws: &std::path::Path, outside: &std::path::Path) -> anyhow::Result<i32> {
+    let probes = locate_probes()?;
+    let mut profile = SandboxProfile::new(ws.to_path_buf());
+    profile.sandbox_uid = cfg.sandbox.uid;
+    profile.sandbox_gid = cfg.sandbox.uid;
+    profile.weakened = cfg.sandbox.weakened;
+    profile.timeout_secs = 60;
+    profile.read_only_paths.push(probes.clone());
+    println!("== sandbox profile applied to every run\n{}", describe_profile(&profile).map_err(|e| anyhow::anyhow!("{e}"))?);
+
+    // Host endpoints that must stay unreachable from inside.
+    let tcp = TcpListener::bind("127.0.0.1:0")?;
+    tcp.set_nonblocking(true)?;
+    let udp = UdpSocket::bind("127.0.0.1:0")?;
+    udp.set_nonblocking(true)?;
+    let abstract_name = format!("airlock-doctor-{}", std::process::id());
+    let abstract_sock = bind_abstract(&abstract_name)?;
+    let command = format!(
+        "{} --json --workspace {} --host-tcp {} --host-udp {} --host-abstract {} --host-pid {} --outside-path {} --protected .git/hooks",
+        probes.display(),
+        ws.display(),
+        tcp.local_addr()?.port(),
+        udp.local_addr()?.port(),
+        abstract_name,
+        std::process::id(),
+        outside.display()
+    );
+
+    // The probe run is an action like any other: decided by the Gate and audited.
+    let gate = runtime::gate_for(home, cfg, Profile::Default, ws)?;
+    let mut log = runtime::open_audit(home, cfg)?;
+    let session = Session::new(runtime::session_id("doctor"), "owner");
+    let action = ExecAction { command, cwd: ws.display().to_string(), env: vec![] };
+    let token = match gate.decide(&session, action, &mut log) {
+        Verdict::Allow(t) => t,
+        Verdict::Ask(t) => anyhow::bail!("the policy asks before running the probes: {}", t.reasons.join("; ")),
+        Verdict::Deny(d) => anyhow::bail!("the policy denies running the probes: {}", d.reasons.join("; ")),
+    };
+    let sandbox = Sandbox::locate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let outcome = sandbox.run(&token, &profile, OutputMode::Capture).map_err(|e| anyhow::anyhow!("{e}"))?;
+    log.append(
+        airlock_audit::AuditEvent::new("execution", &session.id, "owner")
+            .with_action(serde_json::json!({"command": token.action().command}), token.action_hash().to_string())
+            .with_detail(serde_json::json!({"status": outcome.status, "attestation": outcome.attestation})),
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    log.close().map_err(|e| anyhow::anyhow!("{e}"))?;
+
+    println!("== escape probes (inside a real sandbox)");
+    let mut failed = 0usize;
+    let mut passed = 0usize;
+    for line in String::from_utf8_lossy(&outcome.stdout).lines() {
+        let Ok(v) = serde_json::from_str::<Value>(line) else { continue };
+        if v.get("summary").is_some() {
+            continue;
+        }
+        let ok = v["pass"].as_bool().unwrap_or(false);
+        if ok {
+            passed += 1;
+        } else {
+            failed += 1;
+        }
+        println!(
+            "  {} {:<34} {:<12} expected {:<18} got {}",
+            if ok { "pass" } else { "FAIL" },
+            v["probe"].as_str().unwrap_or("?"),
+            v["category"].as_str().unwrap_or(""),
+            v["expected"].as_str().unwrap_or(""),
+            v["got"].as_str().unwrap_or("")
+        );
+    }
+    let leaked = tcp.accept().is_ok() || udp.recv_from(&mut [0u8; 64]).is_ok() || abstract_sock.accept().is_ok();
+    if leaked {
+        println!("  FAIL a host listener on loopback received a connection from inside the sandbox");
+        failed += 1;
+    }
+    if passed + failed == 0 {
+        println!("  FAIL the probes printed no results (exit {}): {}", outcome.status, String::from_utf8_lossy(&outcome.stderr));
+        return Ok(1);
+    }
+    println!("{passed} passed, {failed} failed");
+    Ok(if failed == 0 { 0 } else { 1 })
+}
+
+/// A listening abstract UNIX socket (Linux): the probes try to reach it from inside.
+fn bind_abstract(name: &str) -> anyhow::Result<std::os::unix::net::UnixListener> {
+    use std::os::linux::net::SocketAddrExt;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+    let l = std::os::unix::net::UnixListener::bind_addr(&addr)?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}

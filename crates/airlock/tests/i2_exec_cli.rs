@@ -1,0 +1,154 @@
+//! `airlock exec` end to end: Gate, audit and the real sandbox.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn airlock_bin() -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_airlock"));
+    let init = bin.with_file_name("airlock-sandbox-init");
+    assert!(
+        init.exists(),
+        "{} is missing: build the workspace's binaries first (cargo build --workspace --bins)",
+        init.display()
+    );
+    bin
+}
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    home: PathBuf,
+    ws: PathBuf,
+}
+
+fn fixture() -> Fixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    // When the tests run as root the sandbox runs as 65534, which must be able to write.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&ws, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    Fixture { _tmp: tmp, home, ws }
+}
+
+fn exec(f: &Fixture, extra: &[&str], cmd: &str) -> Output {
+    Command::new(airlock_bin())
+        .env("AIRLOCK_HOME", &f.home)
+        .current_dir(&f.ws)
+        .arg("exec")
+        .args(extra)
+        .arg("--")
+        .arg(cmd)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn verify(home: &Path) -> Output {
+    Command::new(airlock_bin()).env("AIRLOCK_HOME", home).args(["audit", "verify"]).output().unwrap()
+}
+
+fn audit_records(home: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(home.join("state/audit/log.jsonl")).unwrap();
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[test]
+fn runs_in_the_sandbox_and_passes_the_exit_status() {
+    let f = fixture();
+    let o = exec(&f, &[], "echo out; touch created; exit 7");
+    assert_eq!(o.status.code(), Some(7), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "out\n");
+    assert!(f.ws.join("created").exists());
+    let o = exec(&f, &[], "kill -TERM $$");
+    assert_eq!(o.status.code(), Some(128 + 15));
+    // The decision precedes the execution record, which carries the attestation.
+    let recs = audit_records(&f.home);
+    let exec_rec = recs.iter().find(|r| r["kind"] == "execution").unwrap();
+    let att = &exec_rec["detail"]["attestation"];
+    assert!(att.is_object(), "{exec_rec}");
+    let i_dec = recs.iter().position(|r| r["kind"] == "decision").unwrap();
+    let i_exec = recs.iter().position(|r| r["kind"] == "execution").unwrap();
+    assert!(i_dec < i_exec);
+    assert!(verify(&f.home).status.success());
+}
+
+#[test]
+fn a_denied_command_does_not_run() {
+    let f = fixture();
+    let local = f.home.join("config/policy/local");
+    std::fs::create_dir_all(&local).unwrap();
+    std::fs::write(
+        local.join("no-touch.cedar"),
+        "@id(\"local.no-touch\")\n@reason(\"touch is not allowed here\")\nforbid (principal, action == Airlock::Action::\"exec\", resource)\nwhen { context.shell.programs.contains(\"touch\") };\n",
+    )
+    .unwrap();
+    let o = exec(&f, &[], "true && touch should-not-exist");
+    assert_eq!(o.status.code(), Some(126), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("local.no-touch"));
+    assert!(!f.ws.join("should-not-exist").exists());
+    let recs = audit_records(&f.home);
+    assert!(recs.iter().any(|r| r["decision"] == "deny"));
+    assert!(!recs.iter().any(|r| r["kind"] == "execution"));
+}
+
+#[test]
+fn an_ask_without_a_terminal_is_denied() {
+    let f = fixture();
+    let o = exec(&f, &["--profile", "strict"], "touch asked");
+    assert_eq!(o.status.code(), Some(126), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("needs approval"));
+    assert!(!f.ws.join("asked").exists());
+}
+
+#[test]
+fn timeout_kills_the_tree() {
+    let f = fixture();
+    let o = exec(&f, &["--timeout", "1"], "sleep 30 & sleep 30; echo never");
+    assert_eq!(o.status.code(), Some(137), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("never"));
+}
+
+fn sandbox_processes_with(marker: &str) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            if String::from_utf8_lossy(&cmd).contains(marker) {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+#[test]
+fn fifty_concurrent_runs_succeed_and_keep_the_chain_valid() {
+    let f = fixture();
+    let marker = format!("conc-marker-{}", std::process::id());
+    let children: Vec<_> = (0..50)
+        .map(|i| {
+            Command::new(airlock_bin())
+                .env("AIRLOCK_HOME", &f.home)
+                .current_dir(&f.ws)
+                .args(["exec", "--", &format!("echo {marker} {i} > out-{i}; sleep 0.2")])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    for i in 0..50 {
+        assert!(f.ws.join(format!("out-{i}")).exists(), "run {i} produced no output");
+    }
+    assert_eq!(sandbox_processes_with(&marker), 0, "stray processes left behind");
+    let v = verify(&f.home);
+    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+    let recs = audit_records(&f.home);
+    assert_eq!(recs.iter().filter(|r| r["kind"] == "execution").count(), 50);
+}

@@ -292,7 +292,7 @@ fn change() -> impl Strategy<Value = Change> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 160, ..ProptestConfig::default() })]
 
     #[test]
     fn any_single_change_is_detected(

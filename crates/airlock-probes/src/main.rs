@@ -91,7 +91,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(out: &mut impl Write, selected: &[Probe], ctx: &Ctx, json: bool) -> std::io::Result<Summary> {
+fn run(
+    out: &mut impl Write,
+    selected: &[Probe],
+    ctx: &Ctx,
+    json: bool,
+) -> std::io::Result<Summary> {
     let mut results: Vec<ProbeResult> = Vec::with_capacity(selected.len());
     for probe in selected {
         let result = probe.execute(ctx);
@@ -108,7 +113,10 @@ fn select(catalogue: &[Probe], only: &[String]) -> Result<Vec<Probe>, String> {
     if only.is_empty() {
         return Ok(catalogue.to_vec());
     }
-    if let Some(unknown) = only.iter().find(|n| !catalogue.iter().any(|p| p.name == n.as_str())) {
+    if let Some(unknown) = only
+        .iter()
+        .find(|n| !catalogue.iter().any(|p| p.name == n.as_str()))
+    {
         return Err(format!(
             "error: unknown probe `{unknown}` in --only\nhelp: run `airlock-probes --list` to see the probe names"
         ));
@@ -121,8 +129,9 @@ fn select(catalogue: &[Probe], only: &[String]) -> Result<Vec<Probe>, String> {
 }
 
 fn context(args: Args, inherited_fds: Vec<(i32, String)>) -> Result<Ctx, String> {
-    let cwd = std::env::current_dir()
-        .map_err(|e| format!("error: cannot read the current directory: {e}\nhelp: pass --workspace DIR"))?;
+    let cwd = std::env::current_dir().map_err(|e| {
+        format!("error: cannot read the current directory: {e}\nhelp: pass --workspace DIR")
+    })?;
     let workspace = absolute(&cwd, args.workspace.as_deref().unwrap_or(&cwd));
     if !workspace.is_dir() {
         return Err(format!(
@@ -130,7 +139,11 @@ fn context(args: Args, inherited_fds: Vec<(i32, String)>) -> Result<Ctx, String>
             workspace.display()
         ));
     }
-    let protected = args.protected.iter().map(|p| absolute(&workspace, p)).collect();
+    let protected = args
+        .protected
+        .iter()
+        .map(|p| absolute(&workspace, p))
+        .collect();
     let outside_path = args.outside_path.as_deref().map(|p| absolute(&cwd, p));
     let privileged = status_field("CapEff")
         .map(|v| u64::from_str_radix(&v, 16) != Ok(0))

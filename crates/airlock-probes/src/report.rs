@@ -18,8 +18,11 @@ pub struct Summary {
 impl Summary {
     /// Tally results.
     pub fn of(results: &[ProbeResult]) -> Summary {
-        let failed_probes: Vec<&'static str> =
-            results.iter().filter(|r| !r.pass).map(|r| r.probe).collect();
+        let failed_probes: Vec<&'static str> = results
+            .iter()
+            .filter(|r| !r.pass)
+            .map(|r| r.probe)
+            .collect();
         Summary {
             total: results.len(),
             passed: results.len() - failed_probes.len(),

@@ -14,14 +14,29 @@ fn doctor_runs_every_probe_and_all_pass() {
         );
     }
     let home = tempfile::tempdir().unwrap();
-    let o = Command::new(&bin).env("AIRLOCK_HOME", home.path()).arg("doctor").output().unwrap();
+    let o = Command::new(&bin)
+        .env("AIRLOCK_HOME", home.path())
+        .arg("doctor")
+        .output()
+        .unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{out}\n{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let passed = out.lines().filter(|l| l.starts_with("  pass ")).count();
     assert!(passed >= 40, "only {passed} probes passed:\n{out}");
     assert!(!out.lines().any(|l| l.starts_with("  FAIL")), "{out}");
-    assert!(out.contains("user namespaces") && out.contains("landlock"), "host support table missing");
+    assert!(
+        out.contains("user namespaces") && out.contains("landlock"),
+        "host support table missing"
+    );
     // The probe run is in the audit log, and the chain verifies.
-    let v = Command::new(&bin).env("AIRLOCK_HOME", home.path()).args(["audit", "verify"]).output().unwrap();
+    let v = Command::new(&bin)
+        .env("AIRLOCK_HOME", home.path())
+        .args(["audit", "verify"])
+        .output()
+        .unwrap();
     assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
 }

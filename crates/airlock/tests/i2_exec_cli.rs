@@ -29,7 +29,11 @@ fn fixture() -> Fixture {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&ws, std::fs::Permissions::from_mode(0o777)).unwrap();
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    Fixture { _tmp: tmp, home, ws }
+    Fixture {
+        _tmp: tmp,
+        home,
+        ws,
+    }
 }
 
 fn exec(f: &Fixture, extra: &[&str], cmd: &str) -> Output {
@@ -46,19 +50,30 @@ fn exec(f: &Fixture, extra: &[&str], cmd: &str) -> Output {
 }
 
 fn verify(home: &Path) -> Output {
-    Command::new(airlock_bin()).env("AIRLOCK_HOME", home).args(["audit", "verify"]).output().unwrap()
+    Command::new(airlock_bin())
+        .env("AIRLOCK_HOME", home)
+        .args(["audit", "verify"])
+        .output()
+        .unwrap()
 }
 
 fn audit_records(home: &Path) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(home.join("state/audit/log.jsonl")).unwrap();
-    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 #[test]
 fn runs_in_the_sandbox_and_passes_the_exit_status() {
     let f = fixture();
     let o = exec(&f, &[], "echo out; touch created; exit 7");
-    assert_eq!(o.status.code(), Some(7), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert_eq!(String::from_utf8_lossy(&o.stdout), "out\n");
     assert!(f.ws.join("created").exists());
     let o = exec(&f, &[], "kill -TERM $$");
@@ -85,7 +100,12 @@ fn a_denied_command_does_not_run() {
     )
     .unwrap();
     let o = exec(&f, &[], "true && touch should-not-exist");
-    assert_eq!(o.status.code(), Some(126), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(126),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(String::from_utf8_lossy(&o.stderr).contains("local.no-touch"));
     assert!(!f.ws.join("should-not-exist").exists());
     let recs = audit_records(&f.home);
@@ -97,7 +117,12 @@ fn a_denied_command_does_not_run() {
 fn an_ask_without_a_terminal_is_denied() {
     let f = fixture();
     let o = exec(&f, &["--profile", "strict"], "touch asked");
-    assert_eq!(o.status.code(), Some(126), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(126),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(String::from_utf8_lossy(&o.stderr).contains("needs approval"));
     assert!(!f.ws.join("asked").exists());
 }
@@ -106,7 +131,12 @@ fn an_ask_without_a_terminal_is_denied() {
 fn timeout_kills_the_tree() {
     let f = fixture();
     let o = exec(&f, &["--timeout", "1"], "sleep 30 & sleep 30; echo never");
-    assert_eq!(o.status.code(), Some(137), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(137),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(!String::from_utf8_lossy(&o.stdout).contains("never"));
 }
 
@@ -131,7 +161,11 @@ fn fifty_concurrent_runs_succeed_and_keep_the_chain_valid() {
             Command::new(airlock_bin())
                 .env("AIRLOCK_HOME", &f.home)
                 .current_dir(&f.ws)
-                .args(["exec", "--", &format!("echo {marker} {i} > out-{i}; sleep 0.2")])
+                .args([
+                    "exec",
+                    "--",
+                    &format!("echo {marker} {i} > out-{i}; sleep 0.2"),
+                ])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
@@ -144,9 +178,16 @@ fn fifty_concurrent_runs_succeed_and_keep_the_chain_valid() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
     for i in 0..50 {
-        assert!(f.ws.join(format!("out-{i}")).exists(), "run {i} produced no output");
+        assert!(
+            f.ws.join(format!("out-{i}")).exists(),
+            "run {i} produced no output"
+        );
     }
-    assert_eq!(sandbox_processes_with(&marker), 0, "stray processes left behind");
+    assert_eq!(
+        sandbox_processes_with(&marker),
+        0,
+        "stray processes left behind"
+    );
     let v = verify(&f.home);
     assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
     let recs = audit_records(&f.home);

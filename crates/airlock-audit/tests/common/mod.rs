@@ -28,10 +28,9 @@ pub fn event(i: usize) -> AuditEvent {
             json!({"type": "exec", "command": format!("echo {i}"), "cwd": "/w", "env": []}),
             format!("sha256:{:064x}", i),
         )
-        .with_decision(if i % 2 == 0 {
-            DecisionKind::Allow
-        } else {
-            DecisionKind::Deny
+        .with_decision(match i % 2 {
+            0 => DecisionKind::Allow,
+            _ => DecisionKind::Deny,
         })
 }
 

@@ -27,7 +27,11 @@ pub(crate) fn option_facts(basename: &str, args: &[Word]) -> Vec<String> {
         if arg.dynamic {
             // `--name=*.o`: the value is dynamic, the option name is not.
             if let Some((name, _)) = arg.text.strip_prefix("--").and_then(|l| l.split_once('=')) {
-                if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+                if !name.is_empty()
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                {
                     push(&format!("--{name}"));
                 }
             }

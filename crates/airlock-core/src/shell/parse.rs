@@ -25,7 +25,15 @@ pub(crate) fn parse_into(c: &mut Collector, src: &str, scope: &Scope) {
         c.unparsed("the bash grammar could not be loaded".into());
         return;
     }
-    let Some(tree) = parser.parse(src, None) else {
+    // The grammar's external scanner passes characters to C `isdigit`/`isalpha`, which
+    // is undefined (and crashes) for code points above 255. The parser therefore sees
+    // each non-ASCII byte as `%`, an ordinary word character to bash as non-ASCII
+    // letters are, and offsets stay equal so every node's text is read from `src`.
+    let ascii: String = src
+        .bytes()
+        .map(|b| if b.is_ascii() { char::from(b) } else { '%' })
+        .collect();
+    let Some(tree) = parser.parse(&ascii, None) else {
         c.unparsed("the parser gave no result".into());
         return;
     };
@@ -79,7 +87,7 @@ fn is_statement(kind: &str) -> bool {
 
 impl Walker<'_, '_> {
     fn text(&self, node: Node) -> &str {
-        &self.src[node.byte_range()]
+        super::words::source(self.src, node).unwrap_or("\u{fffd}")
     }
 
     fn pos(&self, node: Node) -> usize {
@@ -161,10 +169,8 @@ impl Walker<'_, '_> {
             | "arithmetic_expansion" => {
                 self.c.facts.has_compound = true;
             }
-            "compound_statement" => {
-                if node.child(0).is_some_and(|c| c.kind() == "((") {
-                    self.c.facts.has_compound = true;
-                }
+            "compound_statement" if node.child(0).is_some_and(|c| c.kind() == "((") => {
+                self.c.facts.has_compound = true;
             }
             _ => {}
         }
@@ -350,9 +356,8 @@ impl Walker<'_, '_> {
                 let mut cc = n.walk();
                 let children: Vec<Node> = n.children(&mut cc).collect();
                 for child in children.into_iter().rev() {
-                    if child.is_named() {
-                        stack.push(child);
-                    } else if !matches!(self.text(child), "(" | ")") {
+                    // Grouping parentheses are structure, not arguments.
+                    if child.is_named() || !matches!(self.text(child), "(" | ")") {
                         stack.push(child);
                     }
                 }
@@ -464,7 +469,7 @@ fn assignment_name(node: Node, src: &str) -> Option<String> {
     } else {
         name
     };
-    Some(src[name.byte_range()].to_string())
+    super::words::source(src, name).map(str::to_string)
 }
 
 /// The contents of unescaped backquote pairs in `text`, with the byte offset of each.

@@ -33,6 +33,13 @@ impl Word {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TooDeep;
 
+/// The source text of `node`. The parser sees non-ASCII bytes as placeholders (see
+/// `parse::parse_into`), so a node could in theory end inside a multi-byte character;
+/// such a slice is replaced by U+FFFD and the word is made dynamic by the caller.
+pub(crate) fn source<'a>(src: &'a str, node: Node) -> Option<&'a str> {
+    src.get(node.byte_range())
+}
+
 /// Node kinds that form (part of) a shell word.
 pub(crate) fn is_word_kind(kind: &str) -> bool {
     matches!(
@@ -58,7 +65,12 @@ pub(crate) fn is_word_kind(kind: &str) -> bool {
 pub(crate) fn eval_word(node: Node, src: &str) -> Result<Word, TooDeep> {
     let mut piece = Pieces::default();
     collect(node, src, &mut piece, 0)?;
-    let source = &src[node.byte_range()];
+    let Some(source) = self::source(src, node) else {
+        return Ok(Word {
+            text: "\u{fffd}".into(),
+            dynamic: true,
+        });
+    };
     if piece.dynamic || has_brace_expansion(&piece.unquoted) {
         return Ok(Word {
             text: source.to_string(),
@@ -83,7 +95,10 @@ fn collect(node: Node, src: &str, out: &mut Pieces, depth: usize) -> Result<(), 
     if depth > MAX_WORD_NESTING {
         return Err(TooDeep);
     }
-    let text = &src[node.byte_range()];
+    let Some(text) = source(src, node) else {
+        out.dynamic = true;
+        return Ok(());
+    };
     match node.kind() {
         "word" | "number" => {
             // A leading `~` is tilde expansion; unquoted glob characters make a pattern.
@@ -114,10 +129,10 @@ fn collect(node: Node, src: &str, out: &mut Pieces, depth: usize) -> Result<(), 
             let mut cursor = node.walk();
             for child in node.named_children(&mut cursor) {
                 match child.kind() {
-                    "string_content" => {
-                        out.value
-                            .push_str(&unescape_double_quoted(&src[child.byte_range()]));
-                    }
+                    "string_content" => match source(src, child) {
+                        Some(t) => out.value.push_str(&unescape_double_quoted(t)),
+                        None => out.dynamic = true,
+                    },
                     _ => {
                         out.dynamic = true;
                     }
@@ -134,7 +149,7 @@ fn collect(node: Node, src: &str, out: &mut Pieces, depth: usize) -> Result<(), 
                     collect(child, src, out, depth + 1)?;
                 } else {
                     // Anonymous pieces of a concatenation (e.g. a bare `$`) are literal text.
-                    let t = &src[child.byte_range()];
+                    let t = source(src, child).unwrap_or("\u{fffd}");
                     out.value.push_str(t);
                     out.unquoted.push_str(t);
                 }

@@ -21,7 +21,12 @@ const C: Category = Category::Files;
 const WRITE_DENIED: &[i32] = &[EROFS, EACCES];
 
 /// Files of `/etc` that a sandbox normally provides; the first present one is attacked.
-const ETC_FILES: &[&str] = &["/etc/passwd", "/etc/hosts", "/etc/ld.so.cache", "/etc/nsswitch.conf"];
+const ETC_FILES: &[&str] = &[
+    "/etc/passwd",
+    "/etc/hosts",
+    "/etc/ld.so.cache",
+    "/etc/nsswitch.conf",
+];
 
 /// Files of `/usr` that every system has; the first present one is attacked.
 const USR_FILES: &[&str] = &["/usr/bin/env", "/usr/bin/true", "/usr/bin/sh"];
@@ -215,7 +220,11 @@ fn open_for_write(path: &Path) -> Got {
 /// Create a new file at `path`; one that got created is removed again at once.
 fn create_new(path: &Path) -> Got {
     let got = got_from_io(
-        OpenOptions::new().write(true).create_new(true).mode(0o600).open(path),
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path),
         |_| format!("created {}", path.display()),
     );
     if matches!(got, Got::Succeeded(_)) {
@@ -286,7 +295,11 @@ fn protected_create(ctx: &Ctx) -> Got {
             // A protected file: create a sibling-free replacement is covered by rename; here
             // the attempt is to open it with O_CREAT|O_TRUNC, the way a shell redirect does.
             got_from_io(
-                OpenOptions::new().write(true).create(true).truncate(true).open(path),
+                OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(path),
                 |_| format!("truncated {}", path.display()),
             )
         }
@@ -352,15 +365,21 @@ fn protected_parent_rename(ctx: &Ctx) -> Got {
 }
 
 fn etc_shadow_read(_: &Ctx) -> Got {
-    got_from_io(std::fs::read("/etc/shadow"), |b| format!("read {} bytes", b.len()))
+    got_from_io(std::fs::read("/etc/shadow"), |b| {
+        format!("read {} bytes", b.len())
+    })
 }
 
 fn proc1_environ_read(_: &Ctx) -> Got {
-    got_from_io(std::fs::read("/proc/1/environ"), |b| format!("read {} bytes", b.len()))
+    got_from_io(std::fs::read("/proc/1/environ"), |b| {
+        format!("read {} bytes", b.len())
+    })
 }
 
 fn proc1_root_traverse(_: &Ctx) -> Got {
-    got_from_io(std::fs::read_dir("/proc/1/root/"), |_| "listed /proc/1/root/".into())
+    got_from_io(std::fs::read_dir("/proc/1/root/"), |_| {
+        "listed /proc/1/root/".into()
+    })
 }
 
 fn proc1_exe_write(_: &Ctx) -> Got {
@@ -433,9 +452,13 @@ fn mknod_char_device(_: &Ctx) -> Got {
 }
 
 fn dev_mem_absent(_: &Ctx) -> Got {
-    got_from_io(std::fs::File::open("/dev/mem"), |_| "opened /dev/mem".into())
+    got_from_io(std::fs::File::open("/dev/mem"), |_| {
+        "opened /dev/mem".into()
+    })
 }
 
 fn sysfs_absent(_: &Ctx) -> Got {
-    got_from_io(std::fs::metadata("/sys/kernel"), |_| "/sys/kernel exists".into())
+    got_from_io(std::fs::metadata("/sys/kernel"), |_| {
+        "/sys/kernel exists".into()
+    })
 }

@@ -1,7 +1,7 @@
 //! Identity and capabilities: the payload is an unprivileged uid with no capability in any set,
 //! under `no_new_privs` and a seccomp filter, and cannot become anything else.
 
-use libc::{EINVAL, EPERM, SYS_capset};
+use libc::{SYS_capset, EINVAL, EPERM};
 
 use crate::context::Ctx;
 use crate::probe::{Category, Expect, Got, Probe};
@@ -150,7 +150,8 @@ fn uid_not_root(_: &Ctx) -> Got {
     let (mut gr, mut ge, mut gs) = (0, 0, 0);
     // SAFETY: the out-pointers are valid, distinct locals.
     let ok = unsafe {
-        libc::getresuid(&mut r, &mut e, &mut s) == 0 && libc::getresgid(&mut gr, &mut ge, &mut gs) == 0
+        libc::getresuid(&mut r, &mut e, &mut s) == 0
+            && libc::getresgid(&mut gr, &mut ge, &mut gs) == 0
     };
     if !ok {
         return Got::NotRun("getresuid/getresgid failed".into());

@@ -37,16 +37,51 @@ macro_rules! denied {
 pub const PROBES: &[Probe] = &[
     denied!("init_module", "init_module(empty image)", init_module, true),
     denied!("finit_module", "finit_module(-1)", finit_module, true),
-    denied!("delete_module", "delete_module(absent module)", delete_module, true),
-    denied!("kexec_load", "kexec_load with invalid flags", kexec_load, false),
-    denied!("kexec_file_load", "kexec_file_load with invalid flags", kexec_file_load, false),
-    denied!("reboot", "reboot(CAD_OFF) with a wrong second magic", reboot, false),
+    denied!(
+        "delete_module",
+        "delete_module(absent module)",
+        delete_module,
+        true
+    ),
+    denied!(
+        "kexec_load",
+        "kexec_load with invalid flags",
+        kexec_load,
+        false
+    ),
+    denied!(
+        "kexec_file_load",
+        "kexec_file_load with invalid flags",
+        kexec_file_load,
+        false
+    ),
+    denied!(
+        "reboot",
+        "reboot(CAD_OFF) with a wrong second magic",
+        reboot,
+        false
+    ),
     denied!("swapon", "swapon(absent path)", swapon, true),
     denied!("swapoff", "swapoff(absent path)", swapoff, true),
     denied!("acct", "acct(absent path)", acct, true),
-    denied!("quotactl", "quotactl(Q_GETFMT, absent device)", quotactl, true),
-    denied!("settimeofday", "settimeofday(NULL, NULL)", settimeofday, true),
-    denied!("clock_settime", "clock_settime(CLOCK_MONOTONIC)", clock_settime, true),
+    denied!(
+        "quotactl",
+        "quotactl(Q_GETFMT, absent device)",
+        quotactl,
+        true
+    ),
+    denied!(
+        "settimeofday",
+        "settimeofday(NULL, NULL)",
+        settimeofday,
+        true
+    ),
+    denied!(
+        "clock_settime",
+        "clock_settime(CLOCK_MONOTONIC)",
+        clock_settime,
+        true
+    ),
     Probe {
         name: "iopl",
         category: C,
@@ -63,10 +98,22 @@ pub const PROBES: &[Probe] = &[
         run: ioperm,
         host_safe: true,
     },
-    denied!("sethostname", "sethostname(current name)", sethostname, true),
-    denied!("setdomainname", "setdomainname(current name)", setdomainname, true),
+    denied!(
+        "sethostname",
+        "sethostname(current name)",
+        sethostname,
+        true
+    ),
+    denied!(
+        "setdomainname",
+        "setdomainname(current name)",
+        setdomainname,
+        true
+    ),
 ];
 
+// `c_long` is `i64` only on 64-bit targets.
+#[allow(clippy::unnecessary_cast)]
 fn raw(ret: c_long) -> Got {
     Got::from_ret(ret as i64)
 }
@@ -95,14 +142,29 @@ const KEXEC_INVALID_FLAGS: c_long = (40 << 16) | 0x8000;
 
 fn kexec_load(_: &Ctx) -> Got {
     // SAFETY: no segments and a null segment pointer; nothing is read.
-    raw(unsafe { libc::syscall(libc::SYS_kexec_load, 0usize, 0usize, 0usize, KEXEC_INVALID_FLAGS) })
+    raw(unsafe {
+        libc::syscall(
+            libc::SYS_kexec_load,
+            0usize,
+            0usize,
+            0usize,
+            KEXEC_INVALID_FLAGS,
+        )
+    })
 }
 
 fn kexec_file_load(_: &Ctx) -> Got {
     let cmdline = c_str("");
     // SAFETY: invalid descriptors; `cmdline` outlives the call.
     raw(unsafe {
-        libc::syscall(libc::SYS_kexec_file_load, -1, -1, 1usize, cmdline.as_ptr(), 0x8000 as c_long)
+        libc::syscall(
+            libc::SYS_kexec_file_load,
+            -1,
+            -1,
+            1usize,
+            cmdline.as_ptr(),
+            0x8000 as c_long,
+        )
     })
 }
 
@@ -113,7 +175,13 @@ fn reboot(_: &Ctx) -> Got {
     // SAFETY: integer arguments only; the wrong magic makes the kernel refuse after its
     // permission check.
     raw(unsafe {
-        libc::syscall(libc::SYS_reboot, MAGIC1, WRONG_MAGIC2, libc::LINUX_REBOOT_CMD_CAD_OFF, 0usize)
+        libc::syscall(
+            libc::SYS_reboot,
+            MAGIC1,
+            WRONG_MAGIC2,
+            libc::LINUX_REBOOT_CMD_CAD_OFF,
+            0usize,
+        )
     })
 }
 
@@ -142,7 +210,15 @@ fn quotactl(_: &Ctx) -> Got {
     let device = c_str(ABSENT_PATH);
     let mut format = 0u32;
     // SAFETY: `device` and `format` outlive the call; `format` is writable.
-    raw(unsafe { libc::syscall(libc::SYS_quotactl, Q_GETFMT_USR, device.as_ptr(), 0, &mut format) })
+    raw(unsafe {
+        libc::syscall(
+            libc::SYS_quotactl,
+            Q_GETFMT_USR,
+            device.as_ptr(),
+            0,
+            &mut format,
+        )
+    })
 }
 
 fn settimeofday(_: &Ctx) -> Got {
@@ -183,7 +259,11 @@ fn current_names() -> Result<(Vec<u8>, Vec<u8>), Got> {
         return Err(Got::NotRun("uname failed".into()));
     }
     let field = |chars: &[libc::c_char]| -> Vec<u8> {
-        chars.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect()
+        chars
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect()
     };
     Ok((field(&uts.nodename), field(&uts.domainname)))
 }

@@ -17,14 +17,41 @@ const ENV_ALLOWED: &[&str] = &[
 
 /// Name fragments that mark a variable as a credential or a handle to a host service.
 const SECRET_NAME_PARTS: &[&str] = &[
-    "KEY", "TOKEN", "SECRET", "PASSW", "CREDENTIAL", "AUTH", "COOKIE", "SESSION", "PRIVATE",
-    "DBUS", "XDG_RUNTIME", "SSH_", "GPG_", "AWS_", "AZURE_", "GOOGLE_", "GITHUB_", "DOCKER_",
+    "KEY",
+    "TOKEN",
+    "SECRET",
+    "PASSW",
+    "CREDENTIAL",
+    "AUTH",
+    "COOKIE",
+    "SESSION",
+    "PRIVATE",
+    "DBUS",
+    "XDG_RUNTIME",
+    "SSH_",
+    "GPG_",
+    "AWS_",
+    "AZURE_",
+    "GOOGLE_",
+    "GITHUB_",
+    "DOCKER_",
 ];
 
 /// Value prefixes of well-known credential formats.
 const SECRET_VALUE_PREFIXES: &[&str] = &[
-    "sk-", "ghp_", "gho_", "ghs_", "github_pat_", "xoxb-", "xoxp-", "AKIA", "ASIA", "AIza",
-    "glpat-", "-----BEGIN", "eyJ",
+    "sk-",
+    "ghp_",
+    "gho_",
+    "ghs_",
+    "github_pat_",
+    "xoxb-",
+    "xoxp-",
+    "AKIA",
+    "ASIA",
+    "AIza",
+    "glpat-",
+    "-----BEGIN",
+    "eyJ",
 ];
 
 /// Entries a minimal `/dev` may hold.
@@ -34,7 +61,9 @@ const DEV_ALLOWED: &[&str] = &[
 ];
 
 /// Directories searched for host UNIX sockets, and how deep.
-const SOCKET_DIRS: &[&str] = &["/run", "/var/run", "/var/lib", "/tmp", "/dev", "/home", "/root"];
+const SOCKET_DIRS: &[&str] = &[
+    "/run", "/var/run", "/var/lib", "/tmp", "/dev", "/home", "/root",
+];
 const SOCKET_SEARCH_DEPTH: usize = 4;
 
 pub const PROBES: &[Probe] = &[
@@ -157,7 +186,9 @@ fn env_no_secrets(_: &Ctx) -> Got {
     if suspicious.is_empty() {
         Got::Holds("no secret-looking variable".into())
     } else {
-        Got::Violated(format!("secret-looking variables (names only): {suspicious:?}"))
+        Got::Violated(format!(
+            "secret-looking variables (names only): {suspicious:?}"
+        ))
     }
 }
 
@@ -187,7 +218,9 @@ fn unescape_mount_path(raw: &str) -> String {
 
 /// Mount points of a mountinfo text that fall outside the allowed set.
 pub fn disallowed_mounts(mountinfo: &str, allowed_trees: &[PathBuf]) -> Vec<String> {
-    const EXACT: &[&str] = &["/", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/tmp"];
+    const EXACT: &[&str] = &[
+        "/", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/tmp",
+    ];
     const TREES: &[&str] = &["/etc", "/dev", "/proc"];
     mountinfo
         .lines()
@@ -231,7 +264,9 @@ fn find_sockets(dir: &Path, depth: usize, skip: &Path, found: &mut Vec<String>) 
         return;
     };
     for entry in entries.filter_map(Result::ok) {
-        let Ok(kind) = entry.file_type() else { continue };
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
         if kind.is_socket() {
             found.push(entry.path().display().to_string());
         } else if kind.is_dir() {
@@ -243,7 +278,12 @@ fn find_sockets(dir: &Path, depth: usize, skip: &Path, found: &mut Vec<String>) 
 fn no_host_sockets(ctx: &Ctx) -> Got {
     let mut found = Vec::new();
     for dir in SOCKET_DIRS {
-        find_sockets(Path::new(dir), SOCKET_SEARCH_DEPTH, &ctx.workspace, &mut found);
+        find_sockets(
+            Path::new(dir),
+            SOCKET_SEARCH_DEPTH,
+            &ctx.workspace,
+            &mut found,
+        );
     }
     if found.is_empty() {
         Got::Holds("no socket files".into())
@@ -255,7 +295,9 @@ fn no_host_sockets(ctx: &Ctx) -> Got {
 fn no_host_home(ctx: &Ctx) -> Got {
     let mut exposed = Vec::new();
     for home in ["/home", "/root"] {
-        let Ok(entries) = std::fs::read_dir(home) else { continue };
+        let Ok(entries) = std::fs::read_dir(home) else {
+            continue;
+        };
         for entry in entries.filter_map(Result::ok) {
             let path = entry.path();
             // The directories leading to a workspace below /home or /root must exist.

@@ -23,22 +23,64 @@ macro_rules! denied {
 }
 
 pub const PROBES: &[Probe] = &[
-    denied!("mount_tmpfs", "mount a tmpfs on a fresh directory in /tmp", mount_tmpfs, false),
-    denied!("remount_usr_rw", "mount(MS_REMOUNT|MS_BIND) to make /usr writable", remount_usr_rw, false),
-    denied!("umount_usr", "umount2(\"/usr\", MNT_DETACH)", umount_usr, false),
+    denied!(
+        "mount_tmpfs",
+        "mount a tmpfs on a fresh directory in /tmp",
+        mount_tmpfs,
+        false
+    ),
+    denied!(
+        "remount_usr_rw",
+        "mount(MS_REMOUNT|MS_BIND) to make /usr writable",
+        remount_usr_rw,
+        false
+    ),
+    denied!(
+        "umount_usr",
+        "umount2(\"/usr\", MNT_DETACH)",
+        umount_usr,
+        false
+    ),
     denied!("chroot_tmp", "chroot(\"/tmp\")", chroot_tmp, true),
-    denied!("pivot_root", "pivot_root(\".\", \".\") from /", pivot_root, false),
-    denied!("unshare_user_mount", "unshare(CLONE_NEWUSER|CLONE_NEWNS)", unshare_user_mount, true),
+    denied!(
+        "pivot_root",
+        "pivot_root(\".\", \".\") from /",
+        pivot_root,
+        false
+    ),
+    denied!(
+        "unshare_user_mount",
+        "unshare(CLONE_NEWUSER|CLONE_NEWNS)",
+        unshare_user_mount,
+        true
+    ),
     denied!("unshare_net", "unshare(CLONE_NEWNET)", unshare_net, true),
     denied!("clone_newuser", "clone(CLONE_NEWUSER)", clone_newuser, true),
     denied!("clone_newnet", "clone(CLONE_NEWNET)", clone_newnet, true),
-    denied!("setns_mount", "setns() into PID 1's (or our own) mount namespace", setns_mount, true),
+    denied!(
+        "setns_mount",
+        "setns() into PID 1's (or our own) mount namespace",
+        setns_mount,
+        true
+    ),
     denied!("fsopen_tmpfs", "fsopen(\"tmpfs\")", fsopen_tmpfs, true),
-    denied!("open_tree_clone", "open_tree(\"/usr\", OPEN_TREE_CLONE|AT_RECURSIVE)", open_tree_clone, true),
+    denied!(
+        "open_tree_clone",
+        "open_tree(\"/usr\", OPEN_TREE_CLONE|AT_RECURSIVE)",
+        open_tree_clone,
+        true
+    ),
     denied!("move_mount", "move_mount(absent, absent)", move_mount, true),
-    denied!("mount_setattr_usr_rw", "mount_setattr(\"/usr\", clear MOUNT_ATTR_RDONLY)", mount_setattr_usr_rw, false),
+    denied!(
+        "mount_setattr_usr_rw",
+        "mount_setattr(\"/usr\", clear MOUNT_ATTR_RDONLY)",
+        mount_setattr_usr_rw,
+        false
+    ),
 ];
 
+// `c_long` is `i64` only on 64-bit targets.
+#[allow(clippy::unnecessary_cast)]
 fn raw(ret: c_long) -> Got {
     Got::from_ret(ret as i64)
 }
@@ -53,7 +95,13 @@ fn mount_tmpfs(_: &Ctx) -> Got {
             let (source, fstype, data) = (c_str("none"), c_str("tmpfs"), c_str("size=1m"));
             // SAFETY: all strings outlive the call.
             let ret = unsafe {
-                libc::mount(source.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, data.as_ptr().cast())
+                libc::mount(
+                    source.as_ptr(),
+                    target.as_ptr(),
+                    fstype.as_ptr(),
+                    0,
+                    data.as_ptr().cast(),
+                )
             };
             if ret == 0 {
                 // SAFETY: undo the mount we just made.
@@ -127,7 +175,14 @@ fn clone_with(flags: i32) -> Got {
         // SAFETY: raw clone without CLONE_VM: the new process gets its own copy of memory, so
         // returning into Rust code is as safe as after fork; it only calls `_exit`.
         let pid = unsafe {
-            libc::syscall(libc::SYS_clone, (flags | libc::SIGCHLD) as c_long, 0usize, 0usize, 0usize, 0usize)
+            libc::syscall(
+                libc::SYS_clone,
+                (flags | libc::SIGCHLD) as c_long,
+                0usize,
+                0usize,
+                0usize,
+                0usize,
+            )
         };
         if pid == 0 {
             // SAFETY: leave the new process immediately.
@@ -160,7 +215,10 @@ fn setns_mount(_: &Ctx) -> Got {
             }
         }
         if fd < 0 {
-            return Got::NotRun(format!("cannot open a mount namespace file: errno {}", last_errno()));
+            return Got::NotRun(format!(
+                "cannot open a mount namespace file: errno {}",
+                last_errno()
+            ));
         }
         // SAFETY: `fd` is a namespace descriptor we own; affects only this (child) process.
         let ret = unsafe { libc::setns(fd, libc::CLONE_NEWNS) };
@@ -181,14 +239,26 @@ fn open_tree_clone(_: &Ctx) -> Got {
     let path = c_str("/usr");
     let flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as c_long | libc::AT_RECURSIVE as c_long;
     // SAFETY: `path` outlives the call; a returned (detached) tree is released on close.
-    got_from_fd(unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, path.as_ptr(), flags) } as i64)
+    got_from_fd(
+        unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, path.as_ptr(), flags) } as i64,
+    )
 }
 
 fn move_mount(_: &Ctx) -> Got {
-    let (from, to) = (c_str("/nonexistent/airlock-probe-a"), c_str("/nonexistent/airlock-probe-b"));
+    let (from, to) = (
+        c_str("/nonexistent/airlock-probe-a"),
+        c_str("/nonexistent/airlock-probe-b"),
+    );
     // SAFETY: both strings outlive the call.
     raw(unsafe {
-        libc::syscall(libc::SYS_move_mount, libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), 0)
+        libc::syscall(
+            libc::SYS_move_mount,
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            0,
+        )
     })
 }
 

@@ -198,13 +198,21 @@ fn no_routes(_: &Ctx) -> Got {
 
 fn raw_socket(_: &Ctx) -> Got {
     // SAFETY: integer arguments; a returned descriptor is closed and nothing is sent.
-    got_from_fd(unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::IPPROTO_ICMP) } as i64)
+    got_from_fd(unsafe {
+        libc::socket(
+            libc::AF_INET,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::IPPROTO_ICMP,
+        )
+    } as i64)
 }
 
 fn packet_socket(_: &Ctx) -> Got {
     let all = (libc::ETH_P_ALL as u16).to_be() as i32;
     // SAFETY: integer arguments; a returned descriptor is closed and nothing is sent.
-    got_from_fd(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, all) } as i64)
+    got_from_fd(
+        unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, all) } as i64,
+    )
 }
 
 fn bind_privileged_port(_: &Ctx) -> Got {
@@ -212,7 +220,10 @@ fn bind_privileged_port(_: &Ctx) -> Got {
     // SAFETY: integer arguments.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
-        return Got::NotRun(format!("cannot create a TCP socket: {}", Got::from_ret(-1).describe()));
+        return Got::NotRun(format!(
+            "cannot create a TCP socket: {}",
+            Got::from_ret(-1).describe()
+        ));
     }
     let addr = libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,

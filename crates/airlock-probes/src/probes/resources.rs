@@ -84,7 +84,10 @@ fn fork_bomb_bounded(_: &Ctx) -> Got {
         }
         match refused {
             Some(errno) => Got::Failed(errno),
-            None => Got::Succeeded(format!("{} forks succeeded without hitting a limit", children.len())),
+            None => Got::Succeeded(format!(
+                "{} forks succeeded without hitting a limit",
+                children.len()
+            )),
         }
     })
 }
@@ -96,7 +99,10 @@ fn limit(resource: libc::__rlimit_resource_t) -> Result<libc::rlimit, Got> {
     };
     // SAFETY: `lim` is a valid, writable rlimit.
     if unsafe { libc::getrlimit(resource, &mut lim) } != 0 {
-        return Err(Got::NotRun(format!("getrlimit failed: errno {}", last_errno())));
+        return Err(Got::NotRun(format!(
+            "getrlimit failed: errno {}",
+            last_errno()
+        )));
     }
     Ok(lim)
 }
@@ -104,7 +110,11 @@ fn limit(resource: libc::__rlimit_resource_t) -> Result<libc::rlimit, Got> {
 fn rlimit_core_zero(_: &Ctx) -> Got {
     match limit(libc::RLIMIT_CORE) {
         Ok(l) if l.rlim_cur == 0 && l.rlim_max == 0 => Got::Holds("RLIMIT_CORE 0/0".into()),
-        Ok(l) => Got::Violated(format!("RLIMIT_CORE {}/{}", show(l.rlim_cur), show(l.rlim_max))),
+        Ok(l) => Got::Violated(format!(
+            "RLIMIT_CORE {}/{}",
+            show(l.rlim_cur),
+            show(l.rlim_max)
+        )),
         Err(not_run) => not_run,
     }
 }

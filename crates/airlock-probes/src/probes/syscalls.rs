@@ -30,21 +30,96 @@ macro_rules! denied {
 }
 
 pub const PROBES: &[Probe] = &[
-    denied!("ptrace_attach_pid1", "ptrace(PTRACE_ATTACH, 1)", ptrace_attach_pid1, false),
-    denied!("ptrace_attach_parent", "ptrace(PTRACE_ATTACH, getppid())", ptrace_attach_parent, false),
-    denied!("process_vm_readv_pid1", "process_vm_readv from PID 1", process_vm_readv_pid1, true),
-    denied!("process_vm_writev_pid1", "process_vm_writev into PID 1 (unmapped address)", process_vm_writev_pid1, false),
-    denied!("pidfd_getfd_self", "pidfd_getfd on a pidfd of this process", pidfd_getfd_self, true),
-    denied!("keyctl_process_keyring", "keyctl(KEYCTL_GET_KEYRING_ID, process keyring)", keyctl_process_keyring, true),
-    denied!("add_key_user", "add_key(\"user\", …) into the process keyring", add_key_user, true),
-    denied!("request_key_user", "request_key(\"user\", …)", request_key_user, true),
-    denied!("bpf_map_create", "bpf(BPF_MAP_CREATE, array map)", bpf_map_create, true),
-    denied!("perf_event_open_self", "perf_event_open(software clock, this process)", perf_event_open_self, true),
-    denied!("userfaultfd_user_mode", "userfaultfd(UFFD_USER_MODE_ONLY)", userfaultfd_user_mode, true),
-    denied!("io_uring_setup", "io_uring_setup(1 entry)", io_uring_setup, true),
-    denied!("io_uring_enter", "io_uring_enter(-1, …)", io_uring_enter, true),
-    denied!("io_uring_register", "io_uring_register(-1, …)", io_uring_register, true),
-    denied!("open_by_handle_at", "open_by_handle_at(AT_FDCWD, forged handle)", open_by_handle_at, true),
+    denied!(
+        "ptrace_attach_pid1",
+        "ptrace(PTRACE_ATTACH, 1)",
+        ptrace_attach_pid1,
+        false
+    ),
+    denied!(
+        "ptrace_attach_parent",
+        "ptrace(PTRACE_ATTACH, getppid())",
+        ptrace_attach_parent,
+        false
+    ),
+    denied!(
+        "process_vm_readv_pid1",
+        "process_vm_readv from PID 1",
+        process_vm_readv_pid1,
+        true
+    ),
+    denied!(
+        "process_vm_writev_pid1",
+        "process_vm_writev into PID 1 (unmapped address)",
+        process_vm_writev_pid1,
+        false
+    ),
+    denied!(
+        "pidfd_getfd_self",
+        "pidfd_getfd on a pidfd of this process",
+        pidfd_getfd_self,
+        true
+    ),
+    denied!(
+        "keyctl_process_keyring",
+        "keyctl(KEYCTL_GET_KEYRING_ID, process keyring)",
+        keyctl_process_keyring,
+        true
+    ),
+    denied!(
+        "add_key_user",
+        "add_key(\"user\", …) into the process keyring",
+        add_key_user,
+        true
+    ),
+    denied!(
+        "request_key_user",
+        "request_key(\"user\", …)",
+        request_key_user,
+        true
+    ),
+    denied!(
+        "bpf_map_create",
+        "bpf(BPF_MAP_CREATE, array map)",
+        bpf_map_create,
+        true
+    ),
+    denied!(
+        "perf_event_open_self",
+        "perf_event_open(software clock, this process)",
+        perf_event_open_self,
+        true
+    ),
+    denied!(
+        "userfaultfd_user_mode",
+        "userfaultfd(UFFD_USER_MODE_ONLY)",
+        userfaultfd_user_mode,
+        true
+    ),
+    denied!(
+        "io_uring_setup",
+        "io_uring_setup(1 entry)",
+        io_uring_setup,
+        true
+    ),
+    denied!(
+        "io_uring_enter",
+        "io_uring_enter(-1, …)",
+        io_uring_enter,
+        true
+    ),
+    denied!(
+        "io_uring_register",
+        "io_uring_register(-1, …)",
+        io_uring_register,
+        true
+    ),
+    denied!(
+        "open_by_handle_at",
+        "open_by_handle_at(AT_FDCWD, forged handle)",
+        open_by_handle_at,
+        true
+    ),
     Probe {
         name: "clone3_enosys",
         category: C,
@@ -55,6 +130,8 @@ pub const PROBES: &[Probe] = &[
     },
 ];
 
+// `c_long` is `i64` only on 64-bit targets.
+#[allow(clippy::unnecessary_cast)]
 fn raw(ret: c_long) -> Got {
     Got::from_ret(ret as i64)
 }
@@ -139,7 +216,14 @@ const KEY_SPEC_PROCESS_KEYRING: c_long = -2;
 
 fn keyctl_process_keyring(_: &Ctx) -> Got {
     // SAFETY: integer arguments only; with create=0 nothing is created.
-    raw(unsafe { libc::syscall(libc::SYS_keyctl, KEYCTL_GET_KEYRING_ID, KEY_SPEC_PROCESS_KEYRING, 0) })
+    raw(unsafe {
+        libc::syscall(
+            libc::SYS_keyctl,
+            KEYCTL_GET_KEYRING_ID,
+            KEY_SPEC_PROCESS_KEYRING,
+            0,
+        )
+    })
 }
 
 fn add_key_user(_: &Ctx) -> Got {
@@ -203,7 +287,14 @@ fn perf_event_open_self(_: &Ctx) -> Got {
     const PERF_FLAG_FD_CLOEXEC: c_long = 8;
     // SAFETY: `attr` is a live buffer at least as large as the size it declares.
     let ret = unsafe {
-        libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), 0, -1, -1, PERF_FLAG_FD_CLOEXEC)
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            attr.as_ptr(),
+            0,
+            -1,
+            -1,
+            PERF_FLAG_FD_CLOEXEC,
+        )
     };
     got_from_fd(ret as i64)
 }
@@ -212,7 +303,10 @@ fn userfaultfd_user_mode(_: &Ctx) -> Got {
     const UFFD_USER_MODE_ONLY: c_long = 1;
     // SAFETY: integer flags only; a returned descriptor is closed.
     let ret = unsafe {
-        libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC as c_long | UFFD_USER_MODE_ONLY)
+        libc::syscall(
+            libc::SYS_userfaultfd,
+            libc::O_CLOEXEC as c_long | UFFD_USER_MODE_ONLY,
+        )
     };
     got_from_fd(ret as i64)
 }

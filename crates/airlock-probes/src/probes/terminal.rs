@@ -84,7 +84,12 @@ fn tiocsti_inherited_tty(_: &Ctx) -> Got {
     }
     let path = c_str("/dev/tty");
     // SAFETY: `path` outlives the call.
-    let tty = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC) };
+    let tty = unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        )
+    };
     if tty < 0 {
         return Got::Failed(last_errno());
     }

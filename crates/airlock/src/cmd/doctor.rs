@@ -36,7 +36,10 @@ pub fn run() -> anyhow::Result<i32> {
     let cfg = config::load(&home.config_file())?;
     println!("== host support\n{}", host_support());
     match cfg.sandbox.weakened {
-        Some(w) => println!("!! weakened sandbox mode configured: {} (written into every audit record)\n", w.name()),
+        Some(w) => println!(
+            "!! weakened sandbox mode configured: {} (written into every audit record)\n",
+            w.name()
+        ),
         None => println!("sandbox mode: full confinement\n"),
     }
 
@@ -56,7 +59,12 @@ pub fn run() -> anyhow::Result<i32> {
     result
 }
 
-fn probe_run(home: &Home, cfg: &config::Config, ws: &std::path::Path, outside: &std::path::Path) -> anyhow::Result<i32> {
+fn probe_run(
+    home: &Home,
+    cfg: &config::Config,
+    ws: &std::path::Path,
+    outside: &std::path::Path,
+) -> anyhow::Result<i32> {
     let probes = locate_probes()?;
     let mut profile = SandboxProfile::new(ws.to_path_buf());
     profile.sandbox_uid = cfg.sandbox.uid;
@@ -64,7 +72,10 @@ fn probe_run(home: &Home, cfg: &config::Config, ws: &std::path::Path, outside: &
     profile.weakened = cfg.sandbox.weakened;
     profile.timeout_secs = 60;
     profile.read_only_paths.push(probes.clone());
-    println!("== sandbox profile applied to every run\n{}", describe_profile(&profile).map_err(|e| anyhow::anyhow!("{e}"))?);
+    println!(
+        "== sandbox profile applied to every run\n{}",
+        describe_profile(&profile).map_err(|e| anyhow::anyhow!("{e}"))?
+    );
 
     // Host endpoints that must stay unreachable from inside.
     let tcp = TcpListener::bind("127.0.0.1:0")?;
@@ -88,18 +99,35 @@ fn probe_run(home: &Home, cfg: &config::Config, ws: &std::path::Path, outside: &
     let gate = runtime::gate_for(home, cfg, Profile::Default, ws)?;
     let mut log = runtime::open_audit(home, cfg)?;
     let session = Session::new(runtime::session_id("doctor"), "owner");
-    let action = ExecAction { command, cwd: ws.display().to_string(), env: vec![] };
+    let action = ExecAction {
+        command,
+        cwd: ws.display().to_string(),
+        env: vec![],
+    };
     let token = match gate.decide(&session, action, &mut log) {
         Verdict::Allow(t) => t,
-        Verdict::Ask(t) => anyhow::bail!("the policy asks before running the probes: {}", t.reasons.join("; ")),
-        Verdict::Deny(d) => anyhow::bail!("the policy denies running the probes: {}", d.reasons.join("; ")),
+        Verdict::Ask(t) => anyhow::bail!(
+            "the policy asks before running the probes: {}",
+            t.reasons.join("; ")
+        ),
+        Verdict::Deny(d) => anyhow::bail!(
+            "the policy denies running the probes: {}",
+            d.reasons.join("; ")
+        ),
     };
     let sandbox = Sandbox::locate().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let outcome = sandbox.run(&token, &profile, OutputMode::Capture).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let outcome = sandbox
+        .run(&token, &profile, OutputMode::Capture)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     log.append(
         airlock_audit::AuditEvent::new("execution", &session.id, "owner")
-            .with_action(serde_json::json!({"command": token.action().command}), token.action_hash().to_string())
-            .with_detail(serde_json::json!({"status": outcome.status, "attestation": outcome.attestation})),
+            .with_action(
+                serde_json::json!({"command": token.action().command}),
+                token.action_hash().to_string(),
+            )
+            .with_detail(
+                serde_json::json!({"status": outcome.status, "attestation": outcome.attestation}),
+            ),
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     log.close().map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -108,7 +136,9 @@ fn probe_run(home: &Home, cfg: &config::Config, ws: &std::path::Path, outside: &
     let mut failed = 0usize;
     let mut passed = 0usize;
     for line in String::from_utf8_lossy(&outcome.stdout).lines() {
-        let Ok(v) = serde_json::from_str::<Value>(line) else { continue };
+        let Ok(v) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
         if v.get("summary").is_some() {
             continue;
         }
@@ -127,13 +157,21 @@ fn probe_run(home: &Home, cfg: &config::Config, ws: &std::path::Path, outside: &
             v["got"].as_str().unwrap_or("")
         );
     }
-    let leaked = tcp.accept().is_ok() || udp.recv_from(&mut [0u8; 64]).is_ok() || abstract_sock.accept().is_ok();
+    let leaked = tcp.accept().is_ok()
+        || udp.recv_from(&mut [0u8; 64]).is_ok()
+        || abstract_sock.accept().is_ok();
     if leaked {
-        println!("  FAIL a host listener on loopback received a connection from inside the sandbox");
+        println!(
+            "  FAIL a host listener on loopback received a connection from inside the sandbox"
+        );
         failed += 1;
     }
     if passed + failed == 0 {
-        println!("  FAIL the probes printed no results (exit {}): {}", outcome.status, String::from_utf8_lossy(&outcome.stderr));
+        println!(
+            "  FAIL the probes printed no results (exit {}): {}",
+            outcome.status,
+            String::from_utf8_lossy(&outcome.stderr)
+        );
         return Ok(1);
     }
     println!("{passed} passed, {failed} failed");

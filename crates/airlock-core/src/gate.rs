@@ -173,7 +173,7 @@ impl Gate {
             f.context,
         ) {
             Ok(mut o) => {
-                if o.decision != DecisionKind::Allow {
+                if o.decision != DecisionKind::Allow && session.taint.is_tainted() {
                     o.reasons.extend(provenance_reasons(&facts_json));
                 }
                 Evaluation {

@@ -1,1 +1,31 @@
+//! # airlock-proxy — the sandbox's only way out
+//!
+//! Every request is a `net.request` decided by the Gate; see the crate README section in
+//! `docs/` and [`server::Proxy`] for how a run starts one.
+pub mod cedar;
+mod fsutil;
+pub mod rules;
 
+pub use cedar::{rules_to_cedar, RULES_POLICY_NAME};
+pub use rules::{NetRule, NetRules, RulesError, RULES_FILE};
+pub mod ca;
+pub mod net;
+pub mod secrets;
+pub mod ssrf;
+
+pub use ca::{
+    generate_ca, upstream_client_config, CertificateAuthority, CA_CERT_FILE, CA_KEY_FILE,
+};
+pub use net::{BoxFuture, BoxStream, Connector, Resolver, SystemResolver, TcpConnector};
+pub use secrets::SecretStore;
+pub use ssrf::AddressGuard;
+pub mod approval;
+pub mod body;
+mod exchange;
+pub mod limits;
+pub mod respond;
+pub mod server;
+
+pub use approval::{ApprovalHook, ApprovalRequest, ChannelApprovals, NoApprovals, PendingApproval};
+pub use limits::Limits;
+pub use server::{Proxy, ProxyConfig, ProxyError, ProxyHandle};

@@ -55,6 +55,12 @@ pub enum Command {
     /// The audit log.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// The operator's egress allowlist (hosts, methods, paths, pass-through, SSRF exceptions).
+    #[command(subcommand)]
+    Net(cmd::net::NetCommand),
+    /// Credentials the proxy adds at the boundary; the sandbox only ever sees placeholders.
+    #[command(subcommand)]
+    Secret(cmd::secret::SecretCommand),
     /// Show what this machine supports, the sandbox profile, and run the escape probes.
     Doctor,
     /// Decide a command at the Gate, then run it in the verified sandbox. The exit status
@@ -140,6 +146,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Audit(AuditCommand::Verify) => cmd::audit::verify(),
         Command::Audit(AuditCommand::Tail { n, json }) => cmd::audit::tail(n, json),
         Command::Doctor => cmd::doctor::run(),
+        Command::Net(c) => cmd::net::run(c),
+        Command::Secret(c) => cmd::secret::run(c),
         Command::Exec {
             workspace,
             timeout,

@@ -57,6 +57,15 @@ pub fn load(home: &Home, profile: Profile) -> anyhow::Result<LoadedPolicy> {
     sources.extend(read_sources(&cedar_files(
         &home.policy_dir().join("local"),
     )?)?);
+    // `airlock net allow` rules become Cedar permits evaluated with everything else.
+    let rules = airlock_proxy::NetRules::load(&home.config).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let generated = airlock_proxy::rules_to_cedar(&rules);
+    if !generated.trim().is_empty() {
+        sources.push(PolicySource {
+            name: airlock_proxy::RULES_POLICY_NAME.to_string(),
+            text: generated,
+        });
+    }
     let files = sources.iter().map(|s| s.name.clone()).collect();
     let engine = PolicyEngine::load(&sources).map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(LoadedPolicy {

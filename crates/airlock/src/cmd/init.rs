@@ -47,6 +47,16 @@ pub fn run(force: bool) -> anyhow::Result<i32> {
         signer.key_id()
     );
     create_private_dir(&home.audit_dir())?;
+    // The proxy's interception CA: the key stays in the config dir; sandboxes get ca.pem only.
+    if home.config.join(airlock_proxy::CA_KEY_FILE).exists() {
+        println!(
+            "kept  {}",
+            home.config.join(airlock_proxy::CA_KEY_FILE).display()
+        );
+    } else {
+        let cert = airlock_proxy::generate_ca(&home.config).map_err(|e| anyhow::anyhow!("{e}"))?;
+        println!("egress proxy CA {}", cert.display());
+    }
     println!("state in {}", home.state.display());
     Ok(0)
 }

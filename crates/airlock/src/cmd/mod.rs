@@ -5,5 +5,7 @@ pub mod check;
 pub mod doctor;
 pub mod exec;
 pub mod init;
+pub mod net;
 pub mod policy;
 pub mod replay;
+pub mod secret;

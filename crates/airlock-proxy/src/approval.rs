@@ -1,0 +1,69 @@
+//! The approval hook: how a request that a rule marks *ask* reaches a human. The binary
+//! implements it with its approval channel; tests use [`ChannelApprovals`].
+
+use airlock_core::action::NetRequestAction;
+use airlock_core::gate::Approval;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::net::BoxFuture;
+
+/// What an approver is shown: the exact payload and its hash.
+#[derive(Debug, Clone)]
+pub struct ApprovalRequest {
+    pub session: String,
+    pub action: NetRequestAction,
+    /// `sha256:` hash the approval must name.
+    pub action_hash: String,
+    /// Why the policy asks.
+    pub reasons: Vec<String>,
+    pub policies: Vec<String>,
+}
+
+/// Delivers approval requests. Resolve to `None` to refuse; the proxy also gives up at its
+/// ask timeout, which denies.
+pub trait ApprovalHook: Send + Sync {
+    fn request(&self, req: ApprovalRequest) -> BoxFuture<'static, Option<Approval>>;
+}
+
+/// No approver: every ask is denied at once.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoApprovals;
+
+impl ApprovalHook for NoApprovals {
+    fn request(&self, _req: ApprovalRequest) -> BoxFuture<'static, Option<Approval>> {
+        Box::pin(async { None })
+    }
+}
+
+/// One pending approval as [`ChannelApprovals`] delivers it: answer through `reply`
+/// (dropping it refuses).
+#[derive(Debug)]
+pub struct PendingApproval {
+    pub request: ApprovalRequest,
+    pub reply: oneshot::Sender<Approval>,
+}
+
+/// Approval requests sent over a channel to whoever approves.
+#[derive(Debug, Clone)]
+pub struct ChannelApprovals {
+    tx: mpsc::Sender<PendingApproval>,
+}
+
+impl ChannelApprovals {
+    /// The hook and the receiving end of its requests.
+    pub fn new(buffer: usize) -> (ChannelApprovals, mpsc::Receiver<PendingApproval>) {
+        let (tx, rx) = mpsc::channel(buffer.max(1));
+        (ChannelApprovals { tx }, rx)
+    }
+}
+
+impl ApprovalHook for ChannelApprovals {
+    fn request(&self, request: ApprovalRequest) -> BoxFuture<'static, Option<Approval>> {
+        let tx = self.tx.clone();
+        Box::pin(async move {
+            let (reply, rx) = oneshot::channel();
+            tx.send(PendingApproval { request, reply }).await.ok()?;
+            rx.await.ok()
+        })
+    }
+}

@@ -1,0 +1,199 @@
+//! Operator net rules as Cedar policy text, loaded by the binary beside the profile's
+//! policies. One `@id("net.rule.<n>")` permit per rule, annotated `@ask` when the rule asks.
+//!
+//! The Gate stays the single decision point: the proxy never matches rules itself, it
+//! only asks the Gate, and the Gate sees these permits.
+
+use crate::rules::{NetRule, NetRules};
+
+/// Name under which the generated policy text should be loaded (shown in errors).
+pub const RULES_POLICY_NAME: &str = "net-rules.toml (generated policy)";
+
+/// Cedar policy text for `rules`. The text validates against Airlock's schema for any
+/// rules that passed [`NetRules::validate`].
+pub fn rules_to_cedar(rules: &NetRules) -> String {
+    let mut out = String::from(
+        "// Generated from net-rules.toml by airlock-proxy. Edit with `airlock net`.\n",
+    );
+    for rule in &rules.rules {
+        out.push('\n');
+        out.push_str(&rule_to_cedar(rule));
+    }
+    out
+}
+
+fn rule_to_cedar(rule: &NetRule) -> String {
+    let what = escape(&rule.describe());
+    let mut s = format!("@id(\"net.rule.{}\")\n", rule.id);
+    s.push_str(&format!(
+        "@reason(\"operator net rule {}: {what}\")\n",
+        rule.id
+    ));
+    if rule.ask {
+        s.push_str(&format!(
+            "@ask(\"operator net rule {} asks before each request: {what}\")\n",
+            rule.id
+        ));
+    }
+    s.push_str(
+        "permit (principal, action == Airlock::Action::\"net.request\", resource)\nwhen {\n",
+    );
+    let mut conds = vec!["context.net.valid".to_string(), host_condition(rule)];
+    if rule.pass_through {
+        conds.push("context.net.method == \"CONNECT\"".into());
+        conds.push(format!("context.net.port == {}", rule.port.unwrap_or(443)));
+    } else {
+        conds.push(port_condition(rule.port));
+        if rule.methods.is_empty() {
+            conds.push("context.net.method != \"CONNECT\"".into());
+        } else {
+            let list: Vec<String> = rule
+                .methods
+                .iter()
+                .map(|m| format!("\"{}\"", escape(m)))
+                .collect();
+            conds.push(format!(
+                "[{}].contains(context.net.method)",
+                list.join(", ")
+            ));
+        }
+        if let Some(p) = &rule.path_prefix {
+            conds.push(path_condition(p));
+        }
+    }
+    s.push_str("  ");
+    s.push_str(&conds.join(" &&\n  "));
+    s.push_str("\n};\n");
+    s
+}
+
+fn host_condition(rule: &NetRule) -> String {
+    match rule.host.strip_prefix("*.") {
+        // Host names cannot hold '*', so the pattern's only wildcard is the leading one.
+        Some(suffix) => format!("context.net.host like \"*.{}\"", escape(suffix)),
+        None => format!("context.net.host == \"{}\"", escape(&rule.host)),
+    }
+}
+
+fn port_condition(port: Option<u16>) -> String {
+    match port {
+        Some(p) => format!("context.net.port == {p}"),
+        None => "((context.net.scheme == \"https\" && context.net.port == 443) || \
+                 (context.net.scheme == \"http\" && context.net.port == 80))"
+            .into(),
+    }
+}
+
+fn path_condition(prefix: &str) -> String {
+    // Validation keeps '*' out of prefixes, so the pattern's wildcard is ours alone.
+    if prefix.ends_with('/') {
+        format!("context.net.path like \"{}*\"", escape(prefix))
+    } else {
+        format!(
+            "(context.net.path == \"{p}\" || context.net.path like \"{p}/*\")",
+            p = escape(prefix)
+        )
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use airlock_core::facts::GateConfig;
+    use airlock_core::gate::{Gate, Session};
+    use airlock_core::policy::{builtin_sources, PolicyEngine, PolicySource, Profile};
+    use airlock_core::{Action, DecisionKind};
+
+    fn gate_for(rules: &NetRules) -> Gate {
+        let mut sources = builtin_sources(Profile::Default);
+        sources.push(PolicySource {
+            name: RULES_POLICY_NAME.into(),
+            text: rules_to_cedar(rules),
+        });
+        let engine = PolicyEngine::load(&sources)
+            .unwrap_or_else(|e| panic!("{e}\n{}", rules_to_cedar(rules)));
+        Gate::new(engine, GateConfig::new("/w"))
+    }
+
+    fn decide(gate: &Gate, method: &str, url: &str) -> (DecisionKind, Vec<String>) {
+        let json = serde_json::json!({"type": "net.request", "method": method, "url": url});
+        let e = gate.evaluate(
+            &Session::new("s", "owner"),
+            &Action::from_json(&json.to_string()).unwrap(),
+        );
+        (e.decision, e.policies)
+    }
+
+    fn sample() -> NetRules {
+        let mut rules = NetRules::default();
+        let mut gh = NetRule::for_host("api.github.com");
+        gh.methods = vec!["GET".into(), "HEAD".into()];
+        gh.path_prefix = Some("/repos".into());
+        rules.add(gh).unwrap();
+        let mut asked = NetRule::for_host("*.ask.example");
+        asked.ask = true;
+        asked.port = Some(8443);
+        rules.add(asked).unwrap();
+        let mut pt = NetRule::for_host("pinned.example");
+        pt.pass_through = true;
+        rules.add(pt).unwrap();
+        rules
+    }
+
+    #[test]
+    fn generated_policy_validates_and_decides() {
+        let gate = gate_for(&sample());
+        use DecisionKind::*;
+        assert_eq!(
+            decide(&gate, "GET", "https://api.github.com/repos/x").0,
+            Allow
+        );
+        assert_eq!(
+            decide(&gate, "GET", "https://api.github.com/repos").0,
+            Allow
+        );
+        assert_eq!(
+            decide(&gate, "GET", "https://api.github.com/reposX").0,
+            Deny
+        );
+        assert_eq!(
+            decide(&gate, "POST", "https://api.github.com/repos/x").0,
+            Deny
+        );
+        assert_eq!(
+            decide(&gate, "GET", "https://api.github.com:8443/repos/x").0,
+            Deny
+        );
+        assert_eq!(
+            decide(&gate, "GET", "http://api.github.com/repos/x").0,
+            Allow
+        );
+        assert_eq!(decide(&gate, "GET", "https://other.com/").0, Deny);
+        let (d, ids) = decide(&gate, "DELETE", "https://a.ask.example:8443/anything");
+        assert_eq!((d, ids), (Ask, vec!["net.rule.2".to_string()]));
+        assert_eq!(decide(&gate, "GET", "https://ask.example:8443/").0, Deny);
+        assert_eq!(
+            decide(&gate, "CONNECT", "https://pinned.example:443/").0,
+            Allow
+        );
+        assert_eq!(decide(&gate, "GET", "https://pinned.example/").0, Deny);
+        // A normal rule never allows a blind tunnel.
+        assert_eq!(
+            decide(&gate, "CONNECT", "https://api.github.com:443/").0,
+            Deny
+        );
+    }
+
+    #[test]
+    fn empty_rules_validate() {
+        let gate = gate_for(&NetRules::default());
+        assert_eq!(
+            decide(&gate, "GET", "https://example.com/").0,
+            DecisionKind::Deny
+        );
+    }
+}

@@ -1,0 +1,471 @@
+//! The proxy server: one [`Proxy`] per sandboxed run, listening on that run's UNIX socket.
+//!
+//! It speaks HTTP/1.1 proxy requests: absolute-form `http://` requests, and `CONNECT`
+//! tunnels, which it intercepts with Airlock's CA (so method and path are known) unless the
+//! operator marked the host pass-through.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+use airlock_audit::{AuditLog, Redactor};
+use airlock_core::action::NetRequestAction;
+use airlock_core::gate::{Gate, Session};
+use http::{Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::task::JoinHandle;
+
+use crate::approval::{ApprovalHook, NoApprovals};
+use crate::body::{full, ProxyBody};
+use crate::ca::{upstream_client_config, CaError, CertificateAuthority};
+use crate::exchange::{authorize, connect_checked, handle, Target};
+use crate::limits::{EgressBudget, HostRateLimiter, Limits};
+use crate::net::{Connector, Resolver, SystemResolver, TcpConnector};
+use crate::respond::{text, AuditHandle, Exchange};
+use crate::rules::NetRules;
+use crate::secrets::{Injector, LoadedSecret, Scrubber};
+use crate::ssrf::AddressGuard;
+
+/// Everything a run's proxy needs. Build with [`ProxyConfig::new`], then adjust fields.
+pub struct ProxyConfig {
+    /// The session the run belongs to (its taint is read for every decision; update it
+    /// with [`Proxy::set_session`]).
+    pub session: Session,
+    /// The Gate, loaded with the profile's policies plus [`crate::rules_to_cedar`].
+    pub gate: Arc<Gate>,
+    /// The audit log; decisions and exchanges are appended here.
+    pub audit: Arc<Mutex<AuditLog>>,
+    /// The operator's net rules (pass-through hosts and SSRF exceptions are read here).
+    pub rules: NetRules,
+    /// The interception CA.
+    pub ca: Arc<CertificateAuthority>,
+    /// Decrypted secrets (see [`crate::SecretStore::load_all`]).
+    pub secrets: Vec<LoadedSecret>,
+    /// Extra trusted roots (PEM) for upstream TLS, beside the webpki roots.
+    pub extra_roots_pem: Vec<String>,
+    pub resolver: Arc<dyn Resolver>,
+    pub connector: Arc<dyn Connector>,
+    pub approvals: Arc<dyn ApprovalHook>,
+    pub limits: Limits,
+}
+
+impl ProxyConfig {
+    /// A config with the system resolver, TCP connector, no secrets, no approver (asks
+    /// are denied) and default limits.
+    pub fn new(
+        session: Session,
+        gate: Arc<Gate>,
+        audit: Arc<Mutex<AuditLog>>,
+        rules: NetRules,
+        ca: Arc<CertificateAuthority>,
+    ) -> ProxyConfig {
+        ProxyConfig {
+            session,
+            gate,
+            audit,
+            rules,
+            ca,
+            secrets: Vec::new(),
+            extra_roots_pem: Vec::new(),
+            resolver: Arc::new(SystemResolver),
+            connector: Arc::new(TcpConnector),
+            approvals: Arc::new(NoApprovals),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// Why a proxy could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error(transparent)]
+    Tls(#[from] CaError),
+    #[error("cannot register secret {name} for redaction: {message}")]
+    Redactor { name: String, message: String },
+    #[error("cannot listen on {what}: {source}")]
+    Listen {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("refusing to listen on {0}: the test listener binds loopback only")]
+    NotLoopback(SocketAddr),
+}
+
+pub(crate) struct Inner {
+    session: RwLock<Session>,
+    pub(crate) gate: Arc<Gate>,
+    pub(crate) audit: AuditHandle,
+    pub(crate) rules: NetRules,
+    pub(crate) guard: AddressGuard,
+    pub(crate) ca: Arc<CertificateAuthority>,
+    pub(crate) injector: Injector,
+    pub(crate) scrubber: Option<Scrubber>,
+    pub(crate) upstream_tls: Arc<rustls::ClientConfig>,
+    pub(crate) resolver: Arc<dyn Resolver>,
+    pub(crate) connector: Arc<dyn Connector>,
+    pub(crate) approvals: Arc<dyn ApprovalHook>,
+    pub(crate) limits: Limits,
+    pub(crate) budget: EgressBudget,
+    pub(crate) rate: HostRateLimiter,
+}
+
+impl Inner {
+    pub(crate) fn session(&self) -> Session {
+        self.session
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// A run's egress proxy.
+#[derive(Clone)]
+pub struct Proxy {
+    inner: Arc<Inner>,
+}
+
+/// A listening proxy; dropping it stops accepting (open exchanges finish).
+pub struct ProxyHandle {
+    task: JoinHandle<()>,
+    /// The TCP address (test listener) or `None` for a UNIX socket.
+    pub tcp_addr: Option<SocketAddr>,
+    /// The UNIX socket path, removed on drop.
+    pub socket_path: Option<PathBuf>,
+}
+
+impl Drop for ProxyHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+        if let Some(p) = &self.socket_path {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+impl Proxy {
+    /// Build the proxy. Registers every secret value with the audit log's redactor, so no
+    /// record can ever hold one.
+    pub fn new(cfg: ProxyConfig) -> Result<Proxy, ProxyError> {
+        let mut redactor = Redactor::new();
+        for s in &cfg.secrets {
+            redactor
+                .add(s.info.name.clone(), s.value.clone())
+                .map_err(|e| ProxyError::Redactor {
+                    name: s.info.name.clone(),
+                    message: e.to_string(),
+                })?;
+        }
+        if !redactor.is_empty() {
+            cfg.audit
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .set_redactor(redactor);
+        }
+        let audit = AuditHandle {
+            log: cfg.audit.clone(),
+            session: cfg.session.id.clone(),
+            principal: cfg.session.principal.clone(),
+        };
+        Ok(Proxy {
+            inner: Arc::new(Inner {
+                guard: AddressGuard::new(cfg.rules.allow_private.clone()),
+                scrubber: Scrubber::new(&cfg.secrets),
+                injector: Injector::new(cfg.secrets),
+                upstream_tls: upstream_client_config(&cfg.extra_roots_pem)?,
+                session: RwLock::new(cfg.session),
+                gate: cfg.gate,
+                audit,
+                rules: cfg.rules,
+                ca: cfg.ca,
+                resolver: cfg.resolver,
+                connector: cfg.connector,
+                approvals: cfg.approvals,
+                limits: cfg.limits,
+                budget: EgressBudget::default(),
+                rate: HostRateLimiter::default(),
+            }),
+        })
+    }
+
+    /// Replace the session (its taint changes as the run observes content).
+    pub fn set_session(&self, session: Session) {
+        *self
+            .inner
+            .session
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = session;
+    }
+
+    /// Request bytes sent out so far.
+    pub fn egress_used(&self) -> u64 {
+        self.inner.budget.used()
+    }
+
+    /// Listen on a UNIX socket at `path` (mode 0600; an old socket file is replaced).
+    /// Must be called inside a tokio runtime.
+    pub fn listen_unix(&self, path: &Path) -> Result<ProxyHandle, ProxyError> {
+        use std::os::unix::fs::PermissionsExt;
+        let err = |source| ProxyError::Listen {
+            what: path.display().to_string(),
+            source,
+        };
+        if path.exists() {
+            std::fs::remove_file(path).map_err(err)?;
+        }
+        let listener = tokio::net::UnixListener::bind(path).map_err(err)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+        let inner = self.inner.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                match listener.accept().await {
+                    Ok((s, _)) => {
+                        tokio::spawn(serve_client(inner.clone(), s));
+                    }
+                    Err(e) => tracing::warn!("proxy accept failed: {e}"),
+                }
+            }
+        });
+        Ok(ProxyHandle {
+            task,
+            tcp_addr: None,
+            socket_path: Some(path.to_path_buf()),
+        })
+    }
+
+    /// Listen on a loopback TCP address (tests, and hosts without a sandbox relay yet).
+    pub async fn listen_tcp(&self, addr: SocketAddr) -> Result<ProxyHandle, ProxyError> {
+        if !addr.ip().is_loopback() {
+            return Err(ProxyError::NotLoopback(addr));
+        }
+        let err = |source| ProxyError::Listen {
+            what: addr.to_string(),
+            source,
+        };
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(err)?;
+        let local = listener.local_addr().map_err(err)?;
+        let inner = self.inner.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                match listener.accept().await {
+                    Ok((s, _)) => {
+                        let _ = s.set_nodelay(true);
+                        tokio::spawn(serve_client(inner.clone(), s));
+                    }
+                    Err(e) => tracing::warn!("proxy accept failed: {e}"),
+                }
+            }
+        });
+        Ok(ProxyHandle {
+            task,
+            tcp_addr: Some(local),
+            socket_path: None,
+        })
+    }
+}
+
+async fn serve_client<S>(inner: Arc<Inner>, io: S)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = service_fn(move |req| {
+        let inner = inner.clone();
+        async move { Ok::<_, Infallible>(entry(inner, req).await) }
+    });
+    if let Err(e) = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(io), svc)
+        .with_upgrades()
+        .await
+    {
+        tracing::debug!("proxy client connection ended: {e}");
+    }
+}
+
+async fn entry(inner: Arc<Inner>, req: Request<Incoming>) -> Response<ProxyBody> {
+    if req.method() == Method::CONNECT {
+        return connect(inner, req).await;
+    }
+    let uri = req.uri();
+    match (uri.scheme_str(), uri.host()) {
+        (Some("http"), Some(host)) => {
+            let target = Target {
+                scheme: "http",
+                host: host.trim_matches(['[', ']']).to_ascii_lowercase(),
+                port: uri.port_u16().unwrap_or(80),
+            };
+            handle(inner, req, target).await
+        }
+        _ => text(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "airlock: {} {} is not a proxy request\nhelp: send absolute-form http:// requests or CONNECT host:port (set HTTP_PROXY/HTTPS_PROXY)\n",
+                req.method(),
+                req.uri()
+            ),
+        ),
+    }
+}
+
+fn parse_authority(req: &Request<Incoming>) -> Option<(String, u16)> {
+    let auth = req.uri().authority()?;
+    let port = auth.port_u16()?;
+    let host = auth.host().trim_matches(['[', ']']).to_ascii_lowercase();
+    (!host.is_empty()).then_some((host, port))
+}
+
+async fn connect(inner: Arc<Inner>, mut req: Request<Incoming>) -> Response<ProxyBody> {
+    let Some((host, port)) = parse_authority(&req) else {
+        return text(
+            StatusCode::BAD_REQUEST,
+            format!("airlock: CONNECT {} needs host:port\n", req.uri()),
+        );
+    };
+    let target = Target {
+        scheme: "https",
+        host: host.clone(),
+        port,
+    };
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    if inner.rules.pass_through_for(&host, port).is_some() {
+        return pass_through(inner, target, on_upgrade).await;
+    }
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(up) => intercept(inner, TokioIo::new(up), target).await,
+            Err(e) => tracing::debug!("CONNECT upgrade failed: {e}"),
+        }
+    });
+    Response::new(full(""))
+}
+
+/// Terminate the client's TLS with a leaf for the CONNECT host and serve the requests
+/// inside as ordinary decided exchanges.
+async fn intercept<S>(inner: Arc<Inner>, io: S, target: Target)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let acceptor = tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io);
+    let start = match acceptor.await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::debug!("TLS from the client failed: {e}");
+            return;
+        }
+    };
+    let sni = start
+        .client_hello()
+        .server_name()
+        .map(|s| s.to_ascii_lowercase());
+    if let Some(sni) = sni.filter(|s| *s != target.host) {
+        let ex = Exchange {
+            method: "CONNECT".into(),
+            scheme: "https".into(),
+            host: target.host.clone(),
+            port: target.port,
+            decision: "refused".into(),
+            reason: format!(
+                "TLS server name {sni:?} does not match the CONNECT host {:?}",
+                target.host
+            ),
+            ..Default::default()
+        };
+        inner.audit.exchange(&ex);
+        return; // dropping the handshake: the client sees the connection closed
+    }
+    let cfg = match inner.ca.server_config(&target.host) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("minting a certificate for {} failed: {e}", target.host);
+            return;
+        }
+    };
+    let tls = match start.into_stream(cfg).await {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::debug!("TLS handshake with the client failed: {e}");
+            return;
+        }
+    };
+    let svc = service_fn(move |req| {
+        let (inner, target) = (inner.clone(), target.clone());
+        async move { Ok::<_, Infallible>(handle(inner, req, target).await) }
+    });
+    if let Err(e) = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(tls), svc)
+        .await
+    {
+        tracing::debug!("intercepted connection ended: {e}");
+    }
+}
+
+/// A pass-through host: decided on host and port alone, then tunnelled blind.
+async fn pass_through(
+    inner: Arc<Inner>,
+    target: Target,
+    on_upgrade: hyper::upgrade::OnUpgrade,
+) -> Response<ProxyBody> {
+    let url = format!(
+        "https://{}:{}/",
+        crate::exchange::bracket(&target.host),
+        target.port
+    );
+    let mut ex = Exchange {
+        method: "CONNECT".into(),
+        scheme: "https".into(),
+        host: target.host.clone(),
+        port: target.port,
+        path: "/".into(),
+        ..Default::default()
+    };
+    let action = NetRequestAction {
+        method: "CONNECT".into(),
+        url,
+        headers: vec![],
+        body_bytes: 0,
+    };
+    if let Err(resp) = authorize(&inner, action, &mut ex, &target).await {
+        return resp;
+    }
+    let (mut upstream, addr) = match connect_checked(&inner, &target.host, target.port).await {
+        Ok(s) => s,
+        Err((status, reason)) => {
+            ex.decision = "allow, then refused".into();
+            ex.status = status.as_u16();
+            ex.reason = reason.clone();
+            inner.audit.exchange(&ex);
+            return text(
+                status,
+                format!(
+                    "airlock: CONNECT {}:{} failed: {reason}\n",
+                    target.host, target.port
+                ),
+            );
+        }
+    };
+    ex.upstream = Some(addr.to_string());
+    ex.status = 200;
+    tokio::spawn(async move {
+        if let Ok(up) = on_upgrade.await {
+            let mut client = TokioIo::new(up);
+            match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+                Ok((out, back)) => {
+                    inner.budget.add(out);
+                    ex.request_bytes = out;
+                    ex.response_bytes = back;
+                }
+                Err(e) => ex.reason = format!("tunnel ended: {e}"),
+            }
+        }
+        inner.audit.event(
+            "net.tunnel",
+            json!({"host": ex.host, "port": ex.port, "decision": ex.decision,
+            "request_bytes": ex.request_bytes, "response_bytes": ex.response_bytes,
+            "upstream_addr": ex.upstream, "reason": ex.reason}),
+        );
+    });
+    Response::new(full(""))
+}

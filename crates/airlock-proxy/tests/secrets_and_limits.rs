@@ -1,0 +1,297 @@
+//! Invariants I3/I10 at the proxy: credentials added only at their binding, never shown
+//! back, never logged; TLS name checks; response caps.
+
+mod common;
+
+use std::sync::Arc;
+
+use airlock_proxy::secrets::{HeaderTemplate, LoadedSecret, SecretStore};
+use airlock_proxy::{Limits, NetRule, NetRules, CA_CERT_FILE};
+use common::{rule, Harness, Setup};
+use secrecy::SecretString;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const REAL: &str = "ghp_REALsecretVALUE0123456789";
+
+fn rules(list: Vec<NetRule>) -> NetRules {
+    let mut r = NetRules::default();
+    for x in list {
+        r.add(x).unwrap();
+    }
+    r
+}
+
+/// A secret stored and loaded through the real encrypted store.
+fn stored_secret(dir: &std::path::Path) -> (String, Vec<LoadedSecret>) {
+    let store = SecretStore::new(dir);
+    let ph = store
+        .set(
+            "GH",
+            "api.test",
+            Some("/v1"),
+            HeaderTemplate::bearer(),
+            &SecretString::from(REAL.to_string()),
+        )
+        .unwrap();
+    (ph, store.load_all().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_is_injected_for_bound_host_and_path_only_and_never_shown_back() {
+    let store_dir = tempfile::tempdir().unwrap();
+    let (ph, secrets) = stored_secret(store_dir.path());
+    let h = Harness::start(|port| Setup {
+        rules: rules(vec![
+            rule("api.test", port, &["GET"]),
+            rule("other.test", port, &["GET"]),
+        ]),
+        secrets,
+        ..Default::default()
+    })
+    .await;
+    let auth = format!("Authorization: Bearer {ph}");
+
+    // Bound host and path: the upstream gets the value; the echo comes back scrubbed.
+    let r = h.curl(&["-H", &auth, &h.url("api.test", "/v1/echo")]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let seen = h.seen();
+    assert_eq!(
+        seen[0].header("authorization"),
+        Some(format!("Bearer {REAL}").as_str())
+    );
+    assert!(
+        !r.text().contains(REAL) && !r.stderr.contains(REAL),
+        "real value reached the client: {r:?}"
+    );
+    assert!(
+        r.text().contains(&ph),
+        "echo shows the placeholder: {}",
+        r.text()
+    );
+    assert!(
+        r.stderr
+            .to_ascii_lowercase()
+            .contains(&format!("x-echo-auth: bearer {}", ph.to_ascii_lowercase())),
+        "{}",
+        r.stderr
+    );
+
+    // Same host, path outside the binding: unchanged and flagged.
+    let r = h.curl(&["-H", &auth, &h.url("api.test", "/v2/echo")]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        h.seen()[1].header("authorization"),
+        Some(format!("Bearer {ph}").as_str())
+    );
+
+    // Another allowed host: the placeholder arrives unsubstituted and is flagged.
+    let r = h
+        .curl(&["-H", &auth, &h.url("other.test", "/v1/echo")])
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        h.seen()[2].header("authorization"),
+        Some(format!("Bearer {ph}").as_str())
+    );
+    // In the URL and another header too.
+    let r = h
+        .curl(&[
+            "-H",
+            &format!("X-Token: {ph}"),
+            &format!("{}?t={ph}", h.url("api.test", "/v1/q")),
+        ])
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(h.seen()[3].header("x-token"), Some(ph.as_str()));
+
+    let recs = h.audit_records(1).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let recs = if recs
+        .iter()
+        .filter(|r| r["kind"] == "net.placeholder_misuse")
+        .count()
+        < 4
+    {
+        h.read_audit()
+    } else {
+        recs
+    };
+    let misuse: Vec<(String, String)> = recs
+        .iter()
+        .filter(|r| r["kind"] == "net.placeholder_misuse")
+        .map(|r| {
+            (
+                r["detail"]["host"].as_str().unwrap().to_string(),
+                r["detail"]["location"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    for want in [
+        ("api.test", "header:authorization"),
+        ("other.test", "header:authorization"),
+        ("api.test", "url"),
+        ("api.test", "header:x-token"),
+    ] {
+        assert!(
+            misuse.contains(&(want.0.to_string(), want.1.to_string())),
+            "missing {want:?} in {misuse:?}"
+        );
+    }
+    let log = std::fs::read_to_string(h.audit_dir.join(airlock_audit::LOG_FILE)).unwrap();
+    assert!(!log.contains(REAL), "secret value in the audit log");
+    let ex = h.exchanges("/v1/echo").await;
+    assert!(
+        ex.iter()
+            .any(|r| r["detail"]["secrets_injected"][0] == "GH"),
+        "{ex:?}"
+    );
+    h.assert_audit_verifies().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_header_that_disagrees_with_sni_is_refused() {
+    let h = Harness::start(|port| Setup {
+        rules: rules(vec![
+            rule("api.test", port, &["GET"]),
+            rule("other.test", port, &["GET"]),
+        ]),
+        ..Default::default()
+    })
+    .await;
+    let r = h
+        .curl(&[
+            "-H",
+            &format!("Host: other.test:{}", h.port()),
+            &h.url("api.test", "/x"),
+        ])
+        .await;
+    assert_eq!(r.status, 421, "{r:?}");
+    assert!(
+        r.text().contains("does not match the TLS server name"),
+        "{}",
+        r.text()
+    );
+    assert!(h.connects().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sni_that_disagrees_with_connect_host_is_refused() {
+    let h = Harness::start(|port| Setup {
+        rules: rules(vec![
+            rule("api.test", port, &["GET"]),
+            rule("other.test", port, &["GET"]),
+        ]),
+        ..Default::default()
+    })
+    .await;
+    let mut tcp = tokio::net::TcpStream::connect(h.handle.tcp_addr.unwrap())
+        .await
+        .unwrap();
+    let target = format!("api.test:{}", h.port());
+    tcp.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let n = tcp.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = std::fs::read(h.config.path().join(CA_CERT_FILE)).unwrap();
+    use rustls_pki_types::pem::PemObject;
+    roots
+        .add(rustls_pki_types::CertificateDer::from_pem_slice(&ca).unwrap())
+        .unwrap();
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg));
+    let name = rustls_pki_types::ServerName::try_from("other.test").unwrap();
+    let res = tls.connect(name, tcp).await;
+    assert!(res.is_err(), "handshake with a mismatched SNI must fail");
+    let recs = h.audit_records(1).await;
+    assert!(
+        recs.iter().any(|r| r["detail"]["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("does not match the CONNECT host")),
+        "refusal audited"
+    );
+    assert!(h.connects().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hundred_megabyte_response_is_cut_at_the_cap() {
+    const CAP: u64 = 1024 * 1024;
+    let h = Harness::start(|port| Setup {
+        rules: rules(vec![rule("big.test", port, &["GET"])]),
+        limits: Limits {
+            max_response_body: CAP,
+            ..Limits::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let path = out.path().to_str().unwrap().to_string();
+    let r = h.curl(&["-o", &path, &h.url("big.test", "/big")]).await;
+    let got = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        r.exit != 0,
+        "a cut body must not look complete to the client: {r:?}"
+    );
+    assert!(got <= CAP && got > 0, "client received {got} bytes");
+    let ex = h.exchanges("/big").await;
+    assert_eq!(ex[0]["detail"]["truncated"], true, "{ex:?}");
+    assert_eq!(ex[0]["detail"]["response_bytes"], CAP);
+
+    // A declared length over the cap is refused before any body byte is passed.
+    let r = h.curl(&[&h.url("big.test", "/big-declared")]).await;
+    assert_eq!(r.status, 502, "{r:?}");
+    assert!(
+        r.text().contains("over the 1048576-byte response cap"),
+        "{}",
+        r.text()
+    );
+    // Within the cap, the body arrives whole.
+    let r = h
+        .curl(&["-o", &path, &h.url("big.test", "/bytes/500000")])
+        .await;
+    assert_eq!((r.exit, r.status), (0, 200), "{r:?}");
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 500000);
+    h.assert_audit_verifies().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn egress_budget_and_host_rate_limit_refuse() {
+    let h = Harness::start(|port| Setup {
+        rules: rules(vec![
+            rule("api.test", port, &["GET", "POST"]),
+            rule("other.test", port, &["GET"]),
+        ]),
+        limits: Limits {
+            egress_budget: 4000,
+            host_rate_per_sec: 0.0,
+            host_burst: 3,
+            ..Limits::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    let body = "x".repeat(3000);
+    let r = h.curl(&["--data", &body, &h.url("api.test", "/a")]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = h.curl(&["--data", &body, &h.url("api.test", "/b")]).await;
+    assert_eq!(r.status, 403, "{r:?}");
+    assert!(r.text().contains("egress budget"), "{}", r.text());
+    for _ in 0..2 {
+        h.curl(&[&h.url("other.test", "/r")]).await;
+    }
+    let r = h.curl(&[&h.url("other.test", "/r")]).await;
+    assert_eq!(r.status, 200, "third request within the burst: {r:?}");
+    let r = h.curl(&[&h.url("other.test", "/r")]).await;
+    assert_eq!(r.status, 429, "{r:?}");
+    assert!(h.seen().iter().all(|s| s.path != "/b"));
+}

@@ -1,0 +1,127 @@
+//! `airlock net`: the operator's egress allowlist (`<config>/net-rules.toml`).
+//!
+//! These commands edit operator-owned files in the config dir; nothing inside a sandbox
+//! can reach them.
+
+use airlock_core::policy::{builtin_sources, PolicyEngine, PolicySource, Profile};
+use airlock_proxy::{rules_to_cedar, NetRule, NetRules, RULES_FILE, RULES_POLICY_NAME};
+use clap::Subcommand;
+
+use crate::home::{create_private_dir, Home};
+
+#[derive(Debug, Subcommand)]
+pub enum NetCommand {
+    /// Allow requests to a host: `airlock net allow api.github.com --methods GET,HEAD`.
+    Allow {
+        /// `host` or `host:port` (without a port: 443 for https, 80 for http).
+        target: String,
+        /// Only these methods (comma-separated); default any.
+        #[arg(long, value_delimiter = ',')]
+        methods: Vec<String>,
+        /// Only this path and below (`/p` matches `/p` and `/p/...`).
+        #[arg(long)]
+        path_prefix: Option<String>,
+        /// Ask before each matching request.
+        #[arg(long)]
+        ask: bool,
+        /// Tunnel TLS without interception (decided on host and port only).
+        #[arg(long, conflicts_with_all = ["methods", "path_prefix"])]
+        pass_through: bool,
+    },
+    /// Let the proxy reach one loopback/private `addr:port` (an SSRF exception).
+    AllowPrivate {
+        /// Exact address and port, e.g. `127.0.0.1:8443`.
+        addr: std::net::SocketAddr,
+    },
+    /// List the rules.
+    List,
+    /// Remove a rule by number (`3` or `net.rule.3`), by host, or an allow-private address.
+    Revoke { rule: String },
+}
+
+pub fn run(cmd: NetCommand) -> anyhow::Result<i32> {
+    let home = Home::from_env()?;
+    let mut rules = NetRules::load(&home.config)?;
+    match cmd {
+        NetCommand::List => {
+            if rules.rules.is_empty() && rules.allow_private.is_empty() {
+                println!("no net rules: every request is denied\nhelp: allow a host with `airlock net allow <host>`");
+            }
+            for r in &rules.rules {
+                println!("net.rule.{:<4} {}", r.id, r.describe());
+            }
+            for a in &rules.allow_private {
+                println!("allow-private {a}");
+            }
+            return Ok(0);
+        }
+        NetCommand::Allow {
+            target,
+            methods,
+            path_prefix,
+            ask,
+            pass_through,
+        } => {
+            let (host, port) = NetRule::parse_target(&target)?;
+            let mut rule = NetRule::for_host(&host);
+            rule.port = port;
+            rule.methods = methods
+                .iter()
+                .map(|m| m.trim().to_ascii_uppercase())
+                .filter(|m| !m.is_empty())
+                .collect();
+            rule.path_prefix = path_prefix;
+            rule.ask = ask;
+            rule.pass_through = pass_through;
+            let id = rules.add(rule)?;
+            check_policy(&rules)?;
+            save(&home, &rules)?;
+            println!(
+                "added net.rule.{id}: {}",
+                rules.rules.last().map(|r| r.describe()).unwrap_or_default()
+            );
+        }
+        NetCommand::AllowPrivate { addr } => {
+            if !rules.allow_private.contains(&addr) {
+                rules.allow_private.push(addr);
+            }
+            save(&home, &rules)?;
+            println!("the proxy may now reach {addr} (still only for hosts a rule allows)");
+        }
+        NetCommand::Revoke { rule } => {
+            if let Ok(addr) = rule.parse::<std::net::SocketAddr>() {
+                if rules.allow_private.contains(&addr) {
+                    rules.allow_private.retain(|a| *a != addr);
+                    save(&home, &rules)?;
+                    println!("removed allow-private {addr}");
+                    return Ok(0);
+                }
+            }
+            let gone = rules.revoke(&rule)?;
+            save(&home, &rules)?;
+            for r in gone {
+                println!("removed net.rule.{}: {}", r.id, r.describe());
+            }
+        }
+    }
+    Ok(0)
+}
+
+fn save(home: &Home, rules: &NetRules) -> anyhow::Result<()> {
+    create_private_dir(&home.config)?;
+    rules.save(&home.config)?;
+    Ok(())
+}
+
+/// The generated policy must validate before the file changes, so a bad rule never
+/// reaches a later startup.
+fn check_policy(rules: &NetRules) -> anyhow::Result<()> {
+    let mut sources = builtin_sources(Profile::Default);
+    sources.push(PolicySource {
+        name: RULES_POLICY_NAME.into(),
+        text: rules_to_cedar(rules),
+    });
+    PolicyEngine::load(&sources)
+        .map_err(|e| anyhow::anyhow!("the rule does not make a valid policy: {e}\nhelp: fix the rule; {RULES_FILE} was not changed"))?;
+    Ok(())
+}

@@ -1,0 +1,91 @@
+//! `airlock secret`: credentials the proxy adds at the boundary. Values are read from
+//! stdin only (never argv, where other processes and shell history could see them) and
+//! are never printed.
+
+use std::io::{IsTerminal, Read};
+
+use airlock_proxy::secrets::{HeaderTemplate, SecretStore};
+use clap::Subcommand;
+use secrecy::SecretString;
+
+use crate::home::{create_private_dir, Home};
+
+#[derive(Debug, Subcommand)]
+pub enum SecretCommand {
+    /// Store a secret; the value is read from stdin: `printf %s "$TOKEN" | airlock secret set GH --host api.github.com`.
+    Set {
+        name: String,
+        /// The only host the value is sent to.
+        #[arg(long)]
+        host: String,
+        /// Only for paths equal to or below this prefix.
+        #[arg(long)]
+        path_prefix: Option<String>,
+        /// The header that carries it; `{}` marks where the value goes.
+        #[arg(long, default_value = "Authorization: Bearer {}")]
+        header: String,
+    },
+    /// List names, bindings and placeholders (never values).
+    List,
+    /// Remove a secret.
+    Rm { name: String },
+}
+
+pub fn run(cmd: SecretCommand) -> anyhow::Result<i32> {
+    let home = Home::from_env()?;
+    let store = SecretStore::new(&home.config);
+    match cmd {
+        SecretCommand::Set {
+            name,
+            host,
+            path_prefix,
+            header,
+        } => {
+            let header = HeaderTemplate::parse(&header)?;
+            if std::io::stdin().is_terminal() {
+                anyhow::bail!("the secret value is read from stdin, which is a terminal here\nhelp: pipe it in, e.g. `printf %s \"$TOKEN\" | airlock secret set {name} --host {host}`");
+            }
+            let mut raw = String::new();
+            std::io::stdin()
+                .take(airlock_proxy::secrets::store::MAX_SECRET_BYTES as u64 + 3)
+                .read_to_string(&mut raw)
+                .map_err(|e| anyhow::anyhow!("cannot read the secret value from stdin: {e}"))?;
+            let trimmed = raw
+                .strip_suffix('\n')
+                .map(|s| s.strip_suffix('\r').unwrap_or(s))
+                .unwrap_or(&raw);
+            let value = SecretString::from(trimmed.to_string());
+            drop(raw);
+            create_private_dir(&home.config)?;
+            let placeholder =
+                store.set(&name, &host, path_prefix.as_deref(), header.clone(), &value)?;
+            println!(
+                "stored secret {name} for {host}{} in {}",
+                path_prefix.as_deref().unwrap_or(""),
+                header.display()
+            );
+            println!("placeholder (what a sandbox sees): {placeholder}");
+        }
+        SecretCommand::List => {
+            let list = store.list()?;
+            if list.is_empty() {
+                println!("no secrets\nhelp: add one with `printf %s \"$TOKEN\" | airlock secret set <name> --host <host>`");
+            }
+            for s in list {
+                println!(
+                    "{:<20} {}{}  {}  placeholder {}",
+                    s.name,
+                    s.host,
+                    s.path_prefix.as_deref().unwrap_or(""),
+                    s.header.display(),
+                    s.placeholder
+                );
+            }
+        }
+        SecretCommand::Rm { name } => {
+            store.remove(&name)?;
+            println!("removed secret {name}");
+        }
+    }
+    Ok(0)
+}

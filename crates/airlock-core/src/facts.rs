@@ -53,13 +53,29 @@ const VALUE_OPTIONS: &[&str] = &[
 /// Redirection targets that write nowhere.
 const HARMLESS_WRITE_TARGETS: &[&str] = &["/dev/null", "/dev/stdout", "/dev/stderr"];
 
+/// Finds the absolute path a bare program name resolves to (a PATH search). Supplied by
+/// the caller: the core itself never touches the filesystem.
+pub type ProgramResolver = std::sync::Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
 /// Where the Gate is deciding: the workspace and what the operator configured.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct GateConfig {
     /// Absolute path of the session workspace.
     pub workspace: PathBuf,
     /// Extra protected workspace-relative paths (beyond `.git/hooks`, `.git/config`).
     pub protected: Vec<String>,
+    /// Resolves bare program names for the `program_paths` fact; `None` leaves them unset.
+    pub resolver: Option<ProgramResolver>,
+}
+
+impl std::fmt::Debug for GateConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GateConfig")
+            .field("workspace", &self.workspace)
+            .field("protected", &self.protected)
+            .field("resolver", &self.resolver.is_some())
+            .finish()
+    }
 }
 
 impl GateConfig {
@@ -67,6 +83,7 @@ impl GateConfig {
         GateConfig {
             workspace: workspace.into(),
             protected: Vec::new(),
+            resolver: None,
         }
     }
 }
@@ -109,7 +126,10 @@ pub fn build(action: &Action, taint: &TaintState, role: &str, config: &GateConfi
     let ws = config.workspace.as_path();
     match action {
         Action::Exec(e) => {
-            let shell = shell::normalize(&e.command);
+            let mut shell = shell::normalize(&e.command);
+            if let Some(resolve) = &config.resolver {
+                shell::resolve_programs(&mut shell, resolve.as_ref());
+            }
             let cwd = if e.cwd.is_empty() {
                 ws.to_string_lossy().into_owned()
             } else {
@@ -196,38 +216,33 @@ pub fn build(action: &Action, taint: &TaintState, role: &str, config: &GateConfi
                 detail: json!({}),
             }
         }
-        Action::TaskSchedule(t) => {
-            let prompt = Value::String(t.prompt.clone());
-            let prov = check_args(
-                taint,
-                &[ArgCheck {
-                    name: "prompt".into(),
-                    role: ArgRole::Content,
-                    value: &prompt,
-                }],
-            );
-            ActionFacts {
-                resource: "scheduler".into(),
-                context: json!({"session": session, "provenance": provenance_json(&prov)}),
-                detail: json!({}),
-            }
+        Action::TaskSchedule(t) => prompt_action("scheduler".into(), &t.prompt, session, taint),
+        Action::AgentSpawn(a) => {
+            prompt_action(format!("agent:{}", a.name), &a.prompt, session, taint)
         }
-        Action::AgentSpawn(s) => {
-            let prompt = Value::String(s.prompt.clone());
-            let prov = check_args(
-                taint,
-                &[ArgCheck {
-                    name: "prompt".into(),
-                    role: ArgRole::Content,
-                    value: &prompt,
-                }],
-            );
-            ActionFacts {
-                resource: format!("agent:{}", s.name),
-                context: json!({"session": session, "provenance": provenance_json(&prov)}),
-                detail: json!({}),
-            }
-        }
+    }
+}
+
+/// Schedules and sub-agents carry a prompt into the future; destinations inside it must trace.
+fn prompt_action(
+    resource: String,
+    prompt: &str,
+    session: Value,
+    taint: &TaintState,
+) -> ActionFacts {
+    let prompt = Value::String(prompt.to_string());
+    let prov = check_args(
+        taint,
+        &[ArgCheck {
+            name: "prompt".into(),
+            role: ArgRole::Content,
+            value: &prompt,
+        }],
+    );
+    ActionFacts {
+        resource,
+        context: json!({"session": session, "provenance": provenance_json(&prov)}),
+        detail: json!({}),
     }
 }
 

@@ -173,6 +173,19 @@ impl Gate {
             f.context,
         ) {
             Ok(mut o) => {
+                // No rule, shipped or written by an operator, may pass a command whose
+                // effects the parser could not see: an allow becomes an ask.
+                if o.decision == DecisionKind::Allow
+                    && facts_json["context"]["shell"]["parsed"] == false
+                {
+                    o.decision = DecisionKind::Ask;
+                    o.reasons = vec![format!(
+                        "the command could not be parsed ({}), so no allow rule applies to it",
+                        facts_json["context"]["shell"]["unparsed_reason"]
+                            .as_str()
+                            .unwrap_or("unknown syntax")
+                    )];
+                }
                 if o.decision != DecisionKind::Allow && session.taint.is_tainted() {
                     o.reasons.extend(provenance_reasons(&facts_json));
                 }

@@ -37,7 +37,25 @@ pub fn gate_for(
     let loaded = policies::load(home, profile)?;
     let mut gc = GateConfig::new(workspace);
     gc.protected = cfg.policy.protected_paths.clone();
+    gc.resolver = Some(std::sync::Arc::new(sandbox_path_lookup));
     Ok(Gate::new(loaded.engine, gc))
+}
+
+/// The PATH the sandbox gives commands. The sandbox binds the host's `/usr` read-only, so a
+/// lookup on the host finds what the sandbox would run.
+pub const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
+
+/// First executable file named `program` on [`SANDBOX_PATH`].
+pub fn sandbox_path_lookup(program: &str) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    SANDBOX_PATH
+        .split(':')
+        .map(|dir| std::path::Path::new(dir).join(program))
+        .find_map(|p| {
+            let meta = std::fs::metadata(&p).ok()?;
+            (meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+                .then(|| p.display().to_string())
+        })
 }
 
 /// A session id unique across concurrent processes: `<prefix>-<unix ms>-<pid>`.

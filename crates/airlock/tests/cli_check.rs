@@ -44,6 +44,16 @@ fn check_exit_codes_and_json() {
         .as_array()
         .unwrap()
         .contains(&"ls".into()));
+    // The program's resolved path, from a PATH search like the sandbox's.
+    let paths = v["facts"]["context"]["shell"]["program_paths"]
+        .as_array()
+        .unwrap();
+    assert!(
+        paths
+            .iter()
+            .any(|p| p.as_str().is_some_and(|p| p.ends_with("/ls"))),
+        "{paths:?}"
+    );
 
     let o = run(
         home.path(),

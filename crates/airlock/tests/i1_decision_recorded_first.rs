@@ -90,50 +90,53 @@ fn approval_must_name_the_exact_payload_and_be_recorded() {
         input_schema: serde_json::Value::Null,
         annotations: Default::default(),
     };
-    let ticket = match g.decide(&session, call.clone(), &mut log) {
+    let ask = |log: &mut AuditLog| match g.decide(&session, call.clone(), log) {
         Verdict::Ask(t) => t,
         other => panic!("untraced recipient after taint must ask, got {other:?}"),
     };
     let now = 1_000;
-    let wrong = Approval {
-        approver: "owner".into(),
-        approver_role: "owner".into(),
-        payload_hash: "sha256:00".into(),
-        expires_at: now + 60,
+    let approval = |who: &str, role: &str, hash: &str, expires_at: u64| Approval {
+        approver: who.into(),
+        approver_role: role.into(),
+        payload_hash: hash.into(),
+        expires_at,
     };
-    assert!(g.approve(ticket, &wrong, now, &mut log).is_err());
-    let ticket = match g.decide(&session, call.clone(), &mut log) {
-        Verdict::Ask(t) => t,
-        _ => unreachable!(),
-    };
-    let stranger = Approval {
-        approver: "bob".into(),
-        approver_role: "user".into(),
-        payload_hash: ticket.action_hash.clone(),
-        expires_at: now + 60,
-    };
-    assert!(g.approve(ticket, &stranger, now, &mut log).is_err());
-    let ticket = match g.decide(&session, call.clone(), &mut log) {
-        Verdict::Ask(t) => t,
-        _ => unreachable!(),
-    };
-    let expired = Approval {
-        approver: "owner".into(),
-        approver_role: "owner".into(),
-        payload_hash: ticket.action_hash.clone(),
-        expires_at: now,
-    };
-    assert!(g.approve(ticket, &expired, now, &mut log).is_err());
-    let ticket = match g.decide(&session, call.clone(), &mut log) {
-        Verdict::Ask(t) => t,
-        _ => unreachable!(),
-    };
-    let ok = Approval {
-        approver: "owner".into(),
-        approver_role: "owner".into(),
-        payload_hash: ticket.action_hash.clone(),
-        expires_at: now + 60,
-    };
+    let ticket = ask(&mut log);
+    assert!(
+        g.approve(
+            ticket,
+            &approval("owner", "owner", "sha256:00", now + 60),
+            now,
+            &mut log
+        )
+        .is_err(),
+        "wrong payload"
+    );
+    let ticket = ask(&mut log);
+    let hash = ticket.action_hash.clone();
+    assert!(
+        g.approve(
+            ticket,
+            &approval("bob", "user", &hash, now + 60),
+            now,
+            &mut log
+        )
+        .is_err(),
+        "not the owner"
+    );
+    let ticket = ask(&mut log);
+    assert!(
+        g.approve(
+            ticket,
+            &approval("owner", "owner", &hash, now),
+            now,
+            &mut log
+        )
+        .is_err(),
+        "expired"
+    );
+    let ticket = ask(&mut log);
+    let ok = approval("owner", "owner", &hash, now + 60);
     let token = g.approve(ticket, &ok, now, &mut log).unwrap();
     assert_eq!(
         token.action(),

@@ -21,19 +21,6 @@ const PORT_IO_REFUSED: &[i32] = &[EPERM, libc::ENOSYS];
 /// A path that exists on no system.
 const ABSENT_PATH: &str = "/nonexistent/airlock-probe";
 
-macro_rules! denied {
-    ($name:literal, $what:literal, $run:path, $safe:literal) => {
-        Probe {
-            name: $name,
-            category: C,
-            what: $what,
-            expect: Expect::Errno(&[EPERM]),
-            run: $run,
-            host_safe: $safe,
-        }
-    };
-}
-
 pub const PROBES: &[Probe] = &[
     denied!("init_module", "init_module(empty image)", init_module, true),
     denied!("finit_module", "finit_module(-1)", finit_module, true),

@@ -1,5 +1,20 @@
 //! The probe catalogue, one module per category.
 
+/// A probe that must fail with `EPERM`, the answer of the sandbox's seccomp filter. It
+/// takes the category `C` and the names `Probe`, `Expect`, `EPERM` of the module that uses it.
+macro_rules! denied {
+    ($name:literal, $what:literal, $run:path, $safe:literal) => {
+        Probe {
+            name: $name,
+            category: C,
+            what: $what,
+            expect: Expect::Errno(&[EPERM]),
+            run: $run,
+            host_safe: $safe,
+        }
+    };
+}
+
 pub mod files;
 pub mod foreign;
 pub mod identity;

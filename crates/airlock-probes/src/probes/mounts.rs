@@ -9,19 +9,6 @@ use crate::sys::{c_path, c_str, close, got_from_fd, in_child, last_errno, scratc
 
 const C: Category = Category::Mounts;
 
-macro_rules! denied {
-    ($name:literal, $what:literal, $run:path, $safe:literal) => {
-        Probe {
-            name: $name,
-            category: C,
-            what: $what,
-            expect: Expect::Errno(&[EPERM]),
-            run: $run,
-            host_safe: $safe,
-        }
-    };
-}
-
 pub const PROBES: &[Probe] = &[
     denied!(
         "mount_tmpfs",

@@ -16,19 +16,6 @@ const C: Category = Category::Syscalls;
 /// An address that is never mapped (below `vm.mmap_min_addr`).
 const UNMAPPED_ADDR: usize = 0x1000;
 
-macro_rules! denied {
-    ($name:literal, $what:literal, $run:path, $safe:literal) => {
-        Probe {
-            name: $name,
-            category: C,
-            what: $what,
-            expect: Expect::Errno(&[EPERM]),
-            run: $run,
-            host_safe: $safe,
-        }
-    };
-}
-
 pub const PROBES: &[Probe] = &[
     denied!(
         "ptrace_attach_pid1",

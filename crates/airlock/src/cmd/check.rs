@@ -74,6 +74,7 @@ pub fn run(
     action.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut gc = GateConfig::new(workspace);
     gc.protected = cfg.policy.protected_paths.clone();
+    gc.resolver = Some(std::sync::Arc::new(crate::runtime::sandbox_path_lookup));
     let gate = Gate::new(loaded.engine, gc);
     let session = Session::new("check", "owner");
     let eval = gate.evaluate(&session, &action);

@@ -144,6 +144,12 @@ impl AuditLog {
         self.redactor = Some(redactor);
     }
 
+    /// The redactor in use, created empty if there is none, so that several components can
+    /// each register the secrets they know without dropping the others'.
+    pub fn redactor_mut(&mut self) -> &mut Redactor {
+        self.redactor.get_or_insert_with(Redactor::new)
+    }
+
     /// The audit directory.
     pub fn dir(&self) -> &Path {
         &self.dir

@@ -39,6 +39,8 @@ pub enum CaError {
     BadKey { path: PathBuf, message: String },
     #[error("certificate generation failed: {0}")]
     Generate(String),
+    #[error("half of the egress proxy's CA is missing ({missing})\nhelp: restore it, or remove ca.pem and ca.key from the config dir and run `airlock init` to make a new CA")]
+    Half { missing: PathBuf },
 }
 
 fn gen_err(e: impl std::fmt::Display) -> CaError {
@@ -93,6 +95,35 @@ pub fn generate_ca(dir: &Path) -> Result<PathBuf, CaError> {
         }
     })?;
     Ok(cert_path)
+}
+
+/// Make sure the CA exists in `dir`, creating it if neither half is there. Safe when many
+/// processes start at once (concurrent first runs of `airlock exec`): creation happens
+/// under an exclusive lock on `dir/ca.lock`, and a process that finds the CA complete
+/// after waiting uses it. Half a CA (one file without the other) is an error.
+pub fn ensure_ca(dir: &Path) -> Result<PathBuf, CaError> {
+    let key_path = dir.join(CA_KEY_FILE);
+    let cert_path = dir.join(CA_CERT_FILE);
+    let io = |what: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| CaError::Io { what, path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(io("create", dir))?;
+    let lock_path = dir.join("ca.lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(io("open", &lock_path))?;
+    lock.lock().map_err(io("lock", &lock_path))?;
+    match (cert_path.exists(), key_path.exists()) {
+        (true, true) => Ok(cert_path),
+        (false, false) => generate_ca(dir),
+        (false, true) => Err(CaError::Half { missing: cert_path }),
+        (true, false) => Err(CaError::Half { missing: key_path }),
+    }
+    // The lock is released when `lock` is dropped.
 }
 
 /// The loaded CA, minting and caching leaf certificates.

@@ -14,7 +14,7 @@ pub mod secrets;
 pub mod ssrf;
 
 pub use ca::{
-    generate_ca, upstream_client_config, CertificateAuthority, CA_CERT_FILE, CA_KEY_FILE,
+    ensure_ca, generate_ca, upstream_client_config, CertificateAuthority, CA_CERT_FILE, CA_KEY_FILE,
 };
 pub use net::{BoxFuture, BoxStream, Connector, Resolver, SystemResolver, TcpConnector};
 pub use secrets::SecretStore;

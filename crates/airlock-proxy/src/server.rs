@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
-use airlock_audit::{AuditLog, Redactor};
+use airlock_audit::AuditLog;
 use airlock_core::action::NetRequestAction;
 use airlock_core::gate::{Gate, Session};
 use http::{Method, Request, Response, StatusCode};
@@ -151,20 +151,19 @@ impl Proxy {
     /// Build the proxy. Registers every secret value with the audit log's redactor, so no
     /// record can ever hold one.
     pub fn new(cfg: ProxyConfig) -> Result<Proxy, ProxyError> {
-        let mut redactor = Redactor::new();
-        for s in &cfg.secrets {
-            redactor
-                .add(s.info.name.clone(), s.value.clone())
-                .map_err(|e| ProxyError::Redactor {
-                    name: s.info.name.clone(),
-                    message: e.to_string(),
-                })?;
-        }
-        if !redactor.is_empty() {
-            cfg.audit
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .set_redactor(redactor);
+        {
+            // Add to (never replace) what the log already redacts: the binary registers
+            // every stored secret when it opens the log.
+            let mut log = cfg.audit.lock().unwrap_or_else(|p| p.into_inner());
+            let redactor = log.redactor_mut();
+            for s in &cfg.secrets {
+                redactor
+                    .add(s.info.name.clone(), s.value.clone())
+                    .map_err(|e| ProxyError::Redactor {
+                        name: s.info.name.clone(),
+                        message: e.to_string(),
+                    })?;
+            }
         }
         let audit = AuditHandle {
             log: cfg.audit.clone(),

@@ -70,6 +70,27 @@ pub enum CgroupReport {
     Unavailable { reason: String },
 }
 
+/// The relay to the egress proxy, as it reports itself after its own confinement is in
+/// place (read back from the kernel, like the payload's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelayReport {
+    /// The address the relay listens on inside the sandbox.
+    pub listen: String,
+    /// Device and inode of the socket the relay forwards to (`fstat` of its descriptor);
+    /// the host compares them with the proxy socket it opened.
+    pub socket_dev: u64,
+    pub socket_ino: u64,
+    /// Why a test connection to the proxy failed; `None` when it succeeded.
+    pub upstream_error: Option<String>,
+    pub uid: u32,
+    pub cap_effective: u64,
+    pub cap_bounding: u64,
+    pub no_new_privs: bool,
+    pub seccomp_filters: u32,
+    /// Landlock status of the relay's own ruleset (`fully_enforced`, ...).
+    pub landlock_status: String,
+}
+
 /// The confinement of one run, as read back from the kernel by the payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Attestation {
@@ -97,6 +118,9 @@ pub struct Attestation {
     pub cgroup: CgroupReport,
     /// The weaker mode the operator chose, if any.
     pub weakened: Option<WeakenedMode>,
+    /// The relay to the egress proxy, when the profile has one.
+    #[serde(default)]
+    pub relay: Option<RelayReport>,
 }
 
 /// One way the attested confinement falls short of the profile.
@@ -120,6 +144,8 @@ pub struct HostView {
     pub gid: u32,
     /// The best Landlock ABI of this kernel, capped at what the `landlock` crate knows.
     pub landlock_abi: u32,
+    /// Device and inode of the proxy socket the host passed to the relay.
+    pub relay_socket: Option<(u64, u64)>,
 }
 
 fn shortfall(feature: &str, detail: String, help: &str) -> Shortfall {
@@ -144,6 +170,7 @@ impl Attestation {
         self.verify_privileges(&mut out);
         self.verify_landlock(profile, host, &mut out);
         self.verify_mounts(plan, &mut out);
+        self.verify_relay(profile, host, &mut out);
         if self.weakened != profile.weakened {
             out.push(shortfall(
                 "weakened mode",
@@ -284,6 +311,86 @@ impl Attestation {
                 ),
                 "Landlock ABI 6 (Linux 6.12) scopes signals and abstract UNIX sockets",
             ));
+        }
+    }
+
+    fn verify_relay(&self, profile: &SandboxProfile, host: &HostView, out: &mut Vec<Shortfall>) {
+        let bug = "this is a bug in airlock-sandbox-init";
+        let (relay, report) = match (profile.relay(), &self.relay) {
+            (None, None) => return,
+            (None, Some(_)) => {
+                out.push(shortfall(
+                    "egress relay",
+                    "a relay runs although the profile has none".into(),
+                    bug,
+                ));
+                return;
+            }
+            (Some(_), None) => {
+                out.push(shortfall(
+                    "egress relay",
+                    "the profile asks for a relay to the egress proxy and none reported".into(),
+                    bug,
+                ));
+                return;
+            }
+            (Some(r), Some(rep)) => (r, rep),
+        };
+        let mut bad =
+            |detail: String, help: &str| out.push(shortfall("egress relay", detail, help));
+        let expected = format!("127.0.0.1:{}", relay.port);
+        if report.listen != expected {
+            bad(
+                format!("listens on {}, expected {expected}", report.listen),
+                bug,
+            );
+        }
+        if host.relay_socket != Some((report.socket_dev, report.socket_ino)) {
+            bad(
+                format!(
+                    "forwards to socket {}:{}, the host passed {:?}",
+                    report.socket_dev, report.socket_ino, host.relay_socket
+                ),
+                bug,
+            );
+        }
+        if let Some(e) = &report.upstream_error {
+            bad(
+                format!("cannot reach the egress proxy at {}: {e}", relay.socket.display()),
+                "the sandbox uid must be allowed to write to the proxy socket (chown it to the sandbox uid when airlock runs as root)",
+            );
+        }
+        if report.uid == 0 || report.uid != host.uid {
+            bad(
+                format!("runs as uid {}, expected {}", report.uid, host.uid),
+                bug,
+            );
+        }
+        if report.cap_effective != 0 || report.cap_bounding != 0 || !report.no_new_privs {
+            bad(
+                format!(
+                    "holds privileges: CapEff {:#x}, CapBnd {:#x}, no_new_privs {}",
+                    report.cap_effective, report.cap_bounding, report.no_new_privs
+                ),
+                bug,
+            );
+        }
+        if report.seccomp_filters < FILTER_COUNT {
+            bad(
+                format!(
+                    "has {} seccomp filters, expected at least {FILTER_COUNT}",
+                    report.seccomp_filters
+                ),
+                "build the kernel with CONFIG_SECCOMP_FILTER=y",
+            );
+        }
+        if profile.weakened != Some(WeakenedMode::WithoutLandlock)
+            && report.landlock_status != "fully_enforced"
+        {
+            bad(
+                format!("its Landlock ruleset is {}", report.landlock_status),
+                "enable Landlock: boot with lsm=landlock,... (check /sys/kernel/security/lsm)",
+            );
         }
     }
 

@@ -3,6 +3,7 @@
 
 use std::io::BufReader;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -20,7 +21,8 @@ use crate::mount_plan::MountPlan;
 use crate::output::{pump, OutputCap, OutputMode, Stream};
 use crate::profile::SandboxProfile;
 use crate::protocol::{
-    self, HostCommand, InitRequest, PayloadMessage, StageMessage, Verdict, CONTROL_FD, HANDSHAKE_FD,
+    self, HostCommand, InitRequest, PayloadMessage, StageMessage, Verdict, CONTROL_FD,
+    HANDSHAKE_FD, RELAY_FD,
 };
 
 /// Name of the helper binary.
@@ -126,7 +128,9 @@ impl Sandbox {
         let workspace = profile.validate()?;
         let cwd = profile.resolve_cwd(&workspace, cwd)?;
         let plan = MountPlan::for_profile(profile, &workspace)?;
-        let host = host_view(profile);
+        let relay_socket = open_relay_socket(profile)?;
+        let mut host = host_view(profile);
+        host.relay_socket = relay_socket.as_ref().map(|(_, id)| *id);
         let (cgroup, cgroup_report) = RunCgroup::create(&profile.cgroup);
         let request = InitRequest {
             profile: profile.clone(),
@@ -139,8 +143,9 @@ impl Sandbox {
 
         let (control, control_child) = UnixStream::pair()?;
         let (handshake, handshake_child) = UnixStream::pair()?;
-        let mut child = self.spawn(profile, &control_child, &handshake_child)?;
-        drop((control_child, handshake_child));
+        let relay_fd = relay_socket.as_ref().map(|(fd, _)| fd);
+        let mut child = self.spawn(profile, &control_child, &handshake_child, relay_fd)?;
+        drop((control_child, handshake_child, relay_socket));
         if let Some(cg) = &cgroup {
             if let Err(e) = cg.add(child.id()) {
                 let _ = child.kill();
@@ -196,6 +201,7 @@ impl Sandbox {
         profile: &SandboxProfile,
         control: &UnixStream,
         handshake: &UnixStream,
+        relay: Option<&OwnedFd>,
     ) -> Result<std::process::Child, SandboxError> {
         // Keep the helper and the sockets on descriptors >= 10 so that placing the sockets on
         // 3 and 4 in the child never overwrites one of them.
@@ -206,6 +212,7 @@ impl Sandbox {
         let init_fd = dup_high(init.as_raw_fd())?;
         let control_fd = dup_high(control.as_raw_fd())?;
         let handshake_fd = dup_high(handshake.as_raw_fd())?;
+        let relay_fd = relay.map(|r| dup_high(r.as_raw_fd())).transpose()?;
         // Executed through /proc/self/fd so that a helper in a directory the sandbox uid
         // cannot traverse (e.g. /root/.cargo/bin) still starts after the uid switch.
         let mut cmd = Command::new(format!("/proc/self/fd/{}", init_fd.as_raw_fd()));
@@ -221,12 +228,18 @@ impl Sandbox {
             cmd.uid(profile.sandbox_uid).gid(profile.sandbox_gid);
         }
         let (c, h) = (control_fd.as_raw_fd(), handshake_fd.as_raw_fd());
+        let r = relay_fd.as_ref().map(|f| f.as_raw_fd());
         // SAFETY: the closure only calls dup2, which is async-signal-safe, and allocates
         // nothing.
         unsafe {
             cmd.pre_exec(move || {
                 if libc::dup2(c, CONTROL_FD) < 0 || libc::dup2(h, HANDSHAKE_FD) < 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                if let Some(r) = r {
+                    if libc::dup2(r, RELAY_FD) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 Ok(())
             });
@@ -239,9 +252,39 @@ impl Sandbox {
                 host_uid(profile)
             ),
         })?;
-        drop((init_fd, control_fd, handshake_fd, init));
+        drop((init_fd, control_fd, handshake_fd, relay_fd, init));
         Ok(child)
     }
+}
+
+/// The proxy socket's `O_PATH` descriptor with its device and inode.
+type RelaySocket = (OwnedFd, (u64, u64));
+
+/// Open the proxy socket of the profile's relay as an `O_PATH` descriptor for the helper,
+/// with its device and inode (which the relay's attestation must repeat).
+fn open_relay_socket(profile: &SandboxProfile) -> Result<Option<RelaySocket>, SandboxError> {
+    use std::os::unix::fs::FileTypeExt;
+    let Some(relay) = profile.relay() else {
+        return Ok(None);
+    };
+    let bad = |message: String| SandboxError::Profile {
+        field: "network.socket",
+        message,
+        help: "start the egress proxy first; its socket must exist while the sandbox runs".into(),
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
+        .open(&relay.socket)
+        .map_err(|e| bad(format!("{}: {e}", relay.socket.display())))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| bad(format!("{}: {e}", relay.socket.display())))?;
+    if !meta.file_type().is_socket() {
+        return Err(bad(format!("{} is not a socket", relay.socket.display())));
+    }
+    use std::os::unix::fs::MetadataExt;
+    Ok(Some((OwnedFd::from(file), (meta.dev(), meta.ino()))))
 }
 
 fn dup_high(fd: RawFd) -> Result<OwnedFd, SandboxError> {
@@ -289,6 +332,7 @@ fn host_view(profile: &SandboxProfile) -> HostView {
             egid
         },
         landlock_abi: usable_landlock_abi(),
+        relay_socket: None,
     }
 }
 

@@ -115,6 +115,13 @@ pub enum MountStep {
     Devpts { target: PathBuf },
     /// A symbolic link.
     Symlink { target: PathBuf, points_to: PathBuf },
+    /// A small file written into the sandbox's own (later read-only) root tmpfs, such as
+    /// the egress proxy's CA certificate. The host's file is never mounted.
+    File {
+        target: PathBuf,
+        contents: String,
+        mode: u32,
+    },
     /// `anchor/relative` bound onto itself, resolved below `anchor` without following any
     /// symlink and without leaving the anchor's mount.
     Rebind {
@@ -133,16 +140,17 @@ impl MountStep {
             | MountStep::Bind { target, .. }
             | MountStep::Proc { target }
             | MountStep::Devpts { target }
-            | MountStep::Symlink { target, .. } => target.clone(),
+            | MountStep::Symlink { target, .. }
+            | MountStep::File { target, .. } => target.clone(),
             MountStep::Rebind {
                 anchor, relative, ..
             } => anchor.join(relative),
         }
     }
 
-    /// Whether this step produces a mount (symlinks do not).
+    /// Whether this step produces a mount (symlinks and files do not).
     pub fn is_mount(&self) -> bool {
-        !matches!(self, MountStep::Symlink { .. })
+        !matches!(self, MountStep::Symlink { .. } | MountStep::File { .. })
     }
 
     /// Whether the mount this step produces must end up read-only.
@@ -151,7 +159,10 @@ impl MountStep {
             MountStep::Tmpfs { read_only, .. }
             | MountStep::Bind { read_only, .. }
             | MountStep::Rebind { read_only, .. } => *read_only,
-            MountStep::Proc { .. } | MountStep::Devpts { .. } | MountStep::Symlink { .. } => false,
+            MountStep::Proc { .. }
+            | MountStep::Devpts { .. }
+            | MountStep::Symlink { .. }
+            | MountStep::File { .. } => false,
         }
     }
 
@@ -283,9 +294,35 @@ impl MountPlan {
             target: "/var/tmp".into(),
             points_to: "/tmp".into(),
         });
+        if let Some(cert) = profile.relay().and_then(|r| r.ca_cert.as_ref()) {
+            steps.push(MountStep::File {
+                target: crate::profile::RELAY_CA_CERT.into(),
+                contents: crate::profile::read_ca_cert(cert)?,
+                mode: 0o444,
+            });
+        }
         // After /tmp (so a path under /tmp stays visible), before the workspace.
         for extra in &profile.read_only_paths {
             let path = extra.canonicalize()?;
+            // Inside the sandbox some paths are links the plan itself creates (/var/tmp ->
+            // /tmp). Building a bind target below one would follow it, so refuse clearly.
+            let under_link = steps.iter().find_map(|st| match st {
+                MountStep::Symlink { target, .. } if path.starts_with(target) => {
+                    Some(target.clone())
+                }
+                _ => None,
+            });
+            if let Some(link) = under_link {
+                return Err(SandboxError::Profile {
+                    field: "read_only_paths",
+                    message: format!(
+                        "{} lies under {}, which inside the sandbox is a link the sandbox creates",
+                        path.display(),
+                        link.display()
+                    ),
+                    help: format!("move it to a directory outside {}", link.display()),
+                });
+            }
             let node = if path.is_dir() {
                 NodeKind::Dir
             } else {
@@ -453,6 +490,13 @@ impl fmt::Display for MountPlan {
                 MountStep::Symlink { points_to, .. } => {
                     ("symlink", format!("-> {}", points_to.display()))
                 }
+                MountStep::File { contents, mode, .. } => (
+                    "file",
+                    format!(
+                        "{} bytes, mode {mode:o}, in the read-only root",
+                        contents.len()
+                    ),
+                ),
                 MountStep::Rebind { reason, .. } => (
                     "rebind",
                     match reason {
@@ -502,6 +546,17 @@ mod tests {
             .steps
             .iter()
             .any(|s| s.target() == Path::new("/etc/shadow")));
+    }
+
+    #[test]
+    fn a_read_only_path_under_a_link_the_sandbox_creates_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        let tool = tempfile::Builder::new().tempdir_in("/var/tmp").unwrap();
+        let mut profile = SandboxProfile::new(&ws);
+        profile.read_only_paths.push(tool.path().to_path_buf());
+        let err = MountPlan::for_profile(&profile, &ws).expect_err("must be refused");
+        assert!(err.to_string().contains("/var/tmp"), "{err}");
     }
 
     #[test]

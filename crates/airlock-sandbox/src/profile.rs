@@ -83,9 +83,61 @@ impl Default for Rlimits {
 #[serde(rename_all = "snake_case")]
 pub enum NetworkPolicy {
     /// A fresh network namespace with only loopback up. Nothing leaves the sandbox.
-    /// (The egress proxy adds a relayed variant.)
     #[default]
     LoopbackOnly,
+    /// Loopback only, plus a relay inside the sandbox from `127.0.0.1:<port>` to the egress
+    /// proxy's UNIX socket on the host: the one way out.
+    ProxyRelay(ProxyRelay),
+}
+
+/// The relay to the egress proxy (see [`NetworkPolicy::ProxyRelay`]).
+///
+/// The helper never reaches the socket by path: the host opens it (`O_PATH`) and passes the
+/// descriptor, so the socket can live in a directory the sandbox uid cannot traverse and
+/// nothing of the host's filesystem is mounted for it. The relay connects through
+/// `/proc/self/fd/<fd>`, which needs only write permission on the socket itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyRelay {
+    /// TCP port on the sandbox's `127.0.0.1` the relay listens on (1024 or above: nothing in
+    /// the sandbox holds the capability to bind lower ports). Landlock lets the payload
+    /// connect to it and to no other port beyond [`SandboxProfile::tcp_ports`].
+    #[serde(default = "default_relay_port")]
+    pub port: u16,
+    /// The proxy's UNIX socket on the host. It must not be inside the workspace, and the
+    /// sandbox uid must be allowed to write to it.
+    pub socket: PathBuf,
+    /// A PEM CA certificate on the host, copied into the sandbox read-only at
+    /// [`RELAY_CA_CERT`] (certificates only: a file holding a private key is refused).
+    #[serde(default)]
+    pub ca_cert: Option<PathBuf>,
+}
+
+/// The relay's default port (the customary HTTP proxy port).
+pub const DEFAULT_RELAY_PORT: u16 = 3128;
+/// Where the proxy's CA certificate appears inside the sandbox (read-only).
+pub const RELAY_CA_CERT: &str = "/run/airlock/ca.pem";
+/// The largest CA certificate file accepted.
+pub const MAX_CA_CERT_BYTES: u64 = 64 << 10;
+
+fn default_relay_port() -> u16 {
+    DEFAULT_RELAY_PORT
+}
+
+impl ProxyRelay {
+    /// A relay on [`DEFAULT_RELAY_PORT`] to `socket`, without a CA certificate.
+    pub fn new(socket: impl Into<PathBuf>) -> Self {
+        ProxyRelay {
+            port: DEFAULT_RELAY_PORT,
+            socket: socket.into(),
+            ca_cert: None,
+        }
+    }
+
+    /// `http://127.0.0.1:<port>`, the proxy URL for the payload's environment.
+    pub fn proxy_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
 }
 
 /// cgroup v2 limits, applied when a delegated cgroup is available.
@@ -234,6 +286,26 @@ impl SandboxProfile {
         self.landlock_abi.unwrap_or(available).max(floor)
     }
 
+    /// The TCP ports Landlock opens to the payload: [`SandboxProfile::tcp_ports`] plus the
+    /// relay's port when there is one.
+    pub fn allowed_tcp_ports(&self) -> Vec<u16> {
+        let mut ports = self.tcp_ports.clone();
+        if let NetworkPolicy::ProxyRelay(relay) = &self.network {
+            ports.push(relay.port);
+        }
+        ports.sort_unstable();
+        ports.dedup();
+        ports
+    }
+
+    /// The relay, when the profile has one.
+    pub fn relay(&self) -> Option<&ProxyRelay> {
+        match &self.network {
+            NetworkPolicy::ProxyRelay(r) => Some(r),
+            NetworkPolicy::LoopbackOnly => None,
+        }
+    }
+
     /// All protected workspace-relative paths: the defaults then the profile's own.
     pub fn all_protected_paths(&self) -> Vec<PathBuf> {
         let mut all: Vec<PathBuf> = DEFAULT_PROTECTED_PATHS.iter().map(PathBuf::from).collect();
@@ -350,6 +422,9 @@ impl SandboxProfile {
                 help: "give /tmp at least 1 MiB".into(),
             });
         }
+        if let Some(relay) = self.relay() {
+            validate_relay(relay, &ws)?;
+        }
         Ok(ws)
     }
 
@@ -387,6 +462,82 @@ impl SandboxProfile {
         }
         Ok(resolved)
     }
+}
+
+fn validate_relay(relay: &ProxyRelay, workspace: &Path) -> Result<(), SandboxError> {
+    let bad = |field, message: String, help: &str| SandboxError::Profile {
+        field,
+        message,
+        help: help.into(),
+    };
+    if relay.port < 1024 {
+        return Err(bad(
+            "network.port",
+            format!("relay port {} is below 1024", relay.port),
+            "pick a port from 1024 to 65535 (the default is 3128)",
+        ));
+    }
+    if !relay.socket.is_absolute() {
+        return Err(bad(
+            "network.socket",
+            format!("{} is not an absolute path", relay.socket.display()),
+            "give the absolute path of the egress proxy's UNIX socket",
+        ));
+    }
+    let socket_dir = relay
+        .socket
+        .parent()
+        .and_then(|d| d.canonicalize().ok())
+        .unwrap_or_else(|| relay.socket.clone());
+    if socket_dir.starts_with(workspace) {
+        return Err(bad(
+            "network.socket",
+            format!(
+                "the proxy socket {} is inside the workspace {}",
+                relay.socket.display(),
+                workspace.display()
+            ),
+            "keep the proxy socket in a private directory under the state dir",
+        ));
+    }
+    if let Some(cert) = &relay.ca_cert {
+        let meta = std::fs::metadata(cert).map_err(|e| {
+            bad(
+                "network.ca_cert",
+                format!("{}: {e}", cert.display()),
+                "run `airlock init` to create the egress proxy's CA",
+            )
+        })?;
+        if !meta.is_file() || meta.len() > MAX_CA_CERT_BYTES {
+            return Err(bad(
+                "network.ca_cert",
+                format!("{} is not a regular file of at most 64 KiB", cert.display()),
+                "point ca_cert at the proxy's PEM certificate (ca.pem)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Read the CA certificate the relay's sandbox gets; refuse anything but certificates.
+pub fn read_ca_cert(path: &Path) -> Result<String, SandboxError> {
+    let bad = |message: String| SandboxError::Profile {
+        field: "network.ca_cert",
+        message,
+        help: "point ca_cert at the proxy's PEM certificate (ca.pem), never at a key".into(),
+    };
+    let text =
+        std::fs::read_to_string(path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+    if text.len() as u64 > MAX_CA_CERT_BYTES || !text.contains("-----BEGIN CERTIFICATE-----") {
+        return Err(bad(format!("{} is not a PEM certificate", path.display())));
+    }
+    if text.contains("PRIVATE KEY") {
+        return Err(bad(format!(
+            "{} holds a private key; the sandbox may only get the certificate",
+            path.display()
+        )));
+    }
+    Ok(text)
 }
 
 /// The caller's home directory, from the password database (not `$HOME`, which the caller

@@ -20,6 +20,9 @@ use crate::profile::SandboxProfile;
 pub const CONTROL_FD: i32 = 3;
 /// File descriptor of the handshake channel in the helper.
 pub const HANDSHAKE_FD: i32 = 4;
+/// File descriptor of the egress proxy's socket (an `O_PATH` descriptor) in the helper,
+/// present only when the profile has a relay.
+pub const RELAY_FD: i32 = 5;
 /// The largest message either side accepts.
 pub const MAX_MESSAGE: usize = 16 << 20;
 

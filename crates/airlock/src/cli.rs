@@ -74,6 +74,11 @@ pub enum Command {
         timeout: Option<u64>,
         #[arg(long)]
         profile: Option<String>,
+        /// Give the run this secret's placeholder (repeatable). It appears as an environment
+        /// variable named after the secret in upper case, `-` and `.` as `_`; the proxy
+        /// swaps it for the value only in requests to the secret's bound host and path.
+        #[arg(long = "secret", value_name = "NAME")]
+        secrets: Vec<String>,
         /// The command, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -114,6 +119,7 @@ pub fn main() -> i32 {
     };
     match run(cli) {
         Ok(code) => code,
+        Err(e) if is_broken_pipe(&e) => 128 + 13,
         Err(e) => {
             eprintln!("error: {e:#}");
             1
@@ -152,12 +158,23 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             workspace,
             timeout,
             profile,
+            secrets,
             command,
         } => cmd::exec::run(cmd::exec::ExecArgs {
             workspace,
             timeout,
             profile,
+            secrets,
             command,
         }),
     }
+}
+
+/// The reader of our output went away (`airlock audit tail | head`): exit like a shell
+/// does on SIGPIPE, without an error message.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

@@ -2,9 +2,19 @@
 //! policy logic of its own; decisions come from `airlock-core`, records go to
 //! `airlock-audit`.
 
+/// `println!` that returns the write error instead of panicking, so a closed pipe
+/// (`airlock check … | head`) ends the command quietly (see `cli::main`).
+#[macro_export]
+macro_rules! out {
+    ($($arg:tt)*) => {
+        std::io::Write::write_fmt(&mut std::io::stdout().lock(), format_args!("{}\n", format_args!($($arg)*)))?
+    };
+}
+
 pub mod cli;
 pub mod cmd;
 pub mod config;
+pub mod egress;
 pub mod home;
 pub mod policies;
 pub mod replay;

@@ -24,7 +24,20 @@ pub fn open_audit(home: &Home, cfg: &Config) -> anyhow::Result<AuditLog> {
         checkpoint_every: cfg.audit.checkpoint_every,
         ..AuditOptions::default()
     };
-    AuditLog::open(&home.audit_dir(), signer, opts).map_err(|e| anyhow::anyhow!("{e}"))
+    let mut log =
+        AuditLog::open(&home.audit_dir(), signer, opts).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // Every stored secret is redacted from every record, whatever the run uses: an operator
+    // who pastes a value into a command must not find it in the log (I10).
+    let secrets = airlock_proxy::SecretStore::new(&home.config)
+        .load_all()
+        .map_err(|e| anyhow::anyhow!("cannot load the secrets store for audit redaction: {e}"))?;
+    let redactor = log.redactor_mut();
+    for s in secrets {
+        redactor
+            .add(s.info.name.clone(), s.value)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    Ok(log)
 }
 
 /// The Gate for `workspace` under `profile`.

@@ -207,3 +207,30 @@ fn edited_policy_copy_takes_effect() {
     let o = run(home.path(), &["check", "--json", "--action", &req("POST")]);
     assert_eq!(o.status.code(), Some(20), "{}", text(&o));
 }
+
+#[test]
+fn a_closed_output_pipe_ends_quietly() {
+    use std::io::BufRead;
+    let home = tempfile::tempdir().unwrap();
+    // Enough output to fill any pipe buffer: every call of a large generated trace file.
+    let traces = home.path().join("many.jsonl");
+    let line = r#"{"id":"t","kind":"benign","tools":[{"name":"f","annotations":{"readOnlyHint":true}}],"events":[{"type":"user","text":"hi"},{"type":"call","id":"1","tool":"f","args":{}}]}"#;
+    std::fs::write(&traces, format!("{line}\n").repeat(20_000)).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .env("AIRLOCK_HOME", home.path())
+        .args(["replay", traces.to_str().unwrap(), "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.contains("\"decision\""));
+    // The reader is gone now (stdout dropped with the BufReader).
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(o.status.code(), Some(141), "{err}");
+}

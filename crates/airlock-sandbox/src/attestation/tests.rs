@@ -26,6 +26,7 @@ fn fixture() -> (
         uid: 1000,
         gid: 1000,
         landlock_abi: 7,
+        relay_socket: None,
     };
     let mounts = plan
         .mounts()
@@ -76,6 +77,7 @@ fn fixture() -> (
             reason: "test".into(),
         },
         weakened: None,
+        relay: None,
     };
     (dir, profile, plan, host, att)
 }
@@ -219,4 +221,51 @@ fn kernel_files_parse() {
             count: 1
         }]
     );
+}
+
+#[test]
+fn relay_shortfalls_are_named() {
+    let (_d, mut profile, plan, mut host, mut good) = fixture();
+    profile.network = crate::profile::NetworkPolicy::ProxyRelay(crate::profile::ProxyRelay::new(
+        "/run/x/proxy.sock",
+    ));
+    // The profile asks for a relay; none reported.
+    assert!(features(&good, &profile, &plan, &host).contains(&"egress relay".to_string()));
+    host.relay_socket = Some((7, 42));
+    good.relay = Some(RelayReport {
+        listen: "127.0.0.1:3128".into(),
+        socket_dev: 7,
+        socket_ino: 42,
+        upstream_error: None,
+        uid: 1000,
+        cap_effective: 0,
+        cap_bounding: 0,
+        no_new_privs: true,
+        seccomp_filters: 3,
+        landlock_status: "fully_enforced".into(),
+    });
+    assert_eq!(good.verify(&profile, &plan, &host), vec![]);
+    type Mutation = Box<dyn Fn(&mut RelayReport)>;
+    let cases: Vec<Mutation> = vec![
+        Box::new(|r| r.listen = "0.0.0.0:3128".into()),
+        Box::new(|r| r.socket_ino = 43),
+        Box::new(|r| r.upstream_error = Some("EACCES".into())),
+        Box::new(|r| r.uid = 0),
+        Box::new(|r| r.cap_bounding = 1),
+        Box::new(|r| r.no_new_privs = false),
+        Box::new(|r| r.seccomp_filters = 0),
+        Box::new(|r| r.landlock_status = "not_enforced".into()),
+    ];
+    for (i, mutate) in cases.into_iter().enumerate() {
+        let mut att = good.clone();
+        mutate(att.relay.as_mut().unwrap());
+        let found = features(&att, &profile, &plan, &host);
+        assert!(
+            found.contains(&"egress relay".to_string()),
+            "case {i}: {found:?}"
+        );
+    }
+    // A relay the profile did not ask for is a shortfall too.
+    profile.network = crate::profile::NetworkPolicy::LoopbackOnly;
+    assert!(features(&good, &profile, &plan, &host).contains(&"egress relay".to_string()));
 }

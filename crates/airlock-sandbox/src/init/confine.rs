@@ -49,12 +49,11 @@ pub fn apply_landlock(
         });
     }
     let abi = ABI::from(applied as i32);
-    let fail = |e: &dyn std::fmt::Display| InitError::new("landlock", e.to_string());
     let read = AccessFs::from_read(abi);
     let all = AccessFs::from_all(abi);
     let devices = AccessFs::from_file(abi) & !AccessFs::Execute | AccessFs::ReadDir;
     let proc_access = read | AccessFs::WriteFile;
-    let mut rules: Vec<(&Path, landlock::BitFlags<AccessFs>)> = vec![
+    let rules: Vec<(&Path, landlock::BitFlags<AccessFs>)> = vec![
         (Path::new("/"), read),
         (Path::new("/proc"), proc_access),
         (Path::new("/dev"), devices),
@@ -62,6 +61,49 @@ pub fn apply_landlock(
         (Path::new("/tmp"), all),
         (workspace, all),
     ];
+    let ports: Vec<(u16, landlock::BitFlags<AccessNet>)> = profile
+        .allowed_tcp_ports()
+        .into_iter()
+        .map(|p| (p, AccessNet::from_all(abi)))
+        .collect();
+    restrict(abi, kernel_abi, applied, rules, ports)
+}
+
+/// Restrict the relay to the egress proxy: it reads only `/proc` (its own status), may bind
+/// only its port and connect to no TCP port at all. Its UNIX socket connection goes through
+/// an inherited descriptor, which no filesystem right governs.
+pub fn apply_relay_landlock(
+    profile: &SandboxProfile,
+    port: u16,
+) -> Result<LandlockReport, InitError> {
+    let kernel_abi = kernel_landlock_abi();
+    let applied = usable_landlock_abi();
+    if profile.weakened == Some(WeakenedMode::WithoutLandlock) && applied == 0 {
+        return Ok(LandlockReport {
+            kernel_abi,
+            applied_abi: 0,
+            status: "not_enforced".into(),
+            scoped: false,
+            signal_probe_errno: None,
+        });
+    }
+    let abi = ABI::from(applied as i32);
+    let rules = vec![(Path::new("/proc"), AccessFs::from_read(abi))];
+    let ports = vec![(port, AccessNet::BindTcp.into())];
+    restrict(abi, kernel_abi, applied, rules, ports)
+}
+
+/// Build a ruleset handling every right of `abi`, allow exactly `rules` and `ports`, and
+/// restrict the calling process.
+fn restrict(
+    abi: ABI,
+    kernel_abi: u32,
+    applied: u32,
+    mut rules: Vec<(&Path, landlock::BitFlags<AccessFs>)>,
+    ports: Vec<(u16, landlock::BitFlags<AccessNet>)>,
+) -> Result<LandlockReport, InitError> {
+    let fail = |e: &dyn std::fmt::Display| InitError::new("landlock", e.to_string());
+    let all = AccessFs::from_all(abi);
     rules.retain(|(p, _)| p.exists());
     let scopes = Scope::from_all(abi);
     let mut ruleset = Ruleset::default()
@@ -80,9 +122,9 @@ pub fn apply_landlock(
             .map_err(|e| fail(&e))?;
     }
     if !AccessNet::from_all(abi).is_empty() {
-        for port in &profile.tcp_ports {
+        for (port, access) in ports {
             ruleset = ruleset
-                .add_rule(NetPort::new(*port, AccessNet::from_all(abi)))
+                .add_rule(NetPort::new(port, access))
                 .map_err(|e| fail(&e))?;
         }
     }
@@ -161,5 +203,6 @@ pub fn collect_attestation(
         mounts: attestation::parse_mountinfo(&read("/proc/self/mountinfo")?),
         cgroup,
         weakened: profile.weakened,
+        relay: None,
     })
 }

@@ -11,12 +11,15 @@
 //!    (parent-death signal), brings up loopback, executes the mount plan and pivots, drops
 //!    every capability (bounding and ambient too) and sets no_new_privs, forks the payload
 //!    and reaps until the payload exits; its exit ends every process in the namespace.
+//!    When the profile has a relay to the egress proxy, PID 1 first forks it (see
+//!    [`relay`]) and waits for its report, which joins the payload's attestation.
 //! 3. **the payload**: `setsid`, parent-death signal, working directory, rlimits, Landlock,
 //!    seccomp (last), then reads back its confinement from the kernel, sends the
 //!    attestation to the host and waits for the host's verdict before `execve`.
 
 mod confine;
 mod mounts;
+mod relay;
 mod sys;
 
 use std::ffi::CString;
@@ -29,8 +32,10 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult, Pid};
 
+use crate::attestation::RelayReport;
 use crate::protocol::{
-    self, HostCommand, InitRequest, PayloadMessage, StageMessage, Verdict, CONTROL_FD, HANDSHAKE_FD,
+    self, HostCommand, InitRequest, PayloadMessage, StageMessage, Verdict, CONTROL_FD,
+    HANDSHAKE_FD, RELAY_FD,
 };
 
 /// A failed setup step.
@@ -70,8 +75,9 @@ pub fn main() -> ! {
 }
 
 fn stage0() -> i32 {
-    // Nothing the host leaked may reach the sandbox.
-    if let Err(e) = sys::close_from(HANDSHAKE_FD as u32 + 1) {
+    // Nothing the host leaked may reach the sandbox (fd 5 is the proxy socket of a relay;
+    // it is closed below when the profile has none).
+    if let Err(e) = sys::close_from(RELAY_FD as u32 + 1) {
         eprintln!("airlock-sandbox-init: close_range: {e}");
         return EXIT_SETUP_FAILED;
     }
@@ -89,6 +95,22 @@ fn stage0() -> i32 {
             return EXIT_SETUP_FAILED;
         }
     };
+    // SAFETY: F_GETFD only queries flags of an integer fd.
+    let have_relay_fd = unsafe { libc::fcntl(RELAY_FD, libc::F_GETFD) } >= 0;
+    match (request.profile.relay().is_some(), have_relay_fd) {
+        (true, false) => {
+            report_stage_failure(
+                &mut control,
+                InitError::new("egress relay", "the host passed no proxy socket"),
+            );
+            return EXIT_SETUP_FAILED;
+        }
+        // SAFETY: closing fd 5, which no Rust object in this process owns.
+        (false, true) => unsafe {
+            libc::close(RELAY_FD);
+        },
+        _ => {}
+    }
     let child = match create_namespaces().and_then(|()| fork_pid1(&request)) {
         Ok(child) => child,
         Err(e) => {
@@ -96,9 +118,12 @@ fn stage0() -> i32 {
             return EXIT_SETUP_FAILED;
         }
     };
-    // The handshake channel belongs to the sandbox now.
-    // SAFETY: closing fd 4, which no Rust object in this process owns.
-    unsafe { libc::close(HANDSHAKE_FD) };
+    // The handshake channel and the proxy socket belong to the sandbox now.
+    // SAFETY: closing fds 4 and 5, which no Rust object in this process owns.
+    unsafe {
+        libc::close(HANDSHAKE_FD);
+        libc::close(RELAY_FD);
+    }
     let status = supervise(&mut control, child);
     let _ = protocol::send(&mut control, &StageMessage::Exited { status });
     status
@@ -211,9 +236,22 @@ fn pid1(request: &InitRequest) -> ! {
         report_payload_failure(&mut handshake, e);
         std::process::exit(EXIT_SETUP_FAILED);
     }
+    let relay = match request.profile.relay() {
+        Some(r) => match relay::start(request, r.port) {
+            Ok((_pid, report)) => Some(report),
+            Err(e) => {
+                report_payload_failure(&mut handshake, e);
+                std::process::exit(EXIT_SETUP_FAILED);
+            }
+        },
+        None => None,
+    };
+    // Only the relay keeps the proxy socket.
+    // SAFETY: closing fd 5, which no Rust object in this process owns (EBADF without relay).
+    unsafe { libc::close(RELAY_FD) };
     // SAFETY: single-threaded process.
     let payload = match unsafe { fork() } {
-        Ok(ForkResult::Child) => run_payload(request, handshake),
+        Ok(ForkResult::Child) => run_payload(request, handshake, relay),
         Ok(ForkResult::Parent { child }) => child,
         Err(e) => {
             report_payload_failure(
@@ -294,10 +332,13 @@ fn report_payload_failure(handshake: &mut UnixStream, e: InitError) {
 }
 
 /// The payload process. Never returns.
-fn run_payload(request: &InitRequest, mut handshake: UnixStream) -> ! {
+fn run_payload(request: &InitRequest, mut handshake: UnixStream, relay: Option<RelayReport>) -> ! {
     let attestation = confine_payload(request);
     let attestation = match attestation {
-        Ok(a) => a,
+        Ok(mut a) => {
+            a.relay = relay;
+            a
+        }
         Err(e) => {
             report_payload_failure(&mut handshake, e);
             std::process::exit(EXIT_SETUP_FAILED);

@@ -181,6 +181,20 @@ pub fn build_root(plan: &MountPlan) -> Result<(), InitError> {
                 }
                 std::os::unix::fs::symlink(points_to, &dst).map_err(|e| err("symlink", &dst, e))?;
             }
+            MountStep::File { contents, mode, .. } => {
+                use std::os::unix::fs::OpenOptionsExt;
+                if let Some(parent) = dst.parent() {
+                    mkdirs(parent)?;
+                }
+                let mut file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(*mode)
+                    .open(&dst)
+                    .map_err(|e| err("file", &dst, e))?;
+                std::io::Write::write_all(&mut file, contents.as_bytes())
+                    .map_err(|e| err("file", &dst, e))?;
+            }
             MountStep::Rebind {
                 anchor,
                 relative,

@@ -11,7 +11,7 @@ pub fn verify() -> anyhow::Result<i32> {
         airlock_audit::verify(&home.audit_dir(), &key).map_err(|e| anyhow::anyhow!("{e}"))?;
     match &report.problem {
         None => {
-            println!(
+            crate::out!(
                 "audit log OK: {} records, {} signed checkpoints (last covers seq {}), {} unsigned tail records",
                 report.records,
                 report.checkpoints,
@@ -19,7 +19,7 @@ pub fn verify() -> anyhow::Result<i32> {
                 report.unsigned_tail
             );
             if report.unsigned_tail > 0 {
-                println!(
+                crate::out!(
                     "warning: {} records after the last signed checkpoint: expected after a crash, but a removed final checkpoint looks the same\nhelp: a cleanly closed log has none; compare with your last known checkpoint",
                     report.unsigned_tail
                 );
@@ -38,9 +38,9 @@ pub fn tail(n: usize, as_json: bool) -> anyhow::Result<i32> {
     let records = airlock_audit::tail(&home.audit_dir(), n).map_err(|e| anyhow::anyhow!("{e}"))?;
     for r in records {
         if as_json {
-            println!("{r}");
+            crate::out!("{r}");
         } else {
-            println!("{}", airlock_audit::format_record_line(&r));
+            crate::out!("{}", airlock_audit::format_record_line(&r));
         }
     }
     Ok(0)

@@ -79,13 +79,13 @@ pub fn run(
     let session = Session::new("check", "owner");
     let eval = gate.evaluate(&session, &action);
     if as_json {
-        println!(
+        crate::out!(
             "{}",
             json!({"decision": eval.decision.as_str(), "reasons": eval.reasons, "policies": eval.policies,
                    "facts": eval.facts, "action_hash": eval.action_hash, "profile": profile.name()})
         );
     } else {
-        println!(
+        crate::out!(
             "decision: {} (profile {})",
             eval.decision.as_str(),
             profile.name()
@@ -96,9 +96,9 @@ pub fn run(
                 .get(i)
                 .map(|p| format!(" [{p}]"))
                 .unwrap_or_default();
-            println!("  reason{by}: {}", r.replace('\n', "\n    "));
+            crate::out!("  reason{by}: {}", r.replace('\n', "\n    "));
         }
-        println!("facts: {}", serde_json::to_string_pretty(&eval.facts)?);
+        crate::out!("facts: {}", serde_json::to_string_pretty(&eval.facts)?);
     }
     Ok(exit_code(eval.decision))
 }

@@ -34,13 +34,13 @@ fn locate_probes() -> anyhow::Result<PathBuf> {
 pub fn run() -> anyhow::Result<i32> {
     let home = Home::from_env()?;
     let cfg = config::load(&home.config_file())?;
-    println!("== host support\n{}", host_support());
+    crate::out!("== host support\n{}", host_support());
     match cfg.sandbox.weakened {
-        Some(w) => println!(
+        Some(w) => crate::out!(
             "!! weakened sandbox mode configured: {} (written into every audit record)\n",
             w.name()
         ),
-        None => println!("sandbox mode: full confinement\n"),
+        None => crate::out!("sandbox mode: full confinement\n"),
     }
 
     let tmp = std::env::temp_dir().join(format!("airlock-doctor-{}", std::process::id()));
@@ -72,7 +72,7 @@ fn probe_run(
     profile.weakened = cfg.sandbox.weakened;
     profile.timeout_secs = 60;
     profile.read_only_paths.push(probes.clone());
-    println!(
+    crate::out!(
         "== sandbox profile applied to every run\n{}",
         describe_profile(&profile).map_err(|e| anyhow::anyhow!("{e}"))?
     );
@@ -132,7 +132,7 @@ fn probe_run(
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     log.close().map_err(|e| anyhow::anyhow!("{e}"))?;
 
-    println!("== escape probes (inside a real sandbox)");
+    crate::out!("== escape probes (inside a real sandbox)");
     let mut failed = 0usize;
     let mut passed = 0usize;
     for line in String::from_utf8_lossy(&outcome.stdout).lines() {
@@ -148,7 +148,7 @@ fn probe_run(
         } else {
             failed += 1;
         }
-        println!(
+        crate::out!(
             "  {} {:<34} {:<12} expected {:<18} got {}",
             if ok { "pass" } else { "FAIL" },
             v["probe"].as_str().unwrap_or("?"),
@@ -161,20 +161,20 @@ fn probe_run(
         || udp.recv_from(&mut [0u8; 64]).is_ok()
         || abstract_sock.accept().is_ok();
     if leaked {
-        println!(
+        crate::out!(
             "  FAIL a host listener on loopback received a connection from inside the sandbox"
         );
         failed += 1;
     }
     if passed + failed == 0 {
-        println!(
+        crate::out!(
             "  FAIL the probes printed no results (exit {}): {}",
             outcome.status,
             String::from_utf8_lossy(&outcome.stderr)
         );
         return Ok(1);
     }
-    println!("{passed} passed, {failed} failed");
+    crate::out!("{passed} passed, {failed} failed");
     Ok(if failed == 0 { 0 } else { 1 })
 }
 

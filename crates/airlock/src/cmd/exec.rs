@@ -1,8 +1,13 @@
 //! `airlock exec`: decide a command at the Gate, record the decision, run it in the
 //! verified sandbox, and record the result with the run's attestation.
+//!
+//! Every run gets its own egress proxy ([`crate::egress`]) sharing the command's Gate,
+//! audit log and session; the sandbox reaches it through the relay on
+//! `127.0.0.1:3128` and reaches nothing else.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::json;
 
@@ -12,6 +17,7 @@ use airlock_core::gate::{Approval, Session, Verdict};
 use airlock_core::Authorized;
 use airlock_sandbox::{OutputMode, Sandbox, SandboxProfile};
 
+use crate::egress::{Egress, EgressSetup};
 use crate::home::Home;
 use crate::{config, policies, runtime};
 
@@ -24,7 +30,27 @@ pub struct ExecArgs {
     pub workspace: Option<PathBuf>,
     pub timeout: Option<u64>,
     pub profile: Option<String>,
+    /// Secrets whose placeholders the run gets (`--secret NAME`, repeatable).
+    pub secrets: Vec<String>,
     pub command: Vec<String>,
+}
+
+fn lock(log: &Mutex<airlock_audit::AuditLog>) -> MutexGuard<'_, airlock_audit::AuditLog> {
+    log.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Close the shared log once every other holder is gone.
+fn close_log(log: Arc<Mutex<airlock_audit::AuditLog>>) -> anyhow::Result<()> {
+    match Arc::try_unwrap(log) {
+        Ok(m) => m
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner())
+            .close()
+            .map_err(|e| anyhow::anyhow!("{e}")),
+        // Still shared (a proxy record pending past its timeout): dropping the last handle
+        // signs the final checkpoint.
+        Err(_) => Ok(()),
+    }
 }
 
 pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
@@ -47,8 +73,10 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         .filter(|c| c.starts_with(&workspace))
         .unwrap_or_else(|| workspace.clone());
 
-    let gate = runtime::gate_for(&home, &cfg, profile, &workspace)?;
-    let mut log = runtime::open_audit(&home, &cfg)?;
+    // Loaded before deciding: a missing CA or an unknown secret stops the run here.
+    let egress_setup = EgressSetup::load(&home, &args.secrets)?;
+    let gate = Arc::new(runtime::gate_for(&home, &cfg, profile, &workspace)?);
+    let log = Arc::new(Mutex::new(runtime::open_audit(&home, &cfg)?));
     let mut session = Session::new(runtime::session_id("exec"), "owner");
     let command = args.command.join(" ");
     // The operator typed this command: it is trusted input of the session.
@@ -59,7 +87,8 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         env: vec![],
     };
 
-    let token = match gate.decide(&session, action, &mut log) {
+    let verdict = gate.decide(&session, action, &mut *lock(&log));
+    let token = match verdict {
         Verdict::Allow(token) => token,
         Verdict::Deny(d) => {
             eprintln!(
@@ -69,7 +98,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
             if !d.policies.is_empty() {
                 eprintln!("  decided by: {}", d.policies.join(", "));
             }
-            log.close().ok();
+            close_log(log).ok();
             return Ok(EXIT_REFUSED);
         }
         Verdict::Ask(ticket) => {
@@ -79,14 +108,14 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
                 &ticket.reasons,
             )?;
             if !approved {
-                let _ = log.append(
+                let _ = lock(&log).append(
                     AuditEvent::new("approval-denied", &session.id, "owner").with_action(
                         json!({"command": ticket.action().command}),
                         ticket.action_hash.clone(),
                     ),
                 );
                 eprintln!("airlock: not approved; the command did not run");
-                log.close().ok();
+                close_log(log).ok();
                 return Ok(EXIT_REFUSED);
             }
             let approval = Approval {
@@ -95,7 +124,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
                 payload_hash: ticket.action_hash.clone(),
                 expires_at: runtime::now_unix() + APPROVAL_TTL_SECS,
             };
-            gate.approve(ticket, &approval, runtime::now_unix(), &mut log)
+            gate.approve(ticket, &approval, runtime::now_unix(), &mut *lock(&log))
                 .map_err(|e| anyhow::anyhow!("{e}"))?
         }
     };
@@ -111,8 +140,28 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
     profile_sb
         .protected_paths
         .extend(cfg.policy.protected_paths.iter().map(PathBuf::from));
-    let status = run_authorized(&token, &profile_sb, &session, &mut log);
-    log.close().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let egress = Egress::start(
+        egress_setup,
+        &home,
+        &session,
+        gate.clone(),
+        log.clone(),
+        cfg.sandbox.uid,
+    )
+    .and_then(|e| e.configure(&mut profile_sb).map(|()| e));
+    let egress = match egress {
+        Ok(e) => e,
+        Err(e) => {
+            record_execution(&token, &session, &log, json!({"refused": e.to_string()}));
+            close_log(log).ok();
+            return Err(e.into());
+        }
+    };
+    let status = run_authorized(&token, &profile_sb, &session, &log, &egress);
+    if !egress.finish() {
+        eprintln!("airlock: warning: some egress records were still pending when the run ended");
+    }
+    close_log(log)?;
     status
 }
 
@@ -121,16 +170,21 @@ fn run_authorized(
     token: &Authorized<ExecAction>,
     profile: &SandboxProfile,
     session: &Session,
-    log: &mut airlock_audit::AuditLog,
+    log: &Mutex<airlock_audit::AuditLog>,
+    egress: &Egress,
 ) -> anyhow::Result<i32> {
     let sandbox = Sandbox::locate().map_err(|e| anyhow::anyhow!("{e}"))?;
     let outcome = sandbox.run(token, profile, OutputMode::Inherit);
+    let egress_detail = || {
+        json!({"proxy": egress.proxy_url(), "socket": egress.socket_path(),
+        "secrets": egress.secret_names(), "request_bytes": egress.egress_bytes()})
+    };
     let (detail, result) = match outcome {
         Ok(o) => {
             let detail = json!({
                 "status": o.status, "timed_out": o.timed_out, "truncated": o.truncated,
                 "elapsed_ms": o.elapsed.as_millis() as u64, "attestation": o.attestation,
-                "weakened": profile.weakened.map(|w| w.name()),
+                "weakened": profile.weakened.map(|w| w.name()), "egress": egress_detail(),
             });
             if o.timed_out {
                 eprintln!(
@@ -141,20 +195,30 @@ fn run_authorized(
             (detail, Ok(o.status))
         }
         Err(e) => (
-            json!({"refused": e.to_string()}),
+            json!({"refused": e.to_string(), "egress": egress_detail()}),
             Err(anyhow::anyhow!("{e}")),
         ),
     };
+    record_execution(token, session, log, detail);
+    result
+}
+
+/// Append the execution record of an authorized command.
+fn record_execution(
+    token: &Authorized<ExecAction>,
+    session: &Session,
+    log: &Mutex<airlock_audit::AuditLog>,
+    detail: serde_json::Value,
+) {
     let ev = AuditEvent::new("execution", &session.id, "owner")
         .with_action(
             json!({"command": token.action().command}),
             token.action_hash().to_string(),
         )
         .with_detail(detail);
-    if let Err(e) = log.append(ev) {
+    if let Err(e) = lock(log).append(ev) {
         eprintln!("airlock: warning: the execution record could not be written: {e}");
     }
-    result
 }
 
 /// Ask on the controlling terminal. No terminal means no approver: deny.

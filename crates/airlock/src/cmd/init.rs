@@ -17,9 +17,9 @@ pub fn run(force: bool) -> anyhow::Result<i32> {
     let cfg = home.config_file();
     if force || !cfg.exists() {
         std::fs::write(&cfg, DEFAULT_CONFIG)?;
-        println!("wrote {}", cfg.display());
+        crate::out!("wrote {}", cfg.display());
     } else {
-        println!("kept  {}", cfg.display());
+        crate::out!("kept  {}", cfg.display());
     }
     for profile in Profile::all() {
         let dir = home.policy_dir().join(profile.name());
@@ -28,9 +28,9 @@ pub fn run(force: bool) -> anyhow::Result<i32> {
             let file = home.config.join(&src.name);
             if force || !file.exists() {
                 std::fs::write(&file, &src.text)?;
-                println!("wrote {}", file.display());
+                crate::out!("wrote {}", file.display());
             } else {
-                println!("kept  {}", file.display());
+                crate::out!("kept  {}", file.display());
             }
         }
     }
@@ -41,22 +41,15 @@ pub fn run(force: bool) -> anyhow::Result<i32> {
     create_private_dir(home.audit_key().parent().unwrap_or(&home.config))?;
     let signer = airlock_audit::CheckpointSigner::load_or_create(&home.audit_key())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    println!(
+    crate::out!(
         "audit signing key {} (id {})",
         home.audit_key().display(),
         signer.key_id()
     );
     create_private_dir(&home.audit_dir())?;
     // The proxy's interception CA: the key stays in the config dir; sandboxes get ca.pem only.
-    if home.config.join(airlock_proxy::CA_KEY_FILE).exists() {
-        println!(
-            "kept  {}",
-            home.config.join(airlock_proxy::CA_KEY_FILE).display()
-        );
-    } else {
-        let cert = airlock_proxy::generate_ca(&home.config).map_err(|e| anyhow::anyhow!("{e}"))?;
-        println!("egress proxy CA {}", cert.display());
-    }
-    println!("state in {}", home.state.display());
+    let cert = airlock_proxy::ensure_ca(&home.config).map_err(|e| anyhow::anyhow!("{e}"))?;
+    crate::out!("egress proxy CA {}", cert.display());
+    crate::out!("state in {}", home.state.display());
     Ok(0)
 }

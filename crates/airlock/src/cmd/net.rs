@@ -45,13 +45,13 @@ pub fn run(cmd: NetCommand) -> anyhow::Result<i32> {
     match cmd {
         NetCommand::List => {
             if rules.rules.is_empty() && rules.allow_private.is_empty() {
-                println!("no net rules: every request is denied\nhelp: allow a host with `airlock net allow <host>`");
+                crate::out!("no net rules: every request is denied\nhelp: allow a host with `airlock net allow <host>`");
             }
             for r in &rules.rules {
-                println!("net.rule.{:<4} {}", r.id, r.describe());
+                crate::out!("net.rule.{:<4} {}", r.id, r.describe());
             }
             for a in &rules.allow_private {
-                println!("allow-private {a}");
+                crate::out!("allow-private {a}");
             }
             return Ok(0);
         }
@@ -76,7 +76,7 @@ pub fn run(cmd: NetCommand) -> anyhow::Result<i32> {
             let id = rules.add(rule)?;
             check_policy(&rules)?;
             save(&home, &rules)?;
-            println!(
+            crate::out!(
                 "added net.rule.{id}: {}",
                 rules.rules.last().map(|r| r.describe()).unwrap_or_default()
             );
@@ -86,21 +86,21 @@ pub fn run(cmd: NetCommand) -> anyhow::Result<i32> {
                 rules.allow_private.push(addr);
             }
             save(&home, &rules)?;
-            println!("the proxy may now reach {addr} (still only for hosts a rule allows)");
+            crate::out!("the proxy may now reach {addr} (still only for hosts a rule allows)");
         }
         NetCommand::Revoke { rule } => {
             if let Ok(addr) = rule.parse::<std::net::SocketAddr>() {
                 if rules.allow_private.contains(&addr) {
                     rules.allow_private.retain(|a| *a != addr);
                     save(&home, &rules)?;
-                    println!("removed allow-private {addr}");
+                    crate::out!("removed allow-private {addr}");
                     return Ok(0);
                 }
             }
             let gone = rules.revoke(&rule)?;
             save(&home, &rules)?;
             for r in gone {
-                println!("removed net.rule.{}: {}", r.id, r.describe());
+                crate::out!("removed net.rule.{}: {}", r.id, r.describe());
             }
         }
     }

@@ -9,20 +9,22 @@ pub fn check(profile_flag: Option<&str>) -> anyhow::Result<i32> {
     let profile = policies::pick_profile(profile_flag, &cfg.policy.profile)?;
     let loaded = policies::load(&home, profile)?;
     let s = loaded.engine.summary(loaded.files.clone());
-    println!(
+    crate::out!(
         "profile {}: {} policies valid against the Airlock schema",
         profile.name(),
         s.ids.len()
     );
     for f in &s.files {
-        println!("  file   {f}");
+        crate::out!("  file   {f}");
     }
-    println!(
+    crate::out!(
         "  permit {}   ask {}   forbid {}",
-        s.permits, s.asks, s.forbids
+        s.permits,
+        s.asks,
+        s.forbids
     );
     for id in &s.ids {
-        println!("  - {id}");
+        crate::out!("  - {id}");
     }
     Ok(0)
 }

@@ -59,20 +59,20 @@ pub fn run(cmd: SecretCommand) -> anyhow::Result<i32> {
             create_private_dir(&home.config)?;
             let placeholder =
                 store.set(&name, &host, path_prefix.as_deref(), header.clone(), &value)?;
-            println!(
+            crate::out!(
                 "stored secret {name} for {host}{} in {}",
                 path_prefix.as_deref().unwrap_or(""),
                 header.display()
             );
-            println!("placeholder (what a sandbox sees): {placeholder}");
+            crate::out!("placeholder (what a sandbox sees): {placeholder}");
         }
         SecretCommand::List => {
             let list = store.list()?;
             if list.is_empty() {
-                println!("no secrets\nhelp: add one with `printf %s \"$TOKEN\" | airlock secret set <name> --host <host>`");
+                crate::out!("no secrets\nhelp: add one with `printf %s \"$TOKEN\" | airlock secret set <name> --host <host>`");
             }
             for s in list {
-                println!(
+                crate::out!(
                     "{:<20} {}{}  {}  placeholder {}",
                     s.name,
                     s.host,
@@ -84,7 +84,7 @@ pub fn run(cmd: SecretCommand) -> anyhow::Result<i32> {
         }
         SecretCommand::Rm { name } => {
             store.remove(&name)?;
-            println!("removed secret {name}");
+            crate::out!("removed secret {name}");
         }
     }
     Ok(0)

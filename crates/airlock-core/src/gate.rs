@@ -24,6 +24,7 @@ use crate::sink::{DecisionKind, DecisionRecord, DecisionSink};
 
 /// One conversation: who it acts for, and its taint state.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Session {
     pub id: String,
     /// Principal the session acts for (`owner`, or another user's id).

@@ -30,8 +30,10 @@ const MAX_TRUSTED_TEXT: usize = 1 << 20;
 /// Cap on remembered identifiers from untrusted content.
 const MAX_MENTIONS: usize = 100_000;
 
-/// Per-session taint and provenance state. Serializable so a session resumes with it.
+/// Per-session taint and provenance state. Serializable so a session resumes with it;
+/// strict on the way back in (unknown fields are refused).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TaintState {
     tainted: bool,
     /// Where the first untrusted content came from.

@@ -1,0 +1,277 @@
+//! The embedded SQLite backend.
+//!
+//! One file, `<state>/airlock.db`, in WAL mode so a reader (the agent polling an approval)
+//! never blocks a writer (the CLI approving it). Every write runs in a
+//! `BEGIN IMMEDIATE` transaction, which takes the database's write lock up front: two
+//! processes charging the same budget are serialized by SQLite itself, and the busy
+//! timeout makes the second one wait instead of failing. `synchronous=FULL` makes each
+//! commit durable before it returns.
+
+mod approvals;
+mod budgets;
+mod decode;
+mod grants;
+mod operator;
+mod schema;
+mod sessions;
+
+use std::fs::{self, DirBuilder};
+use std::io::Read;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior};
+
+use crate::error::{CorruptRow, StoreError};
+use crate::time::Timestamp;
+
+pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
+
+/// File name of the database inside the state directory.
+pub const DATABASE_FILE: &str = "airlock.db";
+
+/// The 16-byte header every SQLite 3 database file starts with.
+const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
+
+/// How to open the store.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// The state directory: holds the database (unless `database` says otherwise) and
+    /// `sessions/<id>/workspace`.
+    pub state_dir: PathBuf,
+    /// Database file; default `<state_dir>/airlock.db`.
+    pub database: Option<PathBuf>,
+    /// How long a write waits for another process's write to finish.
+    pub busy_timeout: Duration,
+}
+
+impl StoreOptions {
+    /// Defaults for a state directory.
+    pub fn new(state_dir: impl Into<PathBuf>) -> StoreOptions {
+        StoreOptions {
+            state_dir: state_dir.into(),
+            database: None,
+            busy_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The SQLite implementation of every store trait. Cheap to share behind an `Arc`; each
+/// process (or thread that wants its own connection) may open its own on the same file.
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+    db_path: PathBuf,
+    state_dir: PathBuf,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("db_path", &self.db_path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Open (creating if needed) the store in `state_dir` with default options.
+    pub fn open(state_dir: impl Into<PathBuf>) -> Result<SqliteStore, StoreError> {
+        SqliteStore::open_with(StoreOptions::new(state_dir))
+    }
+
+    /// Open with explicit options. Refuses, with a `help:` line, a file that is not SQLite,
+    /// another program's database, and a schema newer than this build.
+    pub fn open_with(options: StoreOptions) -> Result<SqliteStore, StoreError> {
+        ensure_private_dir(&options.state_dir)?;
+        let db_path = options
+            .database
+            .clone()
+            .unwrap_or_else(|| options.state_dir.join(DATABASE_FILE));
+        check_header(&db_path)?;
+        let existed = db_path.exists();
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn =
+            Connection::open_with_flags(&db_path, flags).map_err(|e| open_error(&db_path, e))?;
+        if !existed {
+            // The database holds approvals and budgets: only the operator may read it.
+            fs::set_permissions(&db_path, fs::Permissions::from_mode(0o600)).map_err(|source| {
+                StoreError::Io {
+                    path: db_path.clone(),
+                    source,
+                }
+            })?;
+        }
+        configure(&conn, options.busy_timeout).map_err(|e| open_error(&db_path, e))?;
+        schema::check_and_migrate(&mut conn, &db_path).map_err(|e| match e {
+            StoreError::Sqlite(e) => open_error(&db_path, e),
+            other => other,
+        })?;
+        Ok(SqliteStore {
+            conn: Mutex::new(conn),
+            db_path,
+            state_dir: options.state_dir,
+        })
+    }
+
+    /// The database file.
+    pub fn database_path(&self) -> &Path {
+        &self.db_path
+    }
+
+    /// The state directory.
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
+    }
+
+    /// The connection, for one call. A panic in another thread while it held the lock
+    /// leaves the connection usable (its transaction rolled back on drop), so a poisoned
+    /// lock is simply taken over.
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Run `f` in a `BEGIN IMMEDIATE` transaction, committing if it returns `Ok`.
+    fn write<T, E: From<StoreError>>(
+        &self,
+        f: impl FnOnce(&Transaction<'_>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| E::from(StoreError::Sqlite(e)))?;
+        let out = f(&tx)?;
+        tx.commit().map_err(|e| E::from(StoreError::Sqlite(e)))?;
+        Ok(out)
+    }
+
+    /// Run `f` in a read transaction (one consistent snapshot).
+    fn read<T>(
+        &self,
+        f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+        let out = f(&tx)?;
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// Record malformed rows in the quarantine log. Best effort: failing to log must not
+    /// hide the original error, which the caller returns anyway.
+    fn quarantine(&self, rows: &[CorruptRow]) {
+        if rows.is_empty() {
+            return;
+        }
+        let now = Timestamp::now().as_unix_ms();
+        let conn = self.conn();
+        for r in rows {
+            let _ = conn.execute(
+                "INSERT INTO quarantine (table_name, row_key, reason, first_seen) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (table_name, row_key) DO UPDATE SET reason = excluded.reason",
+                rusqlite::params![r.table, r.row, format!("{}: {}", r.column, r.reason), now],
+            );
+        }
+    }
+
+    /// Pass a result through, logging a malformed row it reports.
+    fn reported<T>(&self, r: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Err(StoreError::CorruptRow(c)) = &r {
+            self.quarantine(std::slice::from_ref(c));
+        }
+        r
+    }
+}
+
+fn configure(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<()> {
+    conn.busy_timeout(busy_timeout)?;
+    // Reading the header page here turns "file is not a database" into an open error.
+    let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(rusqlite::Error::InvalidParameterName(format!(
+            "journal_mode is {mode}, WAL could not be enabled"
+        )));
+    }
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", true)?;
+    // A schema edited by someone else must not get to run functions with side effects
+    // from its views or triggers.
+    conn.pragma_update(None, "trusted_schema", false)?;
+    Ok(())
+}
+
+/// Refuse a non-empty file that does not start with the SQLite header, before SQLite sees
+/// it, so the error can say exactly that.
+fn check_header(path: &Path) -> Result<(), StoreError> {
+    let mut file = match fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(StoreError::Io {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    };
+    let mut head = Vec::with_capacity(16);
+    (&mut file)
+        .take(16)
+        .read_to_end(&mut head)
+        .map_err(|source| StoreError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    if !head.is_empty() && head.as_slice() != SQLITE_HEADER {
+        return Err(StoreError::NotADatabase {
+            path: path.to_path_buf(),
+            detail: "the file does not start with the SQLite 3 header".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Name the usual ways a file fails to open as a database.
+fn open_error(path: &Path, e: rusqlite::Error) -> StoreError {
+    match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase) => StoreError::NotADatabase {
+            path: path.to_path_buf(),
+            detail: e.to_string(),
+        },
+        Some(ErrorCode::DatabaseCorrupt) => StoreError::Damaged {
+            path: path.to_path_buf(),
+            detail: e.to_string(),
+        },
+        _ => StoreError::Sqlite(e),
+    }
+}
+
+/// Create `dir` (and parents) with mode 0700, or check that an existing one is a real
+/// directory (not a symlink) and make it 0700.
+pub(crate) fn ensure_private_dir(dir: &Path) -> Result<(), StoreError> {
+    let io = |source| StoreError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    match fs::symlink_metadata(dir) {
+        Ok(meta) if meta.file_type().is_dir() => {}
+        Ok(_) => {
+            return Err(StoreError::Io {
+                path: dir.to_path_buf(),
+                source: std::io::Error::other(
+                    "exists but is not a directory (or is a symbolic link)",
+                ),
+            })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(io)?;
+        }
+        Err(e) => return Err(io(e)),
+    }
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(io)
+}

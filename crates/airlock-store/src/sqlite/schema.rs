@@ -1,0 +1,161 @@
+//! The database schema and its versioned migrations (`PRAGMA user_version`).
+//!
+//! Every table is `STRICT`, so SQLite itself refuses a value of the wrong type written
+//! through SQL; the row decoders still check every value, because a file edited outside
+//! SQLite can hold anything.
+
+use std::path::Path;
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use crate::error::StoreError;
+
+/// `PRAGMA application_id` of an Airlock database: ASCII `ARLK`.
+pub const APPLICATION_ID: i32 = 0x4152_4C4B;
+
+/// Migrations, in order; entry `i` brings the schema from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[
+    // 1: sessions, transcript, budgets, approvals, grants, quarantine log.
+    r#"
+CREATE TABLE sessions (
+    id          TEXT PRIMARY KEY,
+    principal   TEXT NOT NULL,
+    role        TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    created_at  INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL,
+    workspace   TEXT NOT NULL,
+    tainted     INTEGER NOT NULL,
+    taint       TEXT NOT NULL
+) STRICT;
+
+CREATE TABLE transcript (
+    session_id  TEXT NOT NULL REFERENCES sessions(id),
+    seq         INTEGER NOT NULL,
+    at          INTEGER NOT NULL,
+    kind        TEXT NOT NULL,
+    body        TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) STRICT;
+
+CREATE TABLE session_budget (
+    session_id    TEXT PRIMARY KEY REFERENCES sessions(id),
+    turns         INTEGER NOT NULL DEFAULT 0,
+    input_tokens  INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    cost_micros   INTEGER NOT NULL DEFAULT 0,
+    wall_ms       INTEGER NOT NULL DEFAULT 0,
+    tool_calls    INTEGER NOT NULL DEFAULT 0
+) STRICT;
+
+CREATE TABLE daily_budget (
+    day           INTEGER PRIMARY KEY,
+    turns         INTEGER NOT NULL DEFAULT 0,
+    input_tokens  INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    cost_micros   INTEGER NOT NULL DEFAULT 0,
+    wall_ms       INTEGER NOT NULL DEFAULT 0,
+    tool_calls    INTEGER NOT NULL DEFAULT 0
+) STRICT;
+
+CREATE TABLE budget_resets (
+    id        INTEGER PRIMARY KEY,
+    scope     TEXT NOT NULL,
+    target    TEXT NOT NULL,
+    operator  TEXT NOT NULL,
+    at        INTEGER NOT NULL,
+    previous  TEXT NOT NULL
+) STRICT;
+
+CREATE TABLE approvals (
+    id            TEXT PRIMARY KEY,
+    session_id    TEXT NOT NULL REFERENCES sessions(id),
+    action_kind   TEXT NOT NULL,
+    payload       TEXT NOT NULL,
+    payload_hash  TEXT NOT NULL,
+    preview       TEXT NOT NULL,
+    reasons       TEXT NOT NULL,
+    policies      TEXT NOT NULL,
+    created_at    INTEGER NOT NULL,
+    expires_at    INTEGER NOT NULL,
+    status        TEXT NOT NULL,
+    decided_by    TEXT,
+    decided_at    INTEGER,
+    note          TEXT
+) STRICT;
+CREATE INDEX approvals_by_session_status ON approvals(session_id, status);
+CREATE INDEX approvals_by_session_created ON approvals(session_id, created_at);
+CREATE INDEX approvals_by_status_expiry ON approvals(status, expires_at);
+
+CREATE TABLE grants (
+    id            TEXT PRIMARY KEY,
+    scope         TEXT NOT NULL,
+    session_id    TEXT REFERENCES sessions(id),
+    target        TEXT NOT NULL,
+    action_kind   TEXT NOT NULL,
+    value         TEXT NOT NULL,
+    created_by    TEXT NOT NULL,
+    created_at    INTEGER NOT NULL,
+    expires_at    INTEGER NOT NULL,
+    approval_id   TEXT REFERENCES approvals(id),
+    revoked_at    INTEGER
+) STRICT;
+CREATE INDEX grants_by_kind_value ON grants(action_kind, value);
+
+CREATE TABLE quarantine (
+    table_name  TEXT NOT NULL,
+    row_key     TEXT NOT NULL,
+    reason      TEXT NOT NULL,
+    first_seen  INTEGER NOT NULL,
+    PRIMARY KEY (table_name, row_key)
+) STRICT;
+"#,
+];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Check that `conn` is an Airlock database this build understands, and bring an older
+/// (or new, empty) one up to [`SCHEMA_VERSION`]. Migrations run under a write lock, so two
+/// processes opening a fresh database at once apply each migration once.
+pub(crate) fn check_and_migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+    let app_id: i32 = conn.pragma_query_value(None, "application_id", |r| r.get(0))?;
+    if app_id != 0 && app_id != APPLICATION_ID {
+        return Err(StoreError::ForeignDatabase {
+            path: path.to_path_buf(),
+            found: app_id,
+        });
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let version: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if version < 0 {
+        return Err(StoreError::Damaged {
+            path: path.to_path_buf(),
+            detail: format!("schema version {version} is negative"),
+        });
+    }
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::SchemaTooNew {
+            path: path.to_path_buf(),
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if version == 0 && app_id == 0 {
+        // A database without our id is only ours to initialize if it is empty.
+        let tables: i64 = tx.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?;
+        if tables > 0 {
+            return Err(StoreError::ForeignDatabase {
+                path: path.to_path_buf(),
+                found: app_id,
+            });
+        }
+        tx.pragma_update(None, "application_id", APPLICATION_ID)?;
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", i as i64 + 1)?;
+    }
+    tx.commit()?;
+    Ok(())
+}

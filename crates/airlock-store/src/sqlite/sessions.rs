@@ -1,0 +1,361 @@
+//! Sessions and transcripts in SQLite.
+
+use std::path::PathBuf;
+
+use airlock_core::gate::Session;
+use airlock_core::provenance::TaintState;
+use rusqlite::{params, OptionalExtension, Row, Transaction};
+
+use super::decode::{to_json_checked, RowRef};
+use super::{ensure_private_dir, SqliteStore};
+use crate::error::{CorruptRow, StoreError};
+use crate::ids::{random_id, validate_id};
+use crate::session::{
+    KillReport, NewSession, ResumedSession, SessionRecord, SessionStatus, SessionSummary,
+    TranscriptEntry, TranscriptEvent, TurnUpdate, MAX_EVENT_BYTES, MAX_NAME_BYTES, MAX_TAINT_BYTES,
+};
+use crate::time::Timestamp;
+use crate::traits::{BudgetStore, Listing, SessionStore};
+
+const SESSION_COLUMNS: &str =
+    "id, principal, role, status, created_at, updated_at, workspace, tainted, taint";
+
+fn decode_session(row: &Row<'_>) -> Result<SessionRecord, CorruptRow> {
+    let key = RowRef::new("sessions", "?");
+    let id = key.text(row, "id", crate::ids::MAX_ID_LEN)?;
+    let r = RowRef::new("sessions", id.clone());
+    let taint: TaintState = r.json_exact(row, "taint", MAX_TAINT_BYTES)?;
+    if r.flag(row, "tainted")? != taint.is_tainted() {
+        return Err(r.corrupt("tainted", "disagrees with the stored taint state"));
+    }
+    Ok(SessionRecord {
+        gate: Session {
+            id,
+            principal: r.text(row, "principal", MAX_NAME_BYTES)?,
+            role: r.text(row, "role", MAX_NAME_BYTES)?,
+            taint,
+        },
+        status: r.name(row, "status", SessionStatus::parse)?,
+        created_at: r.time(row, "created_at")?,
+        updated_at: r.time(row, "updated_at")?,
+        workspace: PathBuf::from(r.text(row, "workspace", 4096)?),
+    })
+}
+
+fn decode_summary(row: &Row<'_>) -> Result<SessionSummary, CorruptRow> {
+    let id = RowRef::new("sessions", "?").text(row, "id", crate::ids::MAX_ID_LEN)?;
+    let r = RowRef::new("sessions", id.clone());
+    Ok(SessionSummary {
+        principal: r.text(row, "principal", MAX_NAME_BYTES)?,
+        role: r.text(row, "role", MAX_NAME_BYTES)?,
+        status: r.name(row, "status", SessionStatus::parse)?,
+        created_at: r.time(row, "created_at")?,
+        updated_at: r.time(row, "updated_at")?,
+        tainted: r.flag(row, "tainted")?,
+        id,
+    })
+}
+
+fn decode_entry(session_id: &str, row: &Row<'_>) -> Result<TranscriptEntry, CorruptRow> {
+    let seq = RowRef::new("transcript", format!("{session_id}/?")).int(row, "seq")?;
+    let r = RowRef::new("transcript", format!("{session_id}/{seq}"));
+    let kind = r.text(row, "kind", 32)?;
+    let event: TranscriptEvent = r.json(row, "body", MAX_EVENT_BYTES)?;
+    if event.kind() != kind {
+        return Err(r.corrupt(
+            "kind",
+            format!("says `{kind}` but the body is a `{}`", event.kind()),
+        ));
+    }
+    Ok(TranscriptEntry {
+        seq,
+        at: r.time(row, "at")?,
+        event,
+    })
+}
+
+/// Load one session inside a transaction.
+pub(super) fn load_session(tx: &Transaction<'_>, id: &str) -> Result<SessionRecord, StoreError> {
+    let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1");
+    let mut stmt = tx.prepare_cached(&sql)?;
+    let mut rows = stmt.query([id])?;
+    match rows.next()? {
+        Some(row) => Ok(decode_session(row)?),
+        None => Err(StoreError::NotFound {
+            what: "session",
+            id: id.to_string(),
+        }),
+    }
+}
+
+/// The session's status, refusing unknown sessions.
+pub(super) fn session_status(tx: &Transaction<'_>, id: &str) -> Result<SessionStatus, StoreError> {
+    let status: Option<String> = tx
+        .query_row("SELECT status FROM sessions WHERE id = ?1", [id], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    let status = status.ok_or_else(|| StoreError::NotFound {
+        what: "session",
+        id: id.to_string(),
+    })?;
+    SessionStatus::parse(&status).ok_or_else(|| {
+        RowRef::new("sessions", id)
+            .corrupt(
+                "status",
+                format!("unknown value `{}`", status.escape_debug()),
+            )
+            .into()
+    })
+}
+
+/// Refuse work for a session that is not active.
+pub(super) fn require_active(tx: &Transaction<'_>, id: &str) -> Result<(), StoreError> {
+    match session_status(tx, id)? {
+        SessionStatus::Active => Ok(()),
+        SessionStatus::Killed => Err(StoreError::SessionKilled { id: id.to_string() }),
+        SessionStatus::Finished => Err(StoreError::SessionFinished { id: id.to_string() }),
+    }
+}
+
+fn check_name(field: &'static str, value: &str) -> Result<(), StoreError> {
+    if value.is_empty() || value.len() > MAX_NAME_BYTES || value.chars().any(char::is_control) {
+        return Err(StoreError::invalid(
+            field,
+            format!(
+                "`{}` is empty, too long or holds control characters",
+                value.escape_debug()
+            ),
+            format!("use 1 to {MAX_NAME_BYTES} printable characters"),
+        ));
+    }
+    Ok(())
+}
+
+fn read_transcript(tx: &Transaction<'_>, id: &str) -> Result<Vec<TranscriptEntry>, StoreError> {
+    let mut stmt = tx.prepare_cached(
+        "SELECT seq, at, kind, body FROM transcript WHERE session_id = ?1 ORDER BY seq",
+    )?;
+    let mut rows = stmt.query([id])?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        let entry = decode_entry(id, row)?;
+        let expected = out.len() as i64 + 1;
+        if entry.seq != expected {
+            return Err(RowRef::new("transcript", format!("{id}/{}", entry.seq))
+                .corrupt(
+                    "seq",
+                    format!("expected entry {expected}: the transcript has a gap"),
+                )
+                .into());
+        }
+        out.push(entry);
+    }
+    Ok(out)
+}
+
+impl SessionStore for SqliteStore {
+    fn create_session(
+        &self,
+        new: &NewSession,
+        now: Timestamp,
+    ) -> Result<SessionRecord, StoreError> {
+        let id = match &new.id {
+            Some(id) => {
+                validate_id("session id", id)?;
+                id.clone()
+            }
+            None => random_id("s")?,
+        };
+        check_name("principal", &new.principal)?;
+        check_name("role", &new.role)?;
+        let session_dir = self.state_dir.join("sessions").join(&id);
+        let workspace = session_dir.join("workspace");
+        let workspace_text = workspace.to_str().ok_or_else(|| {
+            StoreError::invalid(
+                "state directory",
+                "path is not valid UTF-8",
+                "use a UTF-8 path for the state directory",
+            )
+        })?;
+        let gate = Session {
+            id: id.clone(),
+            principal: new.principal.clone(),
+            role: new.role.clone(),
+            taint: TaintState::new(),
+        };
+        let taint = to_json_checked("taint", &gate.taint, MAX_TAINT_BYTES)?;
+        self.write(|tx| {
+            let exists: bool = tx.query_row("SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)", [&id], |r| r.get(0))?;
+            if exists {
+                return Err(StoreError::SessionExists { id: id.clone() });
+            }
+            tx.execute(
+                "INSERT INTO sessions (id, principal, role, status, created_at, updated_at, workspace, tainted, taint)
+                 VALUES (?1, ?2, ?3, 'active', ?4, ?4, ?5, 0, ?6)",
+                params![id, new.principal, new.role, now.as_unix_ms(), workspace_text, taint],
+            )?;
+            tx.execute("INSERT INTO session_budget (session_id) VALUES (?1)", [&id])?;
+            // Directories last: if they cannot be made, the insert rolls back.
+            ensure_private_dir(&self.state_dir.join("sessions"))?;
+            ensure_private_dir(&session_dir)?;
+            ensure_private_dir(&workspace)?;
+            Ok(())
+        })?;
+        Ok(SessionRecord {
+            gate,
+            status: SessionStatus::Active,
+            created_at: now,
+            updated_at: now,
+            workspace,
+        })
+    }
+
+    fn get_session(&self, id: &str) -> Result<SessionRecord, StoreError> {
+        let r = self.read(|tx| load_session(tx, id));
+        self.reported(r)
+    }
+
+    fn list_sessions(
+        &self,
+        status: Option<SessionStatus>,
+    ) -> Result<Listing<SessionSummary>, StoreError> {
+        let listing = self.read(|tx| {
+            let mut stmt = tx.prepare_cached(
+                "SELECT id, principal, role, status, created_at, updated_at, tainted FROM sessions
+                 WHERE ?1 IS NULL OR status = ?1 ORDER BY created_at DESC, id",
+            )?;
+            let mut rows = stmt.query([status.map(SessionStatus::as_str)])?;
+            let mut listing = Listing {
+                items: Vec::new(),
+                corrupt: Vec::new(),
+            };
+            while let Some(row) = rows.next()? {
+                match decode_summary(row) {
+                    Ok(s) => listing.items.push(s),
+                    Err(c) => listing.corrupt.push(c),
+                }
+            }
+            Ok(listing)
+        })?;
+        self.quarantine(&listing.corrupt);
+        Ok(listing)
+    }
+
+    fn resume_session(&self, id: &str, now: Timestamp) -> Result<ResumedSession, StoreError> {
+        let r = self.write(|tx| {
+            let mut record = load_session(tx, id)?;
+            match record.status {
+                SessionStatus::Killed => {
+                    return Err(StoreError::SessionKilled { id: id.to_string() })
+                }
+                SessionStatus::Finished => {
+                    tx.execute(
+                        "UPDATE sessions SET status = 'active', updated_at = ?2 WHERE id = ?1",
+                        params![id, now.as_unix_ms()],
+                    )?;
+                    record.status = SessionStatus::Active;
+                    record.updated_at = now;
+                }
+                SessionStatus::Active => {}
+            }
+            let transcript = read_transcript(tx, id)?;
+            Ok((record, transcript))
+        });
+        let (record, transcript) = self.reported(r)?;
+        let budget = self.budget_state(id, now)?;
+        Ok(ResumedSession {
+            record,
+            transcript,
+            budget,
+        })
+    }
+
+    fn record_turn(
+        &self,
+        id: &str,
+        turn: &TurnUpdate<'_>,
+        now: Timestamp,
+    ) -> Result<i64, StoreError> {
+        let bodies = turn
+            .events
+            .iter()
+            .map(|e| to_json_checked("transcript event", e, MAX_EVENT_BYTES).map(|b| (e.kind(), b)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let taint = match turn.taint {
+            Some(t) => Some((
+                to_json_checked("taint", t, MAX_TAINT_BYTES)?,
+                t.is_tainted(),
+            )),
+            None => None,
+        };
+        self.write(|tx| {
+            require_active(tx, id)?;
+            let mut seq: i64 = tx.query_row(
+                "SELECT coalesce(max(seq), 0) FROM transcript WHERE session_id = ?1",
+                [id],
+                |r| r.get(0),
+            )?;
+            {
+                let mut insert = tx.prepare_cached(
+                    "INSERT INTO transcript (session_id, seq, at, kind, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+                )?;
+                for (kind, body) in &bodies {
+                    seq += 1;
+                    insert.execute(params![id, seq, now.as_unix_ms(), kind, body])?;
+                }
+            }
+            match &taint {
+                Some((json, tainted)) => tx.execute(
+                    "UPDATE sessions SET taint = ?2, tainted = ?3, updated_at = ?4 WHERE id = ?1",
+                    params![id, json, *tainted as i64, now.as_unix_ms()],
+                )?,
+                None => tx.execute(
+                    "UPDATE sessions SET updated_at = ?2 WHERE id = ?1",
+                    params![id, now.as_unix_ms()],
+                )?,
+            };
+            Ok(seq)
+        })
+    }
+
+    fn transcript(&self, id: &str) -> Result<Vec<TranscriptEntry>, StoreError> {
+        let r = self.read(|tx| {
+            session_status(tx, id)?;
+            read_transcript(tx, id)
+        });
+        self.reported(r)
+    }
+
+    fn finish_session(&self, id: &str, now: Timestamp) -> Result<(), StoreError> {
+        self.write(|tx| {
+            require_active(tx, id)?;
+            tx.execute(
+                "UPDATE sessions SET status = 'finished', updated_at = ?2 WHERE id = ?1",
+                params![id, now.as_unix_ms()],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn kill_session(&self, id: &str, by: &str, now: Timestamp) -> Result<KillReport, StoreError> {
+        self.write(|tx| {
+            // Killing twice is fine: the second kill finds nothing left to cancel.
+            session_status(tx, id)?;
+            tx.execute(
+                "UPDATE sessions SET status = 'killed', updated_at = ?2 WHERE id = ?1",
+                params![id, now.as_unix_ms()],
+            )?;
+            let cancelled_approvals =
+                super::approvals::cancel_pending(tx, id, by, "session killed", now)?;
+            let revoked_grants = tx.execute(
+                "UPDATE grants SET revoked_at = ?2 WHERE session_id = ?1 AND revoked_at IS NULL",
+                params![id, now.as_unix_ms()],
+            )?;
+            Ok(KillReport {
+                cancelled_approvals,
+                revoked_grants,
+            })
+        })
+    }
+}

@@ -1,0 +1,195 @@
+//! The storage seams. SQLite implements them today ([`crate::SqliteStore`]); a Postgres
+//! backend implements the same traits.
+//!
+//! All methods take `&self` and are safe to call from many threads; implementations make
+//! each call atomic against other threads *and other processes* using the same database.
+
+use crate::approval::{
+    ApprovalError, ApprovalLimits, ApprovalRequest, ApproveRequest, Approved, NewApproval,
+};
+use crate::budget::{BudgetLimits, BudgetState, ChargeError, Usage};
+use crate::error::{CorruptRow, StoreError};
+use crate::grant::{Grant, GrantLookup, NewGrant};
+use crate::session::{
+    KillReport, NewSession, ResumedSession, SessionRecord, SessionStatus, SessionSummary,
+    TranscriptEntry, TurnUpdate,
+};
+use crate::time::Timestamp;
+
+/// The rows of a listing that could be read, and a report for each that could not.
+#[derive(Debug, Clone)]
+pub struct Listing<T> {
+    pub items: Vec<T>,
+    /// Malformed rows, each also recorded in the quarantine log.
+    pub corrupt: Vec<CorruptRow>,
+}
+
+/// Sessions and their transcripts.
+pub trait SessionStore {
+    /// Start a session: insert it and create its workspace directory (mode 0700).
+    fn create_session(&self, new: &NewSession, now: Timestamp)
+        -> Result<SessionRecord, StoreError>;
+
+    /// One session, with its taint state.
+    fn get_session(&self, id: &str) -> Result<SessionRecord, StoreError>;
+
+    /// Sessions, newest first, optionally only those with `status`.
+    fn list_sessions(
+        &self,
+        status: Option<SessionStatus>,
+    ) -> Result<Listing<SessionSummary>, StoreError>;
+
+    /// Load a session to continue it: record, whole transcript and budget. A finished
+    /// session becomes active again; a killed one is refused.
+    fn resume_session(&self, id: &str, now: Timestamp) -> Result<ResumedSession, StoreError>;
+
+    /// Append events and save the taint in one transaction. Returns the last `seq`
+    /// written (or the current last one if `turn.events` is empty).
+    fn record_turn(
+        &self,
+        id: &str,
+        turn: &TurnUpdate<'_>,
+        now: Timestamp,
+    ) -> Result<i64, StoreError>;
+
+    /// The whole transcript, in order. Fails on the first malformed entry: a conversation
+    /// is never rebuilt with a hole in it.
+    fn transcript(&self, id: &str) -> Result<Vec<TranscriptEntry>, StoreError>;
+
+    /// Mark an active session finished.
+    fn finish_session(&self, id: &str, now: Timestamp) -> Result<(), StoreError>;
+
+    /// The kill switch's part in the store, in one transaction: the session becomes
+    /// `killed` (final), its pending approvals are cancelled and its grants revoked.
+    fn kill_session(&self, id: &str, by: &str, now: Timestamp) -> Result<KillReport, StoreError>;
+}
+
+/// Budget counters. There is deliberately no method here that lowers a counter.
+pub trait BudgetStore {
+    /// Add `usage` to the session's and today's counters if no limit would be passed;
+    /// otherwise add nothing and say which limit. Atomic across threads and processes.
+    fn charge(
+        &self,
+        session_id: &str,
+        usage: &Usage,
+        limits: &BudgetLimits,
+        now: Timestamp,
+    ) -> Result<BudgetState, ChargeError>;
+
+    /// Add usage that has already happened (for example the real token count reported
+    /// after a model call), even past a limit; later charges then fail.
+    fn record_spent(
+        &self,
+        session_id: &str,
+        usage: &Usage,
+        now: Timestamp,
+    ) -> Result<BudgetState, StoreError>;
+
+    /// Current counters for the session and for `now`'s UTC day.
+    fn budget_state(&self, session_id: &str, now: Timestamp) -> Result<BudgetState, StoreError>;
+}
+
+/// The approvals queue.
+pub trait ApprovalStore {
+    /// Hold an action for approval, subject to the per-session rate limits.
+    fn create_approval(
+        &self,
+        new: &NewApproval<'_>,
+        limits: &ApprovalLimits,
+        now: Timestamp,
+    ) -> Result<ApprovalRequest, ApprovalError>;
+
+    /// Requests still pending and unexpired at `now`, oldest first.
+    fn pending_approvals(&self, now: Timestamp) -> Result<Listing<ApprovalRequest>, StoreError>;
+
+    /// One request, whatever its status.
+    fn get_approval(&self, id: &str) -> Result<ApprovalRequest, StoreError>;
+
+    /// Approve a pending, unexpired request whose stored hash equals
+    /// `req.payload_hash`. Returns the stored payload for the caller to run.
+    fn approve(
+        &self,
+        id: &str,
+        req: &ApproveRequest<'_>,
+        now: Timestamp,
+    ) -> Result<Approved, ApprovalError>;
+
+    /// Deny a pending request.
+    fn deny(
+        &self,
+        id: &str,
+        by: &str,
+        reason: Option<&str>,
+        now: Timestamp,
+    ) -> Result<ApprovalRequest, ApprovalError>;
+
+    /// Mark every pending request whose expiry has passed as expired. Returns how many.
+    fn expire_due(&self, now: Timestamp) -> Result<usize, StoreError>;
+
+    /// Cancel every pending request of a session (kill switch). Returns how many.
+    fn cancel_all_for_session(
+        &self,
+        session_id: &str,
+        by: &str,
+        now: Timestamp,
+    ) -> Result<usize, StoreError>;
+}
+
+/// Scoped, expiring grants.
+pub trait GrantStore {
+    /// Store a grant. Its expiry must lie in the future and within
+    /// [`crate::MAX_GRANT_TTL`].
+    fn create_grant(&self, new: &NewGrant, now: Timestamp) -> Result<Grant, StoreError>;
+
+    /// An unrevoked grant, unexpired at `now`, that covers the action: same session (or
+    /// a rule), same kind, and either the same payload hash or one of the pattern keys.
+    fn find_grant(
+        &self,
+        lookup: &GrantLookup<'_>,
+        now: Timestamp,
+    ) -> Result<Option<Grant>, StoreError>;
+
+    /// Unrevoked grants unexpired at `now`.
+    fn active_grants(&self, now: Timestamp) -> Result<Listing<Grant>, StoreError>;
+
+    /// Revoke one grant.
+    fn revoke_grant(&self, id: &str, now: Timestamp) -> Result<(), StoreError>;
+}
+
+/// A row the store found malformed, as kept in the quarantine log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuarantinedRow {
+    pub table: String,
+    pub row: String,
+    pub reason: String,
+    pub first_seen: Timestamp,
+}
+
+/// Operations for the operator only (CLI), never handed to the agent loop. Their names
+/// say so, so a call from agent code stands out in review.
+pub trait OperatorControls {
+    /// Set a session's budget counters back to zero. Returns the counters before.
+    fn operator_reset_session_budget(
+        &self,
+        session_id: &str,
+        operator: &str,
+        now: Timestamp,
+    ) -> Result<Usage, StoreError>;
+
+    /// Set one UTC day's counters back to zero. Returns the counters before.
+    fn operator_reset_day_budget(
+        &self,
+        day: i64,
+        operator: &str,
+        now: Timestamp,
+    ) -> Result<Usage, StoreError>;
+
+    /// Rows found malformed so far.
+    fn quarantined_rows(&self) -> Result<Vec<QuarantinedRow>, StoreError>;
+}
+
+/// Everything the agent host needs from storage. Deliberately excludes
+/// [`OperatorControls`].
+pub trait Store: SessionStore + BudgetStore + ApprovalStore + GrantStore + Send + Sync {}
+
+impl<T: SessionStore + BudgetStore + ApprovalStore + GrantStore + Send + Sync> Store for T {}

@@ -55,6 +55,19 @@ pub struct RunOutcome {
 #[derive(Debug, Clone)]
 pub struct Sandbox {
     init: PathBuf,
+    on_spawn: Option<SpawnHook>,
+}
+
+/// Called with the host pid of each helper (stage 0) right after it starts. Stage 0 takes
+/// the whole sandbox with it when it dies (PID 1 and the payload hold a parent-death
+/// signal), so this pid is what a kill switch in another process needs.
+#[derive(Clone)]
+struct SpawnHook(std::sync::Arc<dyn Fn(u32) + Send + Sync>);
+
+impl std::fmt::Debug for SpawnHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SpawnHook")
+    }
 }
 
 impl Sandbox {
@@ -92,7 +105,17 @@ impl Sandbox {
                 ),
             });
         }
-        Ok(Sandbox { init: path })
+        Ok(Sandbox {
+            init: path,
+            on_spawn: None,
+        })
+    }
+
+    /// Call `hook` with the host pid of the helper each time one starts, before it is
+    /// given the request. SIGKILL to that pid ends the whole sandboxed process tree.
+    pub fn on_spawn(mut self, hook: impl Fn(u32) + Send + Sync + 'static) -> Sandbox {
+        self.on_spawn = Some(SpawnHook(std::sync::Arc::new(hook)));
+        self
     }
 
     /// The helper's path.
@@ -146,6 +169,9 @@ impl Sandbox {
         let relay_fd = relay_socket.as_ref().map(|(fd, _)| fd);
         let mut child = self.spawn(profile, &control_child, &handshake_child, relay_fd)?;
         drop((control_child, handshake_child, relay_socket));
+        if let Some(hook) = &self.on_spawn {
+            (hook.0)(child.id());
+        }
         if let Some(cg) = &cgroup {
             if let Err(e) = cg.add(child.id()) {
                 let _ = child.kill();

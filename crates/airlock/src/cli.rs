@@ -63,6 +63,11 @@ pub enum Command {
     Secret(cmd::secret::SecretCommand),
     /// Show what this machine supports, the sandbox profile, and run the escape probes.
     Doctor,
+    /// The approvals queue: list, show, approve or deny held actions.
+    #[command(subcommand)]
+    Approvals(cmd::approvals::ApprovalsCommand),
+    /// The kill switch: stop a session (or all), its sandboxes, approvals, grants and egress.
+    Kill(cmd::kill::KillArgs),
     /// Decide a command at the Gate, then run it in the verified sandbox. The exit status
     /// is the command's (128+signal if killed), or 126 when it was refused.
     Exec {
@@ -152,6 +157,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Audit(AuditCommand::Verify) => cmd::audit::verify(),
         Command::Audit(AuditCommand::Tail { n, json }) => cmd::audit::tail(n, json),
         Command::Doctor => cmd::doctor::run(),
+        Command::Approvals(c) => cmd::approvals::run(c),
+        Command::Kill(a) => cmd::kill::run(a),
         Command::Net(c) => cmd::net::run(c),
         Command::Secret(c) => cmd::secret::run(c),
         Command::Exec {

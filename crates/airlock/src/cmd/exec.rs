@@ -16,7 +16,10 @@ use airlock_core::action::ExecAction;
 use airlock_core::gate::{Approval, Session, Verdict};
 use airlock_core::Authorized;
 use airlock_sandbox::{OutputMode, Sandbox, SandboxProfile};
+use airlock_store::{NewSession, SessionStatus, SessionStore, SqliteStore, Timestamp};
 
+use crate::cmd::approvals::open_store;
+use crate::cmd::kill::{RunGuard, EXIT_KILLED};
 use crate::egress::{Egress, EgressSetup};
 use crate::home::Home;
 use crate::{config, policies, runtime};
@@ -77,7 +80,20 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
     let egress_setup = EgressSetup::load(&home, &args.secrets)?;
     let gate = Arc::new(runtime::gate_for(&home, &cfg, profile, &workspace)?);
     let log = Arc::new(Mutex::new(runtime::open_audit(&home, &cfg)?));
-    let mut session = Session::new(runtime::session_id("exec"), "owner");
+    // The run is a session in the store, so `airlock kill <id>` and `--all` find it.
+    let store = open_store(&home)?;
+    let session_id = runtime::session_id("exec");
+    store
+        .create_session(
+            &NewSession {
+                id: Some(session_id.clone()),
+                principal: "owner".into(),
+                role: "owner".into(),
+            },
+            Timestamp::now(),
+        )
+        .map_err(|e| anyhow::anyhow!("cannot record session `{session_id}`: {e}"))?;
+    let mut session = Session::new(session_id, "owner");
     let command = args.command.join(" ");
     // The operator typed this command: it is trusted input of the session.
     session.observe_trusted(&command);
@@ -99,6 +115,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
                 eprintln!("  decided by: {}", d.policies.join(", "));
             }
             close_log(log).ok();
+            end_session(&store, &session.id);
             return Ok(EXIT_REFUSED);
         }
         Verdict::Ask(ticket) => {
@@ -116,6 +133,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
                 );
                 eprintln!("airlock: not approved; the command did not run");
                 close_log(log).ok();
+                end_session(&store, &session.id);
                 return Ok(EXIT_REFUSED);
             }
             let approval = Approval {
@@ -154,15 +172,55 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         Err(e) => {
             record_execution(&token, &session, &log, json!({"refused": e.to_string()}));
             close_log(log).ok();
+            end_session(&store, &session.id);
             return Err(e.into());
         }
     };
-    let status = run_authorized(&token, &profile_sb, &session, &log, &egress);
+    let guard = match register_run(&egress, &store, &session.id) {
+        Ok(g) => g,
+        Err(e) => {
+            record_execution(&token, &session, &log, json!({"refused": e.to_string()}));
+            drop(egress);
+            close_log(log).ok();
+            end_session(&store, &session.id);
+            return Err(e);
+        }
+    };
+    let status = run_authorized(&token, &profile_sb, &session, &log, &egress, &guard);
+    drop(guard);
     if !egress.finish() {
         eprintln!("airlock: warning: some egress records were still pending when the run ended");
     }
     close_log(log)?;
+    end_session(&store, &session.id);
     status
+}
+
+/// Register the run in its run dir for the kill switch. A session killed before this
+/// point (the kill found no run dir yet) is seen here, through the store.
+fn register_run(egress: &Egress, store: &SqliteStore, id: &str) -> anyhow::Result<RunGuard> {
+    let dir = egress
+        .socket_path()
+        .parent()
+        .ok_or_else(|| anyhow::anyhow!("the proxy socket has no run dir"))?;
+    let guard = RunGuard::register(dir)
+        .map_err(|e| anyhow::anyhow!("cannot register the run in {}: {e}", dir.display()))?;
+    let record = store
+        .get_session(id)
+        .map_err(|e| anyhow::anyhow!("cannot read session `{id}`: {e}"))?;
+    if record.status == SessionStatus::Killed {
+        guard.mark_killed();
+    }
+    Ok(guard)
+}
+
+/// Mark the run's session finished (a killed one stays killed).
+fn end_session(store: &SqliteStore, id: &str) {
+    if let Err(e) = store.finish_session(id, Timestamp::now()) {
+        if !matches!(e, airlock_store::StoreError::SessionKilled { .. }) {
+            eprintln!("airlock: warning: session `{id}` could not be marked finished: {e}");
+        }
+    }
 }
 
 /// Run an authorized command and append its execution record (attestation, status).
@@ -172,13 +230,47 @@ fn run_authorized(
     session: &Session,
     log: &Mutex<airlock_audit::AuditLog>,
     egress: &Egress,
+    guard: &RunGuard,
 ) -> anyhow::Result<i32> {
-    let sandbox = Sandbox::locate().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let outcome = sandbox.run(token, profile, OutputMode::Inherit);
     let egress_detail = || {
         json!({"proxy": egress.proxy_url(), "socket": egress.socket_path(),
         "secrets": egress.secret_names(), "request_bytes": egress.egress_bytes()})
     };
+    if guard.was_killed() {
+        record_execution(
+            token,
+            session,
+            log,
+            json!({"outcome": "killed", "ran": false, "egress": egress_detail()}),
+        );
+        eprintln!(
+            "airlock: session {} was killed; the command did not run",
+            session.id
+        );
+        return Ok(EXIT_KILLED);
+    }
+    let sandbox = Sandbox::locate()
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .on_spawn(guard.spawn_hook());
+    let outcome = sandbox.run(token, profile, OutputMode::Inherit);
+    guard.run_ended();
+    if guard.was_killed() {
+        // The helper was SIGKILLed, so the launcher may report a broken protocol rather
+        // than a status: the kill is the outcome either way.
+        let status = outcome.as_ref().ok().map(|o| o.status);
+        record_execution(
+            token,
+            session,
+            log,
+            json!({"outcome": "killed", "killed_by": "operator", "status": status,
+                "egress": egress_detail()}),
+        );
+        eprintln!(
+            "airlock: session {} was killed by the operator; its whole process tree was killed",
+            session.id
+        );
+        return Ok(EXIT_KILLED);
+    }
     let (detail, result) = match outcome {
         Ok(o) => {
             let detail = json!({

@@ -1,10 +1,12 @@
 //! One module per subcommand.
 
+pub mod approvals;
 pub mod audit;
 pub mod check;
 pub mod doctor;
 pub mod exec;
 pub mod init;
+pub mod kill;
 pub mod net;
 pub mod policy;
 pub mod replay;

@@ -1,0 +1,488 @@
+//! `airlock approvals list|show|approve|deny`: the operator's side of the approvals queue.
+//!
+//! The local operator is the authenticated principal here: the CLI runs as the operator,
+//! on the operator's config and state, which nothing the agent can write reaches (I4).
+//! An approval is bound to the hash of the payload the store holds (and, with `--hash`, to
+//! the hash the operator saw in `show`); a grant always expires, within the store's cap.
+//! Every decision is appended to the audit log with who decided.
+//!
+//! Everything shown comes from the payload, which the attacker may have shaped: every
+//! control character and every bidirectional-override character is escaped before it
+//! reaches the terminal.
+
+use std::time::Duration;
+
+use clap::{Subcommand, ValueEnum};
+use serde_json::json;
+
+use airlock_audit::AuditEvent;
+use airlock_store::{
+    ApprovalError, ApprovalPreview, ApprovalRequest, ApprovalStatus, ApprovalStore, ApproveRequest,
+    GrantScope, GrantTarget, NewGrant, SqliteStore, StoreError, Timestamp, MAX_GRANT_TTL,
+};
+
+use crate::home::Home;
+use crate::{config, runtime};
+
+/// The principal the local operator decides as.
+pub const OPERATOR: &str = "owner";
+/// Longest preview line in `list`.
+const LIST_PREVIEW_CHARS: usize = 72;
+
+/// `airlock approvals …`
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCommand {
+    /// Requests waiting for a decision: id, session, age, expiry and a one-line preview.
+    List,
+    /// One request: the exact payload, its hash, the preview, reasons, policies, expiry.
+    Show { id: String },
+    /// Approve a pending request; what runs is the held payload, byte for byte.
+    Approve {
+        id: String,
+        /// Also let the same payload through without asking for this long (`30m`, `2h`).
+        #[arg(long = "for", value_name = "DURATION")]
+        duration: Option<String>,
+        /// Where the grant applies (needs `--for`).
+        #[arg(long, value_enum, requires = "duration")]
+        scope: Option<Scope>,
+        /// Refuse unless the held payload has this hash (as printed by `show`).
+        #[arg(long, value_name = "sha256:…")]
+        hash: Option<String>,
+    },
+    /// Deny a pending request.
+    Deny {
+        id: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
+/// Where a grant applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scope {
+    /// Only in the session that asked.
+    Session,
+    /// In every session (an operator rule that expires).
+    Rule,
+}
+
+pub fn run(cmd: ApprovalsCommand) -> anyhow::Result<i32> {
+    let home = Home::from_env()?;
+    let store = open_store(&home)?;
+    match cmd {
+        ApprovalsCommand::List => list(&store),
+        ApprovalsCommand::Show { id } => show(&store, &id),
+        ApprovalsCommand::Approve {
+            id,
+            duration,
+            scope,
+            hash,
+        } => approve(
+            &home,
+            &store,
+            &id,
+            duration.as_deref(),
+            scope,
+            hash.as_deref(),
+        ),
+        ApprovalsCommand::Deny { id, reason } => deny(&home, &store, &id, reason.as_deref()),
+    }
+}
+
+/// Open the operator's session database, with an error that names it.
+pub fn open_store(home: &Home) -> anyhow::Result<SqliteStore> {
+    SqliteStore::open(&home.state).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot open the session database {}: {e}",
+            home.state.join(airlock_store::DATABASE_FILE).display()
+        )
+    })
+}
+
+/// Who decided, for audit records: the operator principal and the Unix user behind it.
+pub fn operator_detail() -> serde_json::Value {
+    json!({
+        "principal": OPERATOR,
+        "via": "cli",
+        "uid": nix::unistd::getuid().as_raw(),
+        "user": std::env::var("USER").ok().map(|u| escape_line(&u)),
+    })
+}
+
+fn list(store: &SqliteStore) -> anyhow::Result<i32> {
+    let now = Timestamp::now();
+    // A request past its expiry counts as denied; say so in the store too.
+    store
+        .expire_due(now)
+        .map_err(|e| anyhow::anyhow!("cannot expire old requests: {e}"))?;
+    let listing = store
+        .pending_approvals(now)
+        .map_err(|e| anyhow::anyhow!("cannot list approval requests: {e}"))?;
+    for bad in &listing.corrupt {
+        eprintln!("warning: {bad}");
+    }
+    if listing.items.is_empty() {
+        crate::out!("no approval requests are waiting");
+        return Ok(0);
+    }
+    crate::out!(
+        "{:<28} {:<28} {:>6} {:>8}  PREVIEW",
+        "ID",
+        "SESSION",
+        "AGE",
+        "EXPIRES"
+    );
+    for r in &listing.items {
+        crate::out!(
+            "{:<28} {:<28} {:>6} {:>8}  {}",
+            escape_line(&r.id),
+            escape_line(&r.session_id),
+            human(since(r.created_at, now)),
+            human(since(now, r.expires_at)),
+            one_line_preview(&r.preview)
+        );
+    }
+    Ok(0)
+}
+
+fn show(store: &SqliteStore, id: &str) -> anyhow::Result<i32> {
+    let r = get(store, id)?;
+    let now = Timestamp::now();
+    let status = effective_status(&r, now);
+    crate::out!("approval {}  ({})", escape_line(&r.id), status);
+    crate::out!("session:   {}", escape_line(&r.session_id));
+    crate::out!("action:    {}", escape_line(&r.action_kind));
+    crate::out!("created:   {} ago", human(since(r.created_at, now)));
+    if status == "pending" {
+        crate::out!("expires:   in {}", human(since(now, r.expires_at)));
+    } else if let Some(by) = &r.decided_by {
+        crate::out!("decided:   by {}", escape_line(by));
+    }
+    if let Some(note) = &r.note {
+        crate::out!("note:      {}", escape_line(note));
+    }
+    crate::out!("reasons:");
+    for reason in &r.reasons {
+        crate::out!("  - {}", escape_line(reason));
+    }
+    crate::out!("policies:  {}", escape_line(&r.policies.join(", ")));
+    crate::out!("preview:");
+    for line in preview_lines(&r.preview) {
+        crate::out!("  {line}");
+    }
+    crate::out!("payload (exact, canonical JSON; this is what runs):");
+    crate::out!("  {}", escape_line(&r.payload));
+    crate::out!("payload hash: {}", escape_line(&r.payload_hash));
+    if status == "pending" {
+        crate::out!(
+            "help: `airlock approvals approve {id} --hash {}` or `airlock approvals deny {id}`",
+            escape_line(&r.payload_hash),
+            id = escape_line(&r.id)
+        );
+    }
+    Ok(0)
+}
+
+fn approve(
+    home: &Home,
+    store: &SqliteStore,
+    id: &str,
+    duration: Option<&str>,
+    scope: Option<Scope>,
+    hash: Option<&str>,
+) -> anyhow::Result<i32> {
+    let now = Timestamp::now();
+    let request = get(store, id)?;
+    let bound = duration.map(parse_grant_duration).transpose()?;
+    let grant = bound.map(|d| NewGrant {
+        scope: match scope.unwrap_or(Scope::Session) {
+            Scope::Session => GrantScope::Session {
+                session_id: request.session_id.clone(),
+            },
+            Scope::Rule => GrantScope::Rule,
+        },
+        target: GrantTarget::Payload {
+            action_kind: request.action_kind.clone(),
+            action_hash: request.payload_hash.clone(),
+        },
+        created_by: OPERATOR.into(),
+        expires_at: now.plus(d),
+    });
+    // The audit log must be writable before anything is decided.
+    let cfg = config::load(&home.config_file())?;
+    let mut log = runtime::open_audit(home, &cfg)?;
+    let approved = store
+        .approve(
+            id,
+            &ApproveRequest {
+                approver: OPERATOR,
+                payload_hash: hash.unwrap_or(&request.payload_hash),
+                grant: grant.clone(),
+            },
+            now,
+        )
+        .map_err(|e| decision_error(id, e))?;
+    let payload: serde_json::Value =
+        serde_json::from_str(&approved.request.payload).unwrap_or(serde_json::Value::Null);
+    let ev = AuditEvent::new(
+        "approval-granted",
+        approved.request.session_id.as_str(),
+        OPERATOR,
+    )
+    .with_action(payload.clone(), approved.request.payload_hash.clone())
+    .with_detail(json!({
+        "approval_id": approved.request.id,
+        "decided_by": operator_detail(),
+        "grant_id": approved.grant_id,
+    }));
+    log.append(ev)
+        .map_err(|e| anyhow::anyhow!("approved `{id}`, but its audit record failed: {e}"))?;
+    if let (Some(g), Some(grant_id)) = (&grant, &approved.grant_id) {
+        let ev = AuditEvent::new(
+            "grant-created",
+            approved.request.session_id.as_str(),
+            OPERATOR,
+        )
+        .with_action(payload, approved.request.payload_hash.clone())
+        .with_detail(json!({
+            "grant_id": grant_id,
+            "approval_id": approved.request.id,
+            "scope": g.scope,
+            "target": g.target,
+            "expires_at_ms": g.expires_at.as_unix_ms(),
+            "decided_by": operator_detail(),
+        }));
+        log.append(ev).map_err(|e| {
+            anyhow::anyhow!("granted `{grant_id}`, but its audit record failed: {e}")
+        })?;
+    }
+    log.close().map_err(|e| anyhow::anyhow!("{e}"))?;
+    crate::out!(
+        "approved {} ({})",
+        escape_line(id),
+        escape_line(&approved.request.payload_hash)
+    );
+    if let (Some(grant_id), Some(d)) = (&approved.grant_id, bound) {
+        crate::out!(
+            "grant {} lets the same payload through for {} ({})",
+            escape_line(grant_id),
+            human(d),
+            match scope.unwrap_or(Scope::Session) {
+                Scope::Session => "this session",
+                Scope::Rule => "every session",
+            }
+        );
+    }
+    Ok(0)
+}
+
+fn deny(home: &Home, store: &SqliteStore, id: &str, reason: Option<&str>) -> anyhow::Result<i32> {
+    let now = Timestamp::now();
+    get(store, id)?;
+    let cfg = config::load(&home.config_file())?;
+    let mut log = runtime::open_audit(home, &cfg)?;
+    let denied = store
+        .deny(id, OPERATOR, reason, now)
+        .map_err(|e| decision_error(id, e))?;
+    let payload: serde_json::Value =
+        serde_json::from_str(&denied.payload).unwrap_or(serde_json::Value::Null);
+    let ev = AuditEvent::new("approval-denied", denied.session_id.as_str(), OPERATOR)
+        .with_action(payload, denied.payload_hash.clone())
+        .with_detail(json!({
+            "approval_id": denied.id,
+            "decided_by": operator_detail(),
+            "reason": reason,
+        }));
+    log.append(ev)
+        .map_err(|e| anyhow::anyhow!("denied `{id}`, but its audit record failed: {e}"))?;
+    log.close().map_err(|e| anyhow::anyhow!("{e}"))?;
+    crate::out!("denied {}", escape_line(id));
+    Ok(0)
+}
+
+fn get(store: &SqliteStore, id: &str) -> anyhow::Result<ApprovalRequest> {
+    store.get_approval(id).map_err(|e| match e {
+        StoreError::NotFound { .. } => anyhow::anyhow!(
+            "no approval request `{}`\nhelp: `airlock approvals list` shows the pending ones",
+            escape_line(id)
+        ),
+        e => anyhow::anyhow!("cannot read approval request `{}`: {e}", escape_line(id)),
+    })
+}
+
+fn decision_error(id: &str, e: ApprovalError) -> anyhow::Error {
+    match e {
+        ApprovalError::NotPending { status, .. } => anyhow::anyhow!(
+            "approval request `{}` is already {} and cannot be decided again\nhelp: `airlock approvals show {}` shows who decided",
+            escape_line(id),
+            status.as_str(),
+            escape_line(id)
+        ),
+        e => anyhow::anyhow!("{e}"),
+    }
+}
+
+/// Pending past its expiry reads as expired, whatever the store has marked yet.
+fn effective_status(r: &ApprovalRequest, now: Timestamp) -> &'static str {
+    match r.status {
+        ApprovalStatus::Pending if r.expires_at <= now => "expired",
+        s => s.as_str(),
+    }
+}
+
+/// A grant's duration: required to be positive and within the store's cap.
+fn parse_grant_duration(text: &str) -> anyhow::Result<Duration> {
+    let d = humantime::parse_duration(text).map_err(|e| {
+        anyhow::anyhow!(
+            "invalid --for `{}`: {e}\nhelp: give a duration such as 30m, 2h or 1d",
+            escape_line(text)
+        )
+    })?;
+    if d < Duration::from_secs(1) {
+        anyhow::bail!("--for must be at least 1s\nhelp: a grant lasts a bounded, positive time");
+    }
+    if d > MAX_GRANT_TTL {
+        anyhow::bail!(
+            "--for {} is longer than the longest grant ({})\nhelp: grants always expire; use at most {}",
+            escape_line(text),
+            human(MAX_GRANT_TTL),
+            human(MAX_GRANT_TTL)
+        );
+    }
+    Ok(d)
+}
+
+fn since(earlier: Timestamp, later: Timestamp) -> Duration {
+    Duration::from_millis(
+        u64::try_from(later.as_unix_ms().saturating_sub(earlier.as_unix_ms())).unwrap_or(0),
+    )
+}
+
+/// `45s`, `12m`, `3h`, `2d`.
+fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m", s / 60),
+        3600..=86_399 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+fn one_line_preview(p: &ApprovalPreview) -> String {
+    let text = match p {
+        ApprovalPreview::Command { command, .. } => format!("$ {command}"),
+        ApprovalPreview::Http { method, url, .. } => format!("{method} {url}"),
+        ApprovalPreview::FileDiff { path, .. } => format!("write {path}"),
+        ApprovalPreview::Message {
+            channel,
+            recipient,
+            text,
+        } => format!("message {channel}:{recipient}: {text}"),
+        ApprovalPreview::Other { summary } => summary.clone(),
+    };
+    let escaped = escape_line(&text);
+    if escaped.chars().count() > LIST_PREVIEW_CHARS {
+        let cut: String = escaped.chars().take(LIST_PREVIEW_CHARS - 1).collect();
+        format!("{cut}…")
+    } else {
+        escaped
+    }
+}
+
+fn preview_lines(p: &ApprovalPreview) -> Vec<String> {
+    match p {
+        ApprovalPreview::Command { command, cwd } => vec![
+            format!("command: {}", escape_line(command)),
+            format!("cwd:     {}", escape_line(cwd)),
+        ],
+        ApprovalPreview::Http {
+            method,
+            url,
+            body_preview,
+        } => {
+            let mut v = vec![format!("{} {}", escape_line(method), escape_line(url))];
+            if let Some(body) = body_preview {
+                v.push("body:".into());
+                v.extend(escape_block(body).into_iter().map(|l| format!("  {l}")));
+            }
+            v
+        }
+        ApprovalPreview::FileDiff { path, diff } => {
+            let mut v = vec![format!("write {}", escape_line(path))];
+            v.extend(escape_block(diff));
+            v
+        }
+        ApprovalPreview::Message {
+            channel,
+            recipient,
+            text,
+        } => {
+            let mut v = vec![
+                format!("channel:   {}", escape_line(channel)),
+                format!("recipient: {}", escape_line(recipient)),
+                "text:".into(),
+            ];
+            v.extend(escape_block(text).into_iter().map(|l| format!("  {l}")));
+            v
+        }
+        ApprovalPreview::Other { summary } => vec![escape_line(summary)],
+    }
+}
+
+/// Characters that reorder or hide text on a terminal without being control characters.
+fn is_bidi_or_invisible(c: char) -> bool {
+    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+}
+
+/// `text` on one line: every control, bidi and zero-width character (newlines too) as
+/// an escape, so a payload cannot rewrite or hide what the operator sees.
+pub fn escape_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() || is_bidi_or_invisible(c) => {
+                out.push_str(&format!("\\u{{{:x}}}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `text` as lines, each escaped with [`escape_line`].
+fn escape_block(text: &str) -> Vec<String> {
+    text.split('\n').map(escape_line).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminal_escapes_and_bidi_are_neutralized() {
+        let hostile = "ls\x1b[2K\rrm -rf ~\u{202E}gnp.exe\u{7}";
+        let shown = escape_line(hostile);
+        assert!(!shown
+            .chars()
+            .any(|c| c.is_control() || is_bidi_or_invisible(c)));
+        assert_eq!(shown, "ls\\u{1b}[2K\\rrm -rf ~\\u{202e}gnp.exe\\u{7}");
+    }
+
+    #[test]
+    fn grant_durations_are_bounded() {
+        assert_eq!(
+            parse_grant_duration("30m").unwrap(),
+            Duration::from_secs(1800)
+        );
+        assert!(parse_grant_duration("0s").is_err());
+        assert!(parse_grant_duration("forever").is_err());
+        let too_long = format!("{}s", MAX_GRANT_TTL.as_secs() + 1);
+        let err = parse_grant_duration(&too_long).unwrap_err().to_string();
+        assert!(err.contains("longer than the longest grant"), "{err}");
+    }
+}

@@ -1,6 +1,7 @@
 //! Airlock's agent host.
 //!
-//! For now this crate holds the model side of the agent loop:
+//! - [`agent`]: the agent loop — tool calls through the Gate, approvals, budgets, the kill
+//!   switch, and the workspace file tools;
 //! - [`provider`]: clients for the Anthropic Messages API and the OpenAI Chat Completions API
 //!   (also spoken by Ollama, vLLM, llama.cpp's server, LM Studio and OpenRouter), with
 //!   streaming, tool calls, retries and typed errors;
@@ -11,5 +12,6 @@
 //! The model's API key stays in this process: it travels only in the request header to the
 //! configured endpoint and is scrubbed from every error.
 
+pub mod agent;
 pub mod provider;
 pub mod scripted;

@@ -1,0 +1,236 @@
+//! Waiting for a human: an `ask` decision becomes a request in the approvals queue, and
+//! the loop polls it until it is approved, denied, expired, cancelled or times out.
+//!
+//! What runs after approval is the held payload, whose hash the approver approved: the
+//! stored payload is compared with the held one, and the Gate checks the hash again
+//! before it mints the token.
+
+use serde_json::json;
+
+use airlock_audit::AuditEvent;
+use airlock_core::gate::{Approval, AskTicket};
+use airlock_core::{Action, IntoAction};
+use airlock_store::{
+    ApprovalError, ApprovalStatus, GrantLookup, NewApproval, StoreError, Timestamp,
+};
+
+use super::call::Authorization;
+use super::outcome::{AgentError, Outcome};
+use super::preview::preview;
+use super::run::{Agent, RunState};
+use super::tools::PlannedCall;
+
+/// Role of whoever answers in the approvals queue: only the operator can reach it.
+const APPROVER_ROLE: &str = "owner";
+/// How long the Gate's approval record stays valid once read from the queue: long enough
+/// to mint the token at once, no longer.
+const APPROVAL_VALIDITY_SECS: u64 = 60;
+
+/// How a held action was answered.
+pub(crate) struct ApprovalAnswer<A: IntoAction> {
+    pub request_id: Option<String>,
+    /// Who decided and why, for the transcript.
+    pub reasons: Vec<String>,
+    pub result: Authorization<A>,
+}
+
+impl<A: IntoAction> ApprovalAnswer<A> {
+    fn refused(request_id: Option<String>, text: String) -> Self {
+        ApprovalAnswer {
+            request_id,
+            reasons: vec![text.clone()],
+            result: Authorization::Refused(text),
+        }
+    }
+
+    fn stop(request_id: Option<String>, outcome: Outcome) -> Self {
+        ApprovalAnswer {
+            request_id,
+            reasons: vec![],
+            result: Authorization::Stop(outcome),
+        }
+    }
+}
+
+impl Agent<'_> {
+    pub(crate) async fn await_approval<A: IntoAction>(
+        &mut self,
+        run: &mut RunState,
+        ticket: AskTicket<A>,
+        planned: &PlannedCall,
+    ) -> Result<ApprovalAnswer<A>, AgentError> {
+        let id = run.session.id.clone();
+        let action: Action = ticket.action().to_action();
+        let now = Timestamp::now();
+
+        // A standing grant for this exact payload in this session answers at once.
+        let lookup = GrantLookup {
+            session_id: &id,
+            action_kind: action.kind(),
+            action_hash: &ticket.action_hash,
+            patterns: &[],
+        };
+        if let Some(grant) = self.store.find_grant(&lookup, now)? {
+            let approval = Approval {
+                approver: grant.created_by.clone(),
+                approver_role: APPROVER_ROLE.into(),
+                payload_hash: ticket.action_hash.clone(),
+                expires_at: grant.expires_at.as_unix_secs(),
+            };
+            let reason = format!("covered by grant {} from {}", grant.id, grant.created_by);
+            return Ok(
+                match self
+                    .gate
+                    .approve(ticket, &approval, now.as_unix_secs(), &mut *self.audit)
+                {
+                    Ok(t) => ApprovalAnswer {
+                        request_id: None,
+                        reasons: vec![reason],
+                        result: Authorization::Granted(t),
+                    },
+                    Err(e) => ApprovalAnswer::refused(None, e.to_string()),
+                },
+            );
+        }
+
+        let new = NewApproval {
+            session_id: &id,
+            action: &action,
+            preview: preview(planned),
+            reasons: ticket.reasons.clone(),
+            policies: ticket.policies.clone(),
+            expires_at: now.plus(self.config.approval_timeout),
+        };
+        let request = match self
+            .store
+            .create_approval(&new, &self.config.approval_limits, now)
+        {
+            Ok(r) => r,
+            Err(ApprovalError::Store(StoreError::SessionKilled { .. })) => {
+                return Ok(ApprovalAnswer::stop(None, Outcome::Killed))
+            }
+            Err(ApprovalError::Store(e)) => return Err(e.into()),
+            // Rate limits and other refusals: the action is not held, so it is denied.
+            Err(e) => {
+                return Ok(ApprovalAnswer::refused(
+                    None,
+                    format!("this action needs approval, but no request could be made: {e}"),
+                ))
+            }
+        };
+        let request_id = Some(request.id.clone());
+        self.audit.append(
+            AuditEvent::new("approval_requested", &id, &run.session.principal)
+                .with_action(
+                    serde_json::to_value(&action).unwrap_or_default(),
+                    &request.payload_hash,
+                )
+                .with_detail(json!({
+                    "request": request.id,
+                    "reasons": request.reasons,
+                    "expires_at": request.expires_at.as_unix_secs(),
+                })),
+        )?;
+
+        loop {
+            if self.is_killed(&id)? {
+                return Ok(ApprovalAnswer::stop(request_id, Outcome::Killed));
+            }
+            let current = self.store.get_approval(&request.id)?;
+            match current.status {
+                ApprovalStatus::Pending => {
+                    if Timestamp::now() >= request.expires_at {
+                        match self.store.deny(
+                            &request.id,
+                            "airlock",
+                            Some("no answer within the approval timeout"),
+                            Timestamp::now(),
+                        ) {
+                            // Answered in the meantime: read it again.
+                            Err(ApprovalError::NotPending { .. }) => continue,
+                            Err(ApprovalError::Expired { .. }) | Ok(_) => {}
+                            Err(ApprovalError::Store(e)) => return Err(e.into()),
+                            Err(_) => {}
+                        }
+                        return self.refuse(run, request_id, "expired", "airlock", None);
+                    }
+                    tokio::time::sleep(self.config.approval_poll).await;
+                }
+                ApprovalStatus::Approved => {
+                    let approver = current.decided_by.clone().unwrap_or_default();
+                    let stored = Action::from_json(&current.payload).ok();
+                    if stored.as_ref() != Some(&action)
+                        || current.payload_hash != ticket.action_hash
+                    {
+                        return self.refuse(
+                            run,
+                            request_id,
+                            "refused",
+                            &approver,
+                            Some("the approved payload differs from the held action"),
+                        );
+                    }
+                    let approval = Approval {
+                        approver: approver.clone(),
+                        approver_role: APPROVER_ROLE.into(),
+                        payload_hash: current.payload_hash.clone(),
+                        expires_at: Timestamp::now().as_unix_secs() + APPROVAL_VALIDITY_SECS,
+                    };
+                    let now_secs = Timestamp::now().as_unix_secs();
+                    return Ok(
+                        match self
+                            .gate
+                            .approve(ticket, &approval, now_secs, &mut *self.audit)
+                        {
+                            Ok(t) => ApprovalAnswer {
+                                request_id,
+                                reasons: vec![format!("approved by {approver}")],
+                                result: Authorization::Granted(t),
+                            },
+                            Err(e) => ApprovalAnswer::refused(request_id, e.to_string()),
+                        },
+                    );
+                }
+                ApprovalStatus::Denied => {
+                    let by = current.decided_by.clone().unwrap_or_default();
+                    return self.refuse(run, request_id, "denied", &by, current.note.as_deref());
+                }
+                ApprovalStatus::Expired => {
+                    return self.refuse(run, request_id, "expired", "airlock", None);
+                }
+                ApprovalStatus::Cancelled => {
+                    if self.is_killed(&id)? {
+                        return Ok(ApprovalAnswer::stop(request_id, Outcome::Killed));
+                    }
+                    let by = current.decided_by.clone().unwrap_or_default();
+                    return self.refuse(run, request_id, "cancelled", &by, current.note.as_deref());
+                }
+            }
+        }
+    }
+
+    /// Audit a refused request and build the text the model gets.
+    fn refuse<A: IntoAction>(
+        &mut self,
+        run: &RunState,
+        request_id: Option<String>,
+        how: &str,
+        by: &str,
+        note: Option<&str>,
+    ) -> Result<ApprovalAnswer<A>, AgentError> {
+        self.audit.append(
+            AuditEvent::new(format!("approval_{how}"), &run.session.id, by).with_detail(json!({
+                "request": request_id,
+                "note": note,
+            })),
+        )?;
+        let text = match how {
+            "expired" => "the action needed approval and none came before the timeout, so it was not run (treated as denied)".to_string(),
+            _ => format!(
+                "the action needed approval and was {how} by {by}{}; it was not run",
+                note.map(|n| format!(": {n}")).unwrap_or_default()
+            ),
+        };
+        Ok(ApprovalAnswer::refused(request_id, text))
+    }
+}

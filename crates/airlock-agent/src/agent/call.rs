@@ -1,0 +1,365 @@
+//! One tool call: plan → limits → Gate (which audits) → approval if asked → execute →
+//! record the result as untrusted content.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use airlock_audit::AuditEvent;
+use airlock_core::gate::Verdict;
+use airlock_core::{Authorized, DecisionKind, IntoAction};
+use airlock_store::{TranscriptEvent, Usage};
+
+use crate::provider::{Message, ToolCall};
+
+use super::executors::ToolOutput;
+use super::outcome::{AgentError, LimitKind, LimitScope, Outcome, ToolCallReport};
+use super::run::{Agent, Guarded, RunState};
+use super::tools::{self, PlannedCall};
+
+/// Length of the rate-limit window for `tool_calls_per_minute`.
+const RATE_WINDOW: Duration = Duration::from_secs(60);
+
+/// How the Gate (and perhaps an approver) answered for one call.
+pub(crate) enum Authorization<A: IntoAction> {
+    Granted(Authorized<A>),
+    /// Refused: the text the model gets.
+    Refused(String),
+    /// The turn ends.
+    Stop(Outcome),
+}
+
+impl Agent<'_> {
+    /// Handle one tool call. `Some(outcome)` ends the turn.
+    pub(crate) async fn tool_call(
+        &mut self,
+        run: &mut RunState,
+        call: &ToolCall,
+    ) -> Result<Option<Outcome>, AgentError> {
+        let id = run.session.id.clone();
+        if let Some(o) = self.charge(
+            &id,
+            &Usage {
+                tool_calls: 1,
+                ..Usage::default()
+            },
+        )? {
+            return Ok(Some(o));
+        }
+        if let Some(o) = self.rate_limit(run, &call.name) {
+            return Ok(Some(o));
+        }
+        let arguments = call
+            .arguments
+            .as_json()
+            .cloned()
+            .unwrap_or_else(|| json!({"invalid": call.arguments.to_wire_string()}));
+        let planned = match tools::plan(call, &run.files, &self.config.channel) {
+            Ok(p) => p,
+            Err(text) => {
+                let events = [TranscriptEvent::ToolCall {
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    arguments,
+                    action_hash: String::new(),
+                }];
+                if let Some(k) = self.commit(run, &events)? {
+                    return Ok(Some(k));
+                }
+                return self.finish(run, call, None, None, ToolOutput::error(text), false);
+            }
+        };
+        let action = planned.action();
+        let action_hash = match action.hash() {
+            Ok(h) => h,
+            Err(e) => {
+                return self.finish(
+                    run,
+                    call,
+                    None,
+                    None,
+                    ToolOutput::error(e.to_string()),
+                    false,
+                )
+            }
+        };
+        let events = [TranscriptEvent::ToolCall {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            arguments,
+            action_hash: action_hash.clone(),
+        }];
+        if let Some(k) = self.commit(run, &events)? {
+            return Ok(Some(k));
+        }
+        if let Some(o) = self.repeat_breaker(run, &action_hash) {
+            return Ok(Some(o));
+        }
+
+        let timeout = self.config.call_timeout;
+        let mut approval_id = None;
+        // Decide on the typed payload, so the token an executor receives is for exactly the
+        // action the Gate saw. A refusal goes back to the model; a stop ends the turn.
+        macro_rules! authorized {
+            ($payload:expr) => {
+                match self
+                    .authorize(run, call, $payload, &planned, &mut approval_id)
+                    .await?
+                {
+                    Authorization::Granted(t) => t,
+                    Authorization::Refused(text) => {
+                        return self.finish(
+                            run,
+                            call,
+                            Some(DecisionKind::Deny),
+                            approval_id,
+                            ToolOutput::error(text),
+                            false,
+                        )
+                    }
+                    Authorization::Stop(o) => return Ok(Some(o)),
+                }
+            };
+        }
+        let file_result = |r: Result<String, super::workspace::FileToolError>| {
+            Some(r.map_or_else(|e| ToolOutput::error(e.to_string()), ToolOutput::ok))
+        };
+        let output = match planned.clone() {
+            PlannedCall::Shell(a) => {
+                let t = authorized!(a);
+                self.execute(&id, self.executors.shell(t, timeout), timeout)
+                    .await?
+            }
+            PlannedCall::ReadFile(a) => {
+                let t = authorized!(a);
+                file_result(run.files.read_file(&t))
+            }
+            PlannedCall::ListDir(a) => {
+                let t = authorized!(a);
+                file_result(run.files.list_dir(&t))
+            }
+            PlannedCall::Write {
+                action, content, ..
+            } => {
+                let t = authorized!(action);
+                file_result(run.files.write_file(&t, content.as_bytes()))
+            }
+            PlannedCall::Fetch { action, body } => {
+                let t = authorized!(action);
+                self.execute(&id, self.executors.fetch(t, body, timeout), timeout)
+                    .await?
+            }
+            PlannedCall::SendMessage(a) => {
+                let t = authorized!(a);
+                self.execute(&id, self.executors.send_message(t, timeout), timeout)
+                    .await?
+            }
+        };
+        match output {
+            Some(o) => self.finish(run, call, Some(DecisionKind::Allow), approval_id, o, true),
+            // Killed while running: the stored call has no result, and a resume marks it
+            // interrupted.
+            None => Ok(Some(Outcome::Killed)),
+        }
+    }
+
+    /// Run an executor future under the call timeout, watching for a kill. `None`: killed.
+    async fn execute(
+        &self,
+        id: &str,
+        fut: impl std::future::Future<Output = ToolOutput>,
+        timeout: Duration,
+    ) -> Result<Option<ToolOutput>, AgentError> {
+        Ok(match self.guard(id, fut, Some(timeout)).await? {
+            Guarded::Done(o) => Some(o),
+            Guarded::TimedOut => Some(ToolOutput::error(format!(
+                "the call ran past its {}s timeout and was stopped\nhelp: the operator can raise `call_timeout_secs` in airlock.toml",
+                timeout.as_secs_f64()
+            ))),
+            Guarded::Killed => None,
+        })
+    }
+
+    /// Ask the Gate; on `ask`, wait for a human. Records the decision in the transcript.
+    async fn authorize<A: IntoAction>(
+        &mut self,
+        run: &mut RunState,
+        call: &ToolCall,
+        payload: A,
+        planned: &PlannedCall,
+        approval_id: &mut Option<String>,
+    ) -> Result<Authorization<A>, AgentError> {
+        let verdict = self.gate.decide(&run.session, payload, &mut *self.audit);
+        let (decision, reasons, policies, result) = match verdict {
+            Verdict::Allow(t) => (
+                DecisionKind::Allow,
+                vec![],
+                vec![],
+                Authorization::Granted(t),
+            ),
+            Verdict::Deny(d) => {
+                let text = format!(
+                    "denied by policy{}: {}",
+                    if d.policies.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", d.policies.join(", "))
+                    },
+                    d.reasons.join("; ")
+                );
+                (
+                    DecisionKind::Deny,
+                    d.reasons,
+                    d.policies,
+                    Authorization::Refused(text),
+                )
+            }
+            Verdict::Ask(ticket) => {
+                let events = [TranscriptEvent::Decision {
+                    call_id: call.id.clone(),
+                    decision: DecisionKind::Ask,
+                    reasons: ticket.reasons.clone(),
+                    policies: ticket.policies.clone(),
+                }];
+                if let Some(k) = self.commit(run, &events)? {
+                    return Ok(Authorization::Stop(k));
+                }
+                let answer = self.await_approval(run, ticket, planned).await?;
+                if let Some(id) = &answer.request_id {
+                    *approval_id = Some(id.clone());
+                }
+                match answer.result {
+                    Authorization::Stop(o) => return Ok(Authorization::Stop(o)),
+                    Authorization::Granted(t) => (
+                        DecisionKind::Allow,
+                        answer.reasons,
+                        vec![],
+                        Authorization::Granted(t),
+                    ),
+                    Authorization::Refused(text) => (
+                        DecisionKind::Deny,
+                        answer.reasons,
+                        vec![],
+                        Authorization::Refused(text),
+                    ),
+                }
+            }
+        };
+        let events = [TranscriptEvent::Decision {
+            call_id: call.id.clone(),
+            decision,
+            reasons,
+            policies,
+        }];
+        if let Some(k) = self.commit(run, &events)? {
+            return Ok(Authorization::Stop(k));
+        }
+        Ok(result)
+    }
+
+    /// Record the result, feed it to the model, and mark the session's taint.
+    fn finish(
+        &mut self,
+        run: &mut RunState,
+        call: &ToolCall,
+        decision: Option<DecisionKind>,
+        approval_id: Option<String>,
+        output: ToolOutput,
+        executed: bool,
+    ) -> Result<Option<Outcome>, AgentError> {
+        // What an action returns comes from outside: it taints the session. Refusals and
+        // argument errors are the host's own words.
+        if executed {
+            run.session
+                .observe_untrusted(&format!("tool:{}", call.name), &output.text);
+            self.audit.append(
+                AuditEvent::new("execution", &run.session.id, &run.session.principal).with_detail(
+                    json!({
+                        "call_id": call.id,
+                        "tool": call.name,
+                        "is_error": output.is_error,
+                        "result_bytes": output.text.len(),
+                        "result_sha256": hex::encode(Sha256::digest(output.text.as_bytes())),
+                    }),
+                ),
+            )?;
+        }
+        let events = [TranscriptEvent::Result {
+            call_id: call.id.clone(),
+            text: output.text.clone(),
+            untrusted: executed,
+        }];
+        if let Some(k) = self.commit(run, &events)? {
+            return Ok(Some(k));
+        }
+        run.messages.push(Message::ToolResult {
+            call_id: call.id.clone(),
+            text: output.text.clone(),
+            is_error: output.is_error || !executed,
+        });
+        run.report.push(ToolCallReport {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            decision,
+            approval_id,
+            executed,
+            result: output.text,
+            is_error: output.is_error || !executed,
+        });
+        Ok(None)
+    }
+
+    fn rate_limit(&self, run: &mut RunState, tool: &str) -> Option<Outcome> {
+        let limit = self.config.tool_calls_per_minute?;
+        let now = Instant::now();
+        let times = run.tool_times.entry(tool.to_string()).or_default();
+        while times
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= RATE_WINDOW)
+        {
+            times.pop_front();
+        }
+        if times.len() as u64 >= u64::from(limit) {
+            return Some(Outcome::BudgetExhausted {
+                which: LimitKind::ToolRate {
+                    tool: tool.to_string(),
+                },
+                scope: LimitScope::Run,
+                limit: u64::from(limit),
+                used: times.len() as u64,
+                help: format!(
+                    "`{tool}` was called {} times within a minute (limit {limit}); the operator can raise `tool_calls_per_minute` under `[agent]` in airlock.toml",
+                    times.len()
+                ),
+            });
+        }
+        times.push_back(now);
+        None
+    }
+
+    fn repeat_breaker(&self, run: &mut RunState, action_hash: &str) -> Option<Outcome> {
+        if run.last_action.as_deref() == Some(action_hash) {
+            run.repeat_count += 1;
+        } else {
+            run.last_action = Some(action_hash.to_string());
+            run.repeat_count = 1;
+        }
+        let limit = self.config.max_identical_actions;
+        if limit > 0 && run.repeat_count >= limit {
+            return Some(Outcome::BudgetExhausted {
+                which: LimitKind::RepeatedAction {
+                    action_hash: action_hash.to_string(),
+                },
+                scope: LimitScope::Run,
+                limit: u64::from(limit),
+                used: u64::from(run.repeat_count),
+                help: format!(
+                    "the model proposed the same action {} times in a row, which looks like a loop; the operator can raise `max_identical_actions` under `[agent]` in airlock.toml",
+                    run.repeat_count
+                ),
+            });
+        }
+        None
+    }
+}

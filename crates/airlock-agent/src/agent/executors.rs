@@ -1,0 +1,67 @@
+//! What the binary supplies to run actions this crate cannot run itself.
+//!
+//! Shell commands run in the sandbox, HTTP requests go through the egress proxy, and
+//! messages go out through a channel; those live in other crates, which this one must not
+//! depend on (DESIGN.md §3). Each method takes the [`Authorized`] token the Gate minted,
+//! so nothing reaches an executor without a recorded decision.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use airlock_core::action::{ExecAction, MessageSendAction, NetRequestAction};
+use airlock_core::Authorized;
+
+/// The result of one tool call, as the model will see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutput {
+    /// Output text (stdout/stderr, response body, delivery note, or the error).
+    pub text: String,
+    /// True when the call failed.
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    /// A successful result.
+    pub fn ok(text: impl Into<String>) -> ToolOutput {
+        ToolOutput {
+            text: text.into(),
+            is_error: false,
+        }
+    }
+
+    /// A failed call.
+    pub fn error(text: impl Into<String>) -> ToolOutput {
+        ToolOutput {
+            text: text.into(),
+            is_error: true,
+        }
+    }
+}
+
+/// Runs the authorized actions that need the sandbox, the proxy or a channel.
+///
+/// The loop may drop a returned future before it completes (the session was killed, or the
+/// call ran past its timeout); implementations must then stop the work they started, for
+/// example by killing the sandboxed process tree when the future is dropped.
+#[async_trait]
+pub trait Executors: Send + Sync {
+    /// Run a shell command in the session's sandbox, for at most `timeout`.
+    async fn shell(&self, auth: Authorized<ExecAction>, timeout: Duration) -> ToolOutput;
+
+    /// Make an HTTP request through the egress proxy. `body` is the request body the model
+    /// proposed; its length is bound in the authorized action.
+    async fn fetch(
+        &self,
+        auth: Authorized<NetRequestAction>,
+        body: Option<String>,
+        timeout: Duration,
+    ) -> ToolOutput;
+
+    /// Deliver a message through its channel.
+    async fn send_message(
+        &self,
+        auth: Authorized<MessageSendAction>,
+        timeout: Duration,
+    ) -> ToolOutput;
+}

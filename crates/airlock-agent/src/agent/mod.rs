@@ -1,0 +1,39 @@
+//! The agent loop: the model proposes, the Gate decides, Airlock runs and records.
+//!
+//! [`Agent::run_turn`] takes one user message for a stored session and works until the
+//! model stops calling tools. Each tool call becomes a typed action (`shell` → `exec`,
+//! `read_file`/`list_dir` → `fs.read`, `write_file`/`edit_file` → `fs.write` bound to the
+//! content hash, `fetch` → `net.request`, `send_message` → `message.send`) and goes to the
+//! Gate, which records the decision in the audit log before anything runs:
+//! - **allow**: the action runs with the token the Gate minted — file tools here
+//!   ([`WorkspaceFiles`]), shell, fetch and messages through the binary's [`Executors`];
+//! - **ask**: a request with a human preview goes to the approvals queue and the loop waits
+//!   for it; an approval runs exactly the held payload, anything else is a refusal;
+//! - **deny**: the reason goes back to the model as a tool error, so it can adapt.
+//!
+//! Every result is untrusted content: it taints the session and is stored in the transcript.
+//! Budgets (turns, tokens, cost, wall time, tool calls) are charged in the store, where the
+//! model cannot lower them; a per-tool rate limit and a repeated-action breaker stop loops.
+//! A limit, a kill or a provider failure ends the turn with a typed [`Outcome`], and
+//! everything committed before it stays committed.
+
+mod approval;
+mod call;
+mod config;
+mod executors;
+mod history;
+mod outcome;
+mod preview;
+mod run;
+mod tools;
+mod workspace;
+
+pub use config::{AgentConfig, PriceTable};
+pub use executors::{Executors, ToolOutput};
+pub use outcome::{AgentError, LimitKind, LimitScope, Outcome, ToolCallReport, TurnReport};
+pub use preview::preview;
+pub use run::Agent;
+pub use tools::{content_hash, definitions, plan, ListDir, PlannedCall, ReadFile, TOOL_NAMES};
+pub use workspace::{
+    FileToolError, WorkspaceFiles, MAX_LIST_ENTRIES, MAX_READ_BYTES, MAX_WRITE_BYTES,
+};

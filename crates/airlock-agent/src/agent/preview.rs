@@ -1,0 +1,72 @@
+//! What an approver is shown for a held action: the exact payload, in a form a person
+//! can check quickly.
+
+use similar::TextDiff;
+
+use airlock_store::{ApprovalPreview, MAX_PREVIEW_BYTES};
+
+use super::tools::PlannedCall;
+
+/// Longest body excerpt shown for an HTTP request.
+const BODY_PREVIEW_CHARS: usize = 4096;
+
+/// The preview for `call`.
+pub fn preview(call: &PlannedCall) -> ApprovalPreview {
+    match call {
+        PlannedCall::Shell(a) => ApprovalPreview::Command {
+            command: a.command.clone(),
+            cwd: a.cwd.clone(),
+        },
+        PlannedCall::ReadFile(a) => ApprovalPreview::Other {
+            summary: format!("read file {}", a.0.path),
+        },
+        PlannedCall::ListDir(a) => ApprovalPreview::Other {
+            summary: format!("list directory {}", a.0.path),
+        },
+        PlannedCall::Write {
+            action,
+            content,
+            previous,
+        } => {
+            let old = previous.as_deref().unwrap_or("");
+            let diff = TextDiff::from_lines(old, content.as_str())
+                .unified_diff()
+                .context_radius(3)
+                .header(&format!("a/{}", action.path), &format!("b/{}", action.path))
+                .to_string();
+            ApprovalPreview::FileDiff {
+                path: action.path.clone(),
+                diff: cap(diff, MAX_PREVIEW_BYTES / 2),
+            }
+        }
+        PlannedCall::Fetch { action, body } => ApprovalPreview::Http {
+            method: action.method.clone(),
+            url: action.url.clone(),
+            body_preview: body.as_ref().map(|b| cap(b.clone(), BODY_PREVIEW_CHARS)),
+        },
+        PlannedCall::SendMessage(a) => ApprovalPreview::Message {
+            channel: a.channel.clone(),
+            recipient: if a.destination.is_empty() {
+                "owner".into()
+            } else {
+                a.destination.clone()
+            },
+            text: cap(a.text.clone(), MAX_PREVIEW_BYTES / 2),
+        },
+    }
+}
+
+/// Cut `text` to at most `max` bytes on a character boundary, saying how much was left out.
+fn cap(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let omitted = text.len() - end;
+    text.truncate(end);
+    text.push_str(&format!("\n[… {omitted} more bytes not shown]"));
+    text
+}

@@ -1,0 +1,319 @@
+//! The built-in tools: what the model is told about them, and how one of its tool calls
+//! becomes a typed [`Action`] for the Gate.
+//!
+//! A call whose arguments do not fit is refused here, before the Gate, with an error the
+//! model can act on.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use airlock_core::action::{
+    ExecAction, FsWriteAction, MessageSendAction, NetRequestAction, PathAction,
+};
+use airlock_core::{Action, IntoAction};
+
+use crate::provider::{ToolArguments, ToolCall, ToolDefinition};
+
+use super::workspace::{FileToolError, WorkspaceFiles, MAX_WRITE_BYTES};
+
+/// Largest request body `fetch` may send.
+pub const MAX_FETCH_BODY_BYTES: usize = 1024 * 1024;
+
+/// A `read_file` payload: an `fs.read` the Gate authorizes for reading one file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadFile(pub PathAction);
+
+/// A `list_dir` payload: an `fs.read` the Gate authorizes for listing one directory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListDir(pub PathAction);
+
+impl IntoAction for ReadFile {
+    fn to_action(&self) -> Action {
+        Action::FsRead(self.0.clone())
+    }
+}
+
+impl IntoAction for ListDir {
+    fn to_action(&self) -> Action {
+        Action::FsRead(self.0.clone())
+    }
+}
+
+/// `sha256:<hex>` of file content, the form [`FsWriteAction::content_sha256`] binds.
+pub fn content_hash(content: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(content)))
+}
+
+/// One tool call, turned into the typed action the Gate decides on, plus the bytes the
+/// action binds by hash (file content, request body), which the loop holds until it runs.
+#[derive(Debug, Clone)]
+pub enum PlannedCall {
+    Shell(ExecAction),
+    ReadFile(ReadFile),
+    ListDir(ListDir),
+    /// `write_file` or `edit_file`: the new content, and the old one for the diff preview.
+    Write {
+        action: FsWriteAction,
+        content: String,
+        previous: Option<String>,
+    },
+    Fetch {
+        action: NetRequestAction,
+        body: Option<String>,
+    },
+    SendMessage(MessageSendAction),
+}
+
+impl PlannedCall {
+    /// The general action, as the Gate, the audit log and the approvals queue see it.
+    pub fn action(&self) -> Action {
+        match self {
+            PlannedCall::Shell(a) => a.to_action(),
+            PlannedCall::ReadFile(a) => a.to_action(),
+            PlannedCall::ListDir(a) => a.to_action(),
+            PlannedCall::Write { action, .. } => action.to_action(),
+            PlannedCall::Fetch { action, .. } => action.to_action(),
+            PlannedCall::SendMessage(a) => a.to_action(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ShellArgs {
+    command: String,
+    #[serde(default)]
+    cwd: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PathArgs {
+    #[serde(default)]
+    path: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WriteArgs {
+    path: String,
+    content: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EditArgs {
+    path: String,
+    old_text: String,
+    new_text: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FetchArgs {
+    url: String,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    body: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MessageArgs {
+    #[serde(default)]
+    destination: String,
+    text: String,
+}
+
+/// Turn a model's tool call into a planned call. `Err` is the text of the tool error the
+/// model gets back.
+pub fn plan(call: &ToolCall, files: &WorkspaceFiles, channel: &str) -> Result<PlannedCall, String> {
+    let args = match &call.arguments {
+        ToolArguments::Json { value } => value.clone(),
+        ToolArguments::Invalid { error, .. } => {
+            return Err(format!(
+                "the arguments of `{}` could not be used: {error}\nhelp: send the arguments as one JSON object",
+                call.name
+            ))
+        }
+    };
+    match call.name.as_str() {
+        "shell" => {
+            let a: ShellArgs = parse_args(&call.name, args)?;
+            Ok(PlannedCall::Shell(ExecAction {
+                command: a.command,
+                cwd: a.cwd,
+                env: Vec::new(),
+            }))
+        }
+        "read_file" => {
+            let a: PathArgs = parse_args(&call.name, args)?;
+            Ok(PlannedCall::ReadFile(ReadFile(PathAction { path: a.path })))
+        }
+        "list_dir" => {
+            let a: PathArgs = parse_args(&call.name, args)?;
+            let path = if a.path.is_empty() {
+                ".".into()
+            } else {
+                a.path
+            };
+            Ok(PlannedCall::ListDir(ListDir(PathAction { path })))
+        }
+        "write_file" => {
+            let a: WriteArgs = parse_args(&call.name, args)?;
+            let previous = files.current_content(&a.path).unwrap_or(None);
+            planned_write(a.path, a.content, previous)
+        }
+        "edit_file" => {
+            let a: EditArgs = parse_args(&call.name, args)?;
+            let current = files
+                .current_content(&a.path)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| {
+                    format!("`{}` does not exist; use write_file to create it", a.path)
+                })?;
+            let count = if a.old_text.is_empty() {
+                0
+            } else {
+                current.matches(&a.old_text).count()
+            };
+            match count {
+                0 => Err(FileToolError::EditNotFound { path: a.path }.to_string()),
+                1 => {
+                    let content = current.replacen(&a.old_text, &a.new_text, 1);
+                    planned_write(a.path, content, Some(current))
+                }
+                n => Err(FileToolError::EditAmbiguous {
+                    path: a.path,
+                    count: n,
+                }
+                .to_string()),
+            }
+        }
+        "fetch" => {
+            let a: FetchArgs = parse_args(&call.name, args)?;
+            let method = a
+                .method
+                .unwrap_or_else(|| "GET".into())
+                .to_ascii_uppercase();
+            let body_bytes = a.body.as_ref().map_or(0, |b| b.len());
+            if body_bytes > MAX_FETCH_BODY_BYTES {
+                return Err(format!(
+                    "the request body is {body_bytes} bytes, over the {MAX_FETCH_BODY_BYTES}-byte limit"
+                ));
+            }
+            Ok(PlannedCall::Fetch {
+                action: NetRequestAction {
+                    method,
+                    url: a.url,
+                    headers: Vec::new(),
+                    body_bytes: body_bytes as u64,
+                },
+                body: a.body,
+            })
+        }
+        "send_message" => {
+            let a: MessageArgs = parse_args(&call.name, args)?;
+            Ok(PlannedCall::SendMessage(MessageSendAction {
+                channel: channel.to_string(),
+                destination: a.destination,
+                text: a.text,
+            }))
+        }
+        other => Err(format!(
+            "there is no tool named `{other}`\nhelp: use one of: {}",
+            TOOL_NAMES.join(", ")
+        )),
+    }
+}
+
+fn planned_write(
+    path: String,
+    content: String,
+    previous: Option<String>,
+) -> Result<PlannedCall, String> {
+    if content.len() > MAX_WRITE_BYTES {
+        return Err(FileToolError::TooLarge {
+            size: content.len(),
+            limit: MAX_WRITE_BYTES,
+        }
+        .to_string());
+    }
+    Ok(PlannedCall::Write {
+        action: FsWriteAction {
+            path,
+            content_sha256: Some(content_hash(content.as_bytes())),
+            bytes: Some(content.len() as u64),
+        },
+        content,
+        previous,
+    })
+}
+
+fn parse_args<T: serde::de::DeserializeOwned>(tool: &str, args: Value) -> Result<T, String> {
+    serde_json::from_value(args).map_err(|e| {
+        format!(
+            "invalid arguments for `{tool}`: {e}\nhelp: see the tool's input schema for its fields"
+        )
+    })
+}
+
+/// Names of the built-in tools.
+pub const TOOL_NAMES: [&str; 7] = [
+    "shell",
+    "read_file",
+    "write_file",
+    "edit_file",
+    "list_dir",
+    "fetch",
+    "send_message",
+];
+
+/// The definitions sent to the model with every request.
+pub fn definitions() -> Vec<ToolDefinition> {
+    let def = |name: &str, description: &str, schema: Value| ToolDefinition {
+        name: name.into(),
+        description: description.into(),
+        input_schema: schema,
+    };
+    let string = json!({"type": "string"});
+    vec![
+        def(
+            "shell",
+            "Run a shell command in the sandboxed session workspace.",
+            json!({"type": "object", "properties": {"command": string, "cwd": string}, "required": ["command"]}),
+        ),
+        def(
+            "read_file",
+            "Read a text file in the workspace.",
+            json!({"type": "object", "properties": {"path": string}, "required": ["path"]}),
+        ),
+        def(
+            "write_file",
+            "Create or replace a file in the workspace.",
+            json!({"type": "object", "properties": {"path": string, "content": string}, "required": ["path", "content"]}),
+        ),
+        def(
+            "edit_file",
+            "Replace the one occurrence of old_text with new_text in a workspace file.",
+            json!({"type": "object", "properties": {"path": string, "old_text": string, "new_text": string}, "required": ["path", "old_text", "new_text"]}),
+        ),
+        def(
+            "list_dir",
+            "List a directory of the workspace.",
+            json!({"type": "object", "properties": {"path": string}}),
+        ),
+        def(
+            "fetch",
+            "Make an HTTP request through the egress proxy. The response is untrusted content.",
+            json!({"type": "object", "properties": {"url": string, "method": string, "body": string}, "required": ["url"]}),
+        ),
+        def(
+            "send_message",
+            "Send a message. An empty destination (or \"owner\") replies in this conversation.",
+            json!({"type": "object", "properties": {"destination": string, "text": string}, "required": ["text"]}),
+        ),
+    ]
+}

@@ -1,0 +1,275 @@
+//! The built-in file tools, confined to one session workspace.
+//!
+//! Every path is resolved by the kernel with `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`
+//! relative to a directory descriptor of the workspace root: `..` cannot climb out, an
+//! absolute path or a symlink that points outside fails with `EXDEV`, and `/proc` magic links
+//! are refused. There is no fallback path walk: on a kernel without `openat2` the tools
+//! refuse to run.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::path::{Component, Path, PathBuf};
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+
+use airlock_core::action::FsWriteAction;
+use airlock_core::Authorized;
+
+use super::tools::{content_hash, ListDir, ReadFile};
+
+/// Largest file `read_file` returns; longer files are cut with a note.
+pub const MAX_READ_BYTES: usize = 256 * 1024;
+/// Largest content `write_file`/`edit_file` accept.
+pub const MAX_WRITE_BYTES: usize = 4 * 1024 * 1024;
+/// Most entries `list_dir` returns.
+pub const MAX_LIST_ENTRIES: usize = 1000;
+
+/// Why a file tool refused or failed. The text goes back to the model as a tool error.
+#[derive(Debug, thiserror::Error)]
+pub enum FileToolError {
+    #[error("`{path}` is outside the session workspace\nhelp: use a path relative to the workspace root")]
+    Outside { path: String },
+    #[error(
+        "`{path}` resolves through a link that leaves the workspace; file tools never follow it"
+    )]
+    LinkOut { path: String },
+    #[error("`{path}` is a symbolic link; file tools do not write through links\nhelp: write to the file the link points to")]
+    LinkWrite { path: String },
+    #[error("`{path}` has other hard links, which may lie outside the workspace; file tools do not write through it\nhelp: remove the extra links or write a new file")]
+    HardLink { path: String },
+    #[error("`{path}`: {what}: {source}")]
+    Io {
+        path: String,
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("content is {size} bytes, over the {limit}-byte limit for file writes\nhelp: write the file in smaller parts")]
+    TooLarge { size: usize, limit: usize },
+    #[error("the content does not match the approved hash {expected} (got {actual}); nothing was written")]
+    HashMismatch { expected: String, actual: String },
+    #[error("this kernel has no openat2(2), so the file tools cannot resolve paths safely and refuse to run\nhelp: use Linux 5.6 or newer")]
+    Openat2Unavailable,
+    #[error("`old_text` was not found in `{path}`\nhelp: read the file again and quote the exact text to replace")]
+    EditNotFound { path: String },
+    #[error("`old_text` occurs {count} times in `{path}`\nhelp: include more surrounding text so it matches exactly once")]
+    EditAmbiguous { path: String, count: usize },
+}
+
+/// The file tools of one workspace, holding a descriptor of its root.
+#[derive(Debug)]
+pub struct WorkspaceFiles {
+    root: OwnedFd,
+    root_path: PathBuf,
+}
+
+impl WorkspaceFiles {
+    /// Open the workspace root (which must be an existing directory).
+    pub fn open(root: &Path) -> Result<WorkspaceFiles, FileToolError> {
+        let fd = rustix::fs::open(
+            root,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| FileToolError::Io {
+            path: root.display().to_string(),
+            what: "open workspace",
+            source: e.into(),
+        })?;
+        Ok(WorkspaceFiles {
+            root: fd,
+            root_path: root.to_path_buf(),
+        })
+    }
+
+    /// The workspace root this handle confines to.
+    pub fn root(&self) -> &Path {
+        &self.root_path
+    }
+
+    /// Read a file (at most [`MAX_READ_BYTES`]; longer files are cut with a note).
+    pub fn read_file(&self, auth: &Authorized<ReadFile>) -> Result<String, FileToolError> {
+        let path = &auth.action().0.path;
+        let (text, truncated) = self.read_capped(path, MAX_READ_BYTES)?;
+        if truncated {
+            Ok(format!(
+                "{text}\n[file cut at {MAX_READ_BYTES} bytes; read a smaller part with the shell]"
+            ))
+        } else {
+            Ok(text)
+        }
+    }
+
+    /// Current content of a file for an edit or a diff preview; `None` when it does not
+    /// exist. Reads up to [`MAX_WRITE_BYTES`]. Used before the Gate decides, only to
+    /// compute the proposed content; nothing read here reaches the model.
+    pub fn current_content(&self, path: &str) -> Result<Option<String>, FileToolError> {
+        match self.read_capped(path, MAX_WRITE_BYTES) {
+            Ok((text, _)) => Ok(Some(text)),
+            Err(FileToolError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Write `content` as the authorized write, after checking it is exactly the content
+    /// whose hash the Gate (and any approver) saw.
+    pub fn write_file(
+        &self,
+        auth: &Authorized<FsWriteAction>,
+        content: &[u8],
+    ) -> Result<String, FileToolError> {
+        let action = auth.action();
+        if content.len() > MAX_WRITE_BYTES {
+            return Err(FileToolError::TooLarge {
+                size: content.len(),
+                limit: MAX_WRITE_BYTES,
+            });
+        }
+        let actual = content_hash(content);
+        let expected = action.content_sha256.clone().unwrap_or_default();
+        if actual != expected {
+            return Err(FileToolError::HashMismatch { expected, actual });
+        }
+        let fd = self.open_beneath(
+            &action.path,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::from_raw_mode(0o644),
+        )?;
+        // A hard link may share its inode with a file outside the workspace; writing
+        // through it would change that file. Checked before truncating anything.
+        let stat = rustix::fs::fstat(&fd).map_err(|e| io_err(&action.path, "inspect", e))?;
+        if stat.st_nlink > 1 {
+            return Err(FileToolError::HardLink {
+                path: action.path.clone(),
+            });
+        }
+        let mut file = File::from(fd);
+        file.set_len(0)
+            .and_then(|_| file.write_all(content))
+            .and_then(|_| file.sync_data())
+            .map_err(|e| FileToolError::Io {
+                path: action.path.clone(),
+                what: "write",
+                source: e,
+            })?;
+        Ok(format!("wrote {} bytes to {}", content.len(), action.path))
+    }
+
+    /// List a directory: one entry per line, directories with a trailing `/`.
+    pub fn list_dir(&self, auth: &Authorized<ListDir>) -> Result<String, FileToolError> {
+        let path = &auth.action().0.path;
+        let fd = self.open_beneath(
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let dir = rustix::fs::Dir::new(fd).map_err(|e| io_err(path, "list", e))?;
+        let mut names = Vec::new();
+        for entry in dir {
+            let entry = entry.map_err(|e| io_err(path, "list", e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == "." || name == ".." {
+                continue;
+            }
+            let suffix = if entry.file_type() == rustix::fs::FileType::Directory {
+                "/"
+            } else {
+                ""
+            };
+            names.push(format!("{name}{suffix}"));
+        }
+        names.sort();
+        let total = names.len();
+        names.truncate(MAX_LIST_ENTRIES);
+        let mut out = names.join("\n");
+        if total > MAX_LIST_ENTRIES {
+            out.push_str(&format!(
+                "\n[{} more entries not shown]",
+                total - MAX_LIST_ENTRIES
+            ));
+        }
+        Ok(out)
+    }
+
+    fn read_capped(&self, path: &str, cap: usize) -> Result<(String, bool), FileToolError> {
+        let fd = self.open_beneath(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+        let file = File::from(fd);
+        let mut buf = Vec::new();
+        file.take(cap as u64 + 1)
+            .read_to_end(&mut buf)
+            .map_err(|e| FileToolError::Io {
+                path: path.to_string(),
+                what: "read",
+                source: e,
+            })?;
+        let truncated = buf.len() > cap;
+        buf.truncate(cap);
+        Ok((String::from_utf8_lossy(&buf).into_owned(), truncated))
+    }
+
+    /// Resolve `path` beneath the root with the kernel's help. Never walks paths itself.
+    fn open_beneath(
+        &self,
+        path: &str,
+        flags: OFlags,
+        mode: Mode,
+    ) -> Result<OwnedFd, FileToolError> {
+        let rel = self.relative(path)?;
+        rustix::fs::openat2(
+            &self.root,
+            rel.as_path(),
+            flags,
+            mode,
+            ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+        )
+        .map_err(|e| match e {
+            Errno::NOSYS => FileToolError::Openat2Unavailable,
+            Errno::XDEV => FileToolError::LinkOut {
+                path: path.to_string(),
+            },
+            Errno::LOOP if flags.contains(OFlags::NOFOLLOW) => FileToolError::LinkWrite {
+                path: path.to_string(),
+            },
+            Errno::LOOP => FileToolError::LinkOut {
+                path: path.to_string(),
+            },
+            other => io_err(path, "open", other),
+        })
+    }
+
+    /// A workspace-relative path: an absolute path is accepted only inside the root.
+    fn relative(&self, path: &str) -> Result<PathBuf, FileToolError> {
+        let p = Path::new(path);
+        let rel = if p.is_absolute() {
+            p.strip_prefix(&self.root_path)
+                .map_err(|_| FileToolError::Outside {
+                    path: path.to_string(),
+                })?
+                .to_path_buf()
+        } else {
+            p.to_path_buf()
+        };
+        if rel.components().any(|c| matches!(c, Component::RootDir)) {
+            return Err(FileToolError::Outside {
+                path: path.to_string(),
+            });
+        }
+        if rel.as_os_str().is_empty() {
+            return Ok(PathBuf::from("."));
+        }
+        Ok(rel)
+    }
+}
+
+fn io_err(path: &str, what: &'static str, e: Errno) -> FileToolError {
+    FileToolError::Io {
+        path: path.to_string(),
+        what,
+        source: e.into(),
+    }
+}

@@ -1,40 +1,10 @@
 //! `airlock exec` end to end: Gate, audit and the real sandbox.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-fn airlock_bin() -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_airlock"));
-    let init = bin.with_file_name("airlock-sandbox-init");
-    assert!(
-        init.exists(),
-        "{} is missing: build the workspace's binaries first (cargo build --workspace --bins)",
-        init.display()
-    );
-    bin
-}
-
-struct Fixture {
-    _tmp: tempfile::TempDir,
-    home: PathBuf,
-    ws: PathBuf,
-}
-
-fn fixture() -> Fixture {
-    let tmp = tempfile::tempdir().unwrap();
-    let home = tmp.path().join("home");
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
-    // When the tests run as root the sandbox runs as 65534, which must be able to write.
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&ws, std::fs::Permissions::from_mode(0o777)).unwrap();
-    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    Fixture {
-        _tmp: tmp,
-        home,
-        ws,
-    }
-}
+mod exec_fixture;
+use exec_fixture::{airlock_bin, fixture, Fixture};
 
 fn exec(f: &Fixture, extra: &[&str], cmd: &str) -> Output {
     Command::new(airlock_bin())

@@ -3,7 +3,7 @@
 //! pending approvals, and is audited; the audit chain still verifies.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,38 +13,8 @@ use airlock_store::{
     SessionStore, SqliteStore, Timestamp,
 };
 
-fn airlock_bin() -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_airlock"));
-    let init = bin.with_file_name("airlock-sandbox-init");
-    assert!(
-        init.exists(),
-        "{} is missing: build the workspace's binaries first (cargo build --workspace --bins)",
-        init.display()
-    );
-    bin
-}
-
-struct Fixture {
-    _tmp: tempfile::TempDir,
-    home: PathBuf,
-    ws: PathBuf,
-}
-
-fn fixture() -> Fixture {
-    let tmp = tempfile::tempdir().unwrap();
-    let home = tmp.path().join("home");
-    let ws = tmp.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
-    // When the tests run as root the sandbox runs as 65534, which must be able to enter.
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&ws, std::fs::Permissions::from_mode(0o777)).unwrap();
-    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    Fixture {
-        _tmp: tmp,
-        home,
-        ws,
-    }
-}
+mod exec_fixture;
+use exec_fixture::{airlock_bin, fixture, Fixture};
 
 fn airlock(home: &Path, args: &[&str]) -> Output {
     Command::new(airlock_bin())

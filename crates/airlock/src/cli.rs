@@ -68,6 +68,25 @@ pub enum Command {
     Approvals(cmd::approvals::ApprovalsCommand),
     /// The kill switch: stop a session (or all), its sandboxes, approvals, grants and egress.
     Kill(cmd::kill::KillArgs),
+    /// Run one task with the configured model, without interaction. Approvals go to the
+    /// queue and are denied at the timeout. Exit status: 0 completed, 3 a budget or limit
+    /// was reached, 137 killed, 4 the model provider failed, 1 on error.
+    Run {
+        /// Continue this session instead of starting a new one.
+        #[arg(long)]
+        session: Option<String>,
+        /// Seconds to wait for each approval before treating it as denied
+        /// (default: `approval_timeout_secs` under `[agent]`).
+        #[arg(long, value_name = "SECS")]
+        approval_timeout: Option<u64>,
+        #[arg(long)]
+        profile: Option<String>,
+        /// Print one JSON object instead of the transcript.
+        #[arg(long)]
+        json: bool,
+        /// What to do.
+        prompt: String,
+    },
     /// Decide a command at the Gate, then run it in the verified sandbox. The exit status
     /// is the command's (128+signal if killed), or 126 when it was refused.
     Exec {
@@ -161,6 +180,19 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Kill(a) => cmd::kill::run(a),
         Command::Net(c) => cmd::net::run(c),
         Command::Secret(c) => cmd::secret::run(c),
+        Command::Run {
+            session,
+            approval_timeout,
+            profile,
+            json,
+            prompt,
+        } => cmd::run::run(cmd::run::RunArgs {
+            session,
+            approval_timeout,
+            profile,
+            json,
+            prompt,
+        }),
         Command::Exec {
             workspace,
             timeout,

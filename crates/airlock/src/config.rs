@@ -4,7 +4,11 @@
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+use airlock_agent::agent::PriceTable;
+use airlock_agent::provider::ProviderSection;
+use airlock_store::{ApprovalLimits, Limits};
+
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     #[serde(default)]
@@ -13,6 +17,79 @@ pub struct Config {
     pub audit: AuditConfig,
     #[serde(default)]
     pub sandbox: SandboxConfig,
+    /// The model (`airlock run`, `airlock chat`); absent until the operator configures one.
+    #[serde(default)]
+    pub provider: Option<ProviderSection>,
+    /// Budgets per session and per day, and the price table for the cost budget.
+    #[serde(default)]
+    pub budget: BudgetConfig,
+    /// Limits of the agent loop.
+    #[serde(default)]
+    pub agent: AgentSection,
+    /// Rate limits on approval requests, per session.
+    #[serde(default)]
+    pub approvals: ApprovalLimits,
+}
+
+/// `[budget]`: `[budget.per_session]`, `[budget.per_day]` and `[budget.prices]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetConfig {
+    #[serde(default)]
+    pub per_session: Limits,
+    #[serde(default)]
+    pub per_day: Limits,
+    #[serde(default)]
+    pub prices: PriceTable,
+}
+
+/// `[agent]`: limits of the agent loop the model cannot change.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSection {
+    /// Replaces the built-in system prompt.
+    #[serde(default)]
+    pub system_prompt: Option<String>,
+    /// How long one tool call may run, in seconds.
+    #[serde(default = "default_call_timeout")]
+    pub call_timeout_secs: u64,
+    /// Most calls of one tool per minute in one run; 0 for no limit.
+    #[serde(default = "default_tool_calls_per_minute")]
+    pub tool_calls_per_minute: u32,
+    /// Stop after the same action this many times in a row.
+    #[serde(default = "default_max_identical_actions")]
+    pub max_identical_actions: u32,
+    /// How long `airlock run` waits for an approval before treating it as denied, in seconds.
+    #[serde(default = "default_approval_timeout")]
+    pub approval_timeout_secs: u64,
+}
+
+impl Default for AgentSection {
+    fn default() -> Self {
+        AgentSection {
+            system_prompt: None,
+            call_timeout_secs: default_call_timeout(),
+            tool_calls_per_minute: default_tool_calls_per_minute(),
+            max_identical_actions: default_max_identical_actions(),
+            approval_timeout_secs: default_approval_timeout(),
+        }
+    }
+}
+
+fn default_call_timeout() -> u64 {
+    120
+}
+
+fn default_tool_calls_per_minute() -> u32 {
+    60
+}
+
+fn default_max_identical_actions() -> u32 {
+    5
+}
+
+fn default_approval_timeout() -> u64 {
+    300
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -123,6 +200,38 @@ output_cap_bytes = 16777216
 [audit]
 # Sign a checkpoint every N records (and at every clean shutdown).
 checkpoint_every = 256
+
+# The model `airlock run` talks to. Environment overrides: AIRLOCK_PROVIDER, AIRLOCK_MODEL,
+# AIRLOCK_BASE_URL, AIRLOCK_API_KEY.
+# [provider]
+# kind = "anthropic"                 # or "openai" (also Ollama, vLLM, llama.cpp, LM Studio)
+# model = "claude-sonnet-4-5"
+# base_url = "https://api.anthropic.com"
+# api_key_secret = "anthropic"       # a name in `airlock secret list`, never the key itself
+# max_tokens = 4096
+
+[agent]
+# Limits of the agent loop; the model can change none of them.
+call_timeout_secs = 120
+tool_calls_per_minute = 60
+max_identical_actions = 5
+approval_timeout_secs = 300
+
+# Budgets: leave a key out for no limit.
+[budget.per_session]
+# turns = 50
+# input_tokens = 2000000
+# output_tokens = 200000
+# cost_micros = 5000000              # 5 US dollars
+# wall_ms = 3600000
+# tool_calls = 500
+
+[budget.per_day]
+# cost_micros = 20000000
+
+[budget.prices]
+input_per_million = 0.0
+output_per_million = 0.0
 "#;
 
 /// Load the config, or defaults if the file does not exist.
@@ -144,6 +253,12 @@ pub fn load(path: &Path) -> anyhow::Result<Config> {
             "{}: policy.profile = {:?} is not a known profile\nhelp: use \"default\" or \"strict\"",
             path.display(),
             cfg.policy.profile
+        );
+    }
+    if cfg.agent.call_timeout_secs == 0 || cfg.agent.max_identical_actions == 0 {
+        anyhow::bail!(
+            "{}: agent.call_timeout_secs and agent.max_identical_actions must be at least 1",
+            path.display()
         );
     }
     if cfg.audit.checkpoint_every == 0 {

@@ -11,6 +11,7 @@ macro_rules! out {
     };
 }
 
+pub mod agent_executors;
 pub mod cli;
 pub mod cmd;
 pub mod config;

@@ -38,7 +38,9 @@ pub struct ExecArgs {
     pub command: Vec<String>,
 }
 
-fn lock(log: &Mutex<airlock_audit::AuditLog>) -> MutexGuard<'_, airlock_audit::AuditLog> {
+pub(crate) fn lock(
+    log: &Mutex<airlock_audit::AuditLog>,
+) -> MutexGuard<'_, airlock_audit::AuditLog> {
     log.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -147,17 +149,13 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         }
     };
 
-    let mut profile_sb = SandboxProfile::new(workspace.clone());
+    let mut profile_sb = sandbox_profile(
+        &cfg,
+        workspace.clone(),
+        cwd,
+        args.timeout.unwrap_or(cfg.sandbox.timeout_secs),
+    );
     profile_sb.allow_broad_workspace = explicit_workspace;
-    profile_sb.cwd = Some(cwd);
-    profile_sb.sandbox_uid = cfg.sandbox.uid;
-    profile_sb.sandbox_gid = cfg.sandbox.uid;
-    profile_sb.timeout_secs = args.timeout.unwrap_or(cfg.sandbox.timeout_secs);
-    profile_sb.output_cap_bytes = cfg.sandbox.output_cap_bytes;
-    profile_sb.weakened = cfg.sandbox.weakened;
-    profile_sb
-        .protected_paths
-        .extend(cfg.policy.protected_paths.iter().map(PathBuf::from));
     let egress = Egress::start(
         egress_setup,
         &home,
@@ -186,7 +184,19 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
             return Err(e);
         }
     };
-    let status = run_authorized(&token, &profile_sb, &session, &log, &egress, &guard);
+    let status = run_authorized(
+        &token,
+        &profile_sb,
+        &session,
+        &log,
+        &egress,
+        &guard,
+        OutputMode::Inherit,
+    )
+    .map(|end| match end {
+        RunEnd::Killed => EXIT_KILLED,
+        RunEnd::Finished(o) => o.status,
+    });
     drop(guard);
     if !egress.finish() {
         eprintln!("airlock: warning: some egress records were still pending when the run ended");
@@ -196,9 +206,34 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
     status
 }
 
+/// The sandbox profile for a command in `workspace`, run from `cwd`, under the operator's
+/// `[sandbox]` and `[policy]` settings.
+pub(crate) fn sandbox_profile(
+    cfg: &config::Config,
+    workspace: PathBuf,
+    cwd: PathBuf,
+    timeout_secs: u64,
+) -> SandboxProfile {
+    let mut profile = SandboxProfile::new(workspace);
+    profile.cwd = Some(cwd);
+    profile.sandbox_uid = cfg.sandbox.uid;
+    profile.sandbox_gid = cfg.sandbox.uid;
+    profile.timeout_secs = timeout_secs;
+    profile.output_cap_bytes = cfg.sandbox.output_cap_bytes;
+    profile.weakened = cfg.sandbox.weakened;
+    profile
+        .protected_paths
+        .extend(cfg.policy.protected_paths.iter().map(PathBuf::from));
+    profile
+}
+
 /// Register the run in its run dir for the kill switch. A session killed before this
 /// point (the kill found no run dir yet) is seen here, through the store.
-fn register_run(egress: &Egress, store: &SqliteStore, id: &str) -> anyhow::Result<RunGuard> {
+pub(crate) fn register_run(
+    egress: &Egress,
+    store: &SqliteStore,
+    id: &str,
+) -> anyhow::Result<RunGuard> {
     let dir = egress
         .socket_path()
         .parent()
@@ -215,7 +250,7 @@ fn register_run(egress: &Egress, store: &SqliteStore, id: &str) -> anyhow::Resul
 }
 
 /// Mark the run's session finished (a killed one stays killed).
-fn end_session(store: &SqliteStore, id: &str) {
+pub(crate) fn end_session(store: &SqliteStore, id: &str) {
     if let Err(e) = store.finish_session(id, Timestamp::now()) {
         if !matches!(e, airlock_store::StoreError::SessionKilled { .. }) {
             eprintln!("airlock: warning: session `{id}` could not be marked finished: {e}");
@@ -223,15 +258,24 @@ fn end_session(store: &SqliteStore, id: &str) {
     }
 }
 
+/// How a sandboxed run ended.
+pub(crate) enum RunEnd {
+    /// The operator killed the session (before or during the run).
+    Killed,
+    /// The command ran (its status may be a timeout's 137).
+    Finished(Box<airlock_sandbox::RunOutcome>),
+}
+
 /// Run an authorized command and append its execution record (attestation, status).
-fn run_authorized(
+pub(crate) fn run_authorized(
     token: &Authorized<ExecAction>,
     profile: &SandboxProfile,
     session: &Session,
     log: &Mutex<airlock_audit::AuditLog>,
     egress: &Egress,
     guard: &RunGuard,
-) -> anyhow::Result<i32> {
+    mode: OutputMode,
+) -> anyhow::Result<RunEnd> {
     let egress_detail = || {
         json!({"proxy": egress.proxy_url(), "socket": egress.socket_path(),
         "secrets": egress.secret_names(), "request_bytes": egress.egress_bytes()})
@@ -247,12 +291,12 @@ fn run_authorized(
             "airlock: session {} was killed; the command did not run",
             session.id
         );
-        return Ok(EXIT_KILLED);
+        return Ok(RunEnd::Killed);
     }
     let sandbox = Sandbox::locate()
         .map_err(|e| anyhow::anyhow!("{e}"))?
         .on_spawn(guard.spawn_hook());
-    let outcome = sandbox.run(token, profile, OutputMode::Inherit);
+    let outcome = sandbox.run(token, profile, mode);
     guard.run_ended();
     if guard.was_killed() {
         // The helper was SIGKILLed, so the launcher may report a broken protocol rather
@@ -269,7 +313,7 @@ fn run_authorized(
             "airlock: session {} was killed by the operator; its whole process tree was killed",
             session.id
         );
-        return Ok(EXIT_KILLED);
+        return Ok(RunEnd::Killed);
     }
     let (detail, result) = match outcome {
         Ok(o) => {
@@ -284,7 +328,7 @@ fn run_authorized(
                     profile.timeout_secs
                 );
             }
-            (detail, Ok(o.status))
+            (detail, Ok(RunEnd::Finished(Box::new(o))))
         }
         Err(e) => (
             json!({"refused": e.to_string(), "egress": egress_detail()}),
@@ -296,7 +340,7 @@ fn run_authorized(
 }
 
 /// Append the execution record of an authorized command.
-fn record_execution(
+pub(crate) fn record_execution(
     token: &Authorized<ExecAction>,
     session: &Session,
     log: &Mutex<airlock_audit::AuditLog>,

@@ -10,4 +10,5 @@ pub mod kill;
 pub mod net;
 pub mod policy;
 pub mod replay;
+pub mod run;
 pub mod secret;

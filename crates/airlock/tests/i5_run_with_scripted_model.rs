@@ -64,7 +64,33 @@ fn report(o: &Output) -> Value {
     })
 }
 
+/// I4: opening the session workspace to the sandbox uid (under root) must not open the
+/// audit log or the operator's config to anyone else.
+fn assert_operator_dirs_private(home: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for dir in [
+        home.join("state/audit"),
+        home.join("config"),
+        home.join("config/keys"),
+    ] {
+        if let Ok(meta) = std::fs::metadata(&dir) {
+            let mode = meta.permissions().mode() & 0o777;
+            assert_eq!(
+                mode & 0o077,
+                0,
+                "{} is mode {mode:o}: reachable by others",
+                dir.display()
+            );
+        }
+    }
+    assert!(
+        home.join("state/audit").exists(),
+        "the run wrote no audit log"
+    );
+}
+
 fn verify(home: &Path) -> Output {
+    assert_operator_dirs_private(home);
     std::process::Command::new(airlock_bin())
         .env("AIRLOCK_HOME", home)
         .args(["audit", "verify"])

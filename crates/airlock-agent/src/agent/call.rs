@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+use airlock_core::canonical::sha256_hex;
 use serde_json::json;
-use sha2::{Digest, Sha256};
 
 use airlock_audit::AuditEvent;
 use airlock_core::gate::Verdict;
@@ -280,7 +280,7 @@ impl Agent<'_> {
                         "tool": call.name,
                         "is_error": output.is_error,
                         "result_bytes": output.text.len(),
-                        "result_sha256": hex::encode(Sha256::digest(output.text.as_bytes())),
+                        "result_sha256": sha256_hex(output.text.as_bytes()),
                     }),
                 ),
             )?;

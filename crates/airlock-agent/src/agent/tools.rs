@@ -4,9 +4,9 @@
 //! A call whose arguments do not fit is refused here, before the Gate, with an error the
 //! model can act on.
 
+use airlock_core::canonical::sha256_hex;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 use airlock_core::action::{
     ExecAction, FsWriteAction, MessageSendAction, NetRequestAction, PathAction,
@@ -42,7 +42,7 @@ impl IntoAction for ListDir {
 
 /// `sha256:<hex>` of file content, the form [`FsWriteAction::content_sha256`] binds.
 pub fn content_hash(content: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(content)))
+    format!("sha256:{}", sha256_hex(content))
 }
 
 /// One tool call, turned into the typed action the Gate decides on, plus the bytes the

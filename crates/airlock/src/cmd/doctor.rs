@@ -10,8 +10,9 @@ use serde_json::Value;
 use airlock_core::action::ExecAction;
 use airlock_core::gate::{Session, Verdict};
 use airlock_core::policy::Profile;
-use airlock_sandbox::{describe_profile, host_support, OutputMode, Sandbox, SandboxProfile};
+use airlock_sandbox::{describe_profile, host_support, OutputMode, Sandbox};
 
+use crate::cmd::exec;
 use crate::home::Home;
 use crate::{config, runtime};
 
@@ -66,11 +67,8 @@ fn probe_run(
     outside: &std::path::Path,
 ) -> anyhow::Result<i32> {
     let probes = locate_probes()?;
-    let mut profile = SandboxProfile::new(ws.to_path_buf());
-    profile.sandbox_uid = cfg.sandbox.uid;
-    profile.sandbox_gid = cfg.sandbox.uid;
-    profile.weakened = cfg.sandbox.weakened;
-    profile.timeout_secs = 60;
+    // The same profile `airlock exec` builds, plus the probe binary.
+    let mut profile = exec::sandbox_profile(cfg, ws.to_path_buf(), ws.to_path_buf(), 60);
     profile.read_only_paths.push(probes.clone());
     crate::out!(
         "== sandbox profile applied to every run\n{}",
@@ -97,14 +95,14 @@ fn probe_run(
 
     // The probe run is an action like any other: decided by the Gate and audited.
     let gate = runtime::gate_for(home, cfg, Profile::Default, ws)?;
-    let mut log = runtime::open_audit(home, cfg)?;
+    let log = std::sync::Mutex::new(runtime::open_audit(home, cfg)?);
     let session = Session::new(runtime::session_id("doctor"), "owner");
     let action = ExecAction {
         command,
         cwd: ws.display().to_string(),
         env: vec![],
     };
-    let token = match gate.decide(&session, action, &mut log) {
+    let token = match gate.decide(&session, action, &mut *exec::lock(&log)) {
         Verdict::Allow(t) => t,
         Verdict::Ask(t) => anyhow::bail!(
             "the policy asks before running the probes: {}",
@@ -119,18 +117,16 @@ fn probe_run(
     let outcome = sandbox
         .run(&token, &profile, OutputMode::Capture)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    log.append(
-        airlock_audit::AuditEvent::new("execution", &session.id, "owner")
-            .with_action(
-                serde_json::json!({"command": token.action().command}),
-                token.action_hash().to_string(),
-            )
-            .with_detail(
-                serde_json::json!({"status": outcome.status, "attestation": outcome.attestation}),
-            ),
-    )
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
-    log.close().map_err(|e| anyhow::anyhow!("{e}"))?;
+    exec::record_execution(
+        &token,
+        &session,
+        &log,
+        serde_json::json!({"status": outcome.status, "attestation": outcome.attestation}),
+    );
+    log.into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .close()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
 
     crate::out!("== escape probes (inside a real sandbox)");
     let mut failed = 0usize;

@@ -150,11 +150,28 @@ mod tests {
     }
 
     fn decide(gate: &Gate, method: &str, url: &str) -> (DecisionKind, Vec<String>) {
-        let json = serde_json::json!({"type": "net.request", "method": method, "url": url});
-        let e = gate.evaluate(
-            &Session::new("s", "owner"),
-            &Action::from_json(&json.to_string()).unwrap(),
-        );
+        evaluate(gate, &Session::new("s", "owner"), method, url, 0)
+    }
+
+    fn decide_in(
+        gate: &Gate,
+        session: &Session,
+        method: &str,
+        url: &str,
+        body: u64,
+    ) -> DecisionKind {
+        evaluate(gate, session, method, url, body).0
+    }
+
+    fn evaluate(
+        gate: &Gate,
+        session: &Session,
+        method: &str,
+        url: &str,
+        body: u64,
+    ) -> (DecisionKind, Vec<String>) {
+        let json = serde_json::json!({"type": "net.request", "method": method, "url": url, "body_bytes": body});
+        let e = gate.evaluate(session, &Action::from_json(&json.to_string()).unwrap());
         (e.decision, e.policies)
     }
 
@@ -216,18 +233,6 @@ mod tests {
             decide(&gate, "CONNECT", "https://api.github.com:443/").0,
             Deny
         );
-    }
-
-    fn decide_in(
-        gate: &Gate,
-        session: &Session,
-        method: &str,
-        url: &str,
-        body: u64,
-    ) -> DecisionKind {
-        let json = serde_json::json!({"type": "net.request", "method": method, "url": url, "body_bytes": body});
-        gate.evaluate(session, &Action::from_json(&json.to_string()).unwrap())
-            .decision
     }
 
     #[test]

@@ -116,7 +116,7 @@ where
                         continue; // trailers are dropped: they could carry echoed values
                     };
                     let data = match &mut this.scrub {
-                        Some(s) => s.push(&data),
+                        Some(s) => s.push(data),
                         None => data,
                     };
                     if let Some(d) = this.emit(data) {

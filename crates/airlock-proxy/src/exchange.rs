@@ -21,6 +21,7 @@ use crate::body::{CappedBody, ProxyBody};
 use crate::net::BoxStream;
 use crate::respond::{denial_text, text, Exchange};
 use crate::server::Inner;
+use crate::upstream_io;
 
 /// Where a request goes, as the proxy established it (absolute URI or CONNECT target).
 #[derive(Debug, Clone)]
@@ -421,8 +422,9 @@ async fn forward(
             }
         };
         let tls = tokio_rustls::TlsConnector::from(inner.upstream_tls.clone());
-        match tokio::time::timeout(inner.limits.upstream_timeout, tls.connect(name, stream)).await {
-            Ok(Ok(s)) => Box::new(s),
+        let handshake = tls.connect(name, upstream_io::buffered(stream));
+        match tokio::time::timeout(inner.limits.upstream_timeout, handshake).await {
+            Ok(Ok(s)) => Box::new(upstream_io::GreedyRead::new(s)),
             Ok(Err(e)) => {
                 return fail(
                     &mut ex,

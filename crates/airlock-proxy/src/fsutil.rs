@@ -1,28 +1,41 @@
 //! Small file helpers for operator-owned files in the config directory.
 
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Write `bytes` to `path` atomically (temp file in the same directory, fsync, rename),
 /// with mode 0600, so a crash never leaves a half-written rules or secrets file.
 pub(crate) fn write_private_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomic(path, bytes, 0o600)
+}
+
+/// Write `bytes` to `path` atomically with `mode`. The temporary name is unique per
+/// process and call, so concurrent writers (runs starting together) never share one.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    {
+    let seq = NEXT.fetch_add(1, Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.tmp.{}.{seq}", std::process::id()));
+    let written = (|| {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
+            .create_new(true)
+            .mode(mode)
             .open(&tmp)?;
+        // The umask may have narrowed the mode at creation.
+        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
         f.write_all(bytes)?;
         f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
-    std::fs::rename(&tmp, path)?;
-    Ok(())
+    written
 }
 
 /// Create `path` exclusively with mode 0600 and write `bytes`; fails if it exists.

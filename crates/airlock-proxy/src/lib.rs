@@ -9,12 +9,17 @@ pub mod rules;
 pub use cedar::{rules_to_cedar, RULES_POLICY_NAME};
 pub use rules::{NetRule, NetRules, RulesError, RULES_FILE};
 pub mod ca;
+pub mod ca_bundle;
 pub mod net;
 pub mod secrets;
 pub mod ssrf;
 
 pub use ca::{
     ensure_ca, generate_ca, upstream_client_config, CertificateAuthority, CA_CERT_FILE, CA_KEY_FILE,
+};
+pub use ca_bundle::{
+    build_ca_bundle, ensure_ca_bundle, ensure_ca_bundle_from, system_roots, SystemRoots,
+    CA_BUNDLE_FILE, SYSTEM_CA_FILES,
 };
 pub use net::{BoxFuture, BoxStream, Connector, Resolver, SystemResolver, TcpConnector};
 pub use secrets::SecretStore;
@@ -25,6 +30,8 @@ mod exchange;
 pub mod limits;
 pub mod respond;
 pub mod server;
+mod tunnel;
+mod upstream_io;
 
 pub use approval::{ApprovalHook, ApprovalRequest, ChannelApprovals, NoApprovals, PendingApproval};
 pub use limits::Limits;

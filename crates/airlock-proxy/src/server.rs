@@ -30,6 +30,7 @@ use crate::respond::{text, AuditHandle, Exchange};
 use crate::rules::NetRules;
 use crate::secrets::{Injector, LoadedSecret, Scrubber};
 use crate::ssrf::AddressGuard;
+use crate::tunnel::Metered;
 
 /// Everything a run's proxy needs. Build with [`ProxyConfig::new`], then adjust fields.
 pub struct ProxyConfig {
@@ -449,19 +450,18 @@ async fn pass_through(
     ex.status = 200;
     tokio::spawn(async move {
         if let Ok(up) = on_upgrade.await {
-            let mut client = TokioIo::new(up);
-            match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
-                Ok((out, back)) => {
-                    inner.budget.add(out);
-                    ex.request_bytes = out;
-                    ex.response_bytes = back;
-                }
-                Err(e) => ex.reason = format!("tunnel ended: {e}"),
+            let mut client = Metered::new(TokioIo::new(up), inner.clone());
+            let ended = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            ex.request_bytes = client.sent;
+            ex.response_bytes = client.received;
+            if let Err(e) = ended {
+                ex.reason = format!("tunnel ended: {e}");
             }
         }
         inner.audit.event(
             "net.tunnel",
-            json!({"host": ex.host, "port": ex.port, "decision": ex.decision,
+            json!({"method": "CONNECT", "host": ex.host, "port": ex.port,
+            "intercepted": false, "mode": "pass-through", "decision": ex.decision,
             "request_bytes": ex.request_bytes, "response_bytes": ex.response_bytes,
             "upstream_addr": ex.upstream, "reason": ex.reason}),
         );

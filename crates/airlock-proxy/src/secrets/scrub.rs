@@ -80,25 +80,38 @@ pub struct StreamScrubber {
 
 impl StreamScrubber {
     /// Feed one chunk; returns the bytes that are safe to pass on.
-    pub fn push(&mut self, chunk: &[u8]) -> Bytes {
-        self.held.extend_from_slice(chunk);
-        let buf = std::mem::take(&mut self.held);
+    ///
+    /// A chunk with no value in it is passed on without a copy (a slice of it), apart from
+    /// the few held-back bytes; a chunk after held-back bytes is copied once to join them.
+    pub fn push(&mut self, chunk: Bytes) -> Bytes {
+        let buf = if self.held.is_empty() {
+            chunk
+        } else {
+            self.held.extend_from_slice(&chunk);
+            std::mem::take(&mut self.held).freeze()
+        };
         let safe = buf.len().saturating_sub(self.scrubber.longest - 1);
-        let mut out = BytesMut::with_capacity(buf.len());
+        let mut out: Option<BytesMut> = None;
         let mut pos = 0;
         for m in self.scrubber.matcher.find_iter(&buf[..]) {
             if m.start() >= safe {
                 break;
             }
-            out.extend_from_slice(&buf[pos..m.start()]);
-            out.extend_from_slice(&self.scrubber.placeholders[m.pattern().as_usize()]);
+            let o = out.get_or_insert_with(|| BytesMut::with_capacity(buf.len()));
+            o.extend_from_slice(&buf[pos..m.start()]);
+            o.extend_from_slice(&self.scrubber.placeholders[m.pattern().as_usize()]);
             self.replaced += 1;
             pos = m.end();
         }
         let keep_from = pos.max(safe);
-        out.extend_from_slice(&buf[pos..keep_from]);
         self.held.extend_from_slice(&buf[keep_from..]);
-        out.freeze()
+        match out {
+            None => buf.slice(..keep_from),
+            Some(mut o) => {
+                o.extend_from_slice(&buf[pos..keep_from]);
+                o.freeze()
+            }
+        }
     }
 
     /// End of body: the held bytes, scrubbed.
@@ -146,7 +159,7 @@ mod tests {
             let mut st = s.stream();
             let mut out = Vec::new();
             for c in body.chunks(chunk) {
-                out.extend_from_slice(&st.push(c));
+                out.extend_from_slice(&st.push(Bytes::copy_from_slice(c)));
             }
             out.extend_from_slice(&st.finish());
             assert_eq!(out, b"aaPHbbPH", "chunk size {chunk}");

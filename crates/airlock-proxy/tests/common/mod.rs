@@ -22,7 +22,7 @@ use airlock_proxy::secrets::LoadedSecret;
 use airlock_proxy::*;
 use bytes::Bytes;
 use http_body::{Body, Frame};
-use http_body_util::BodyExt;
+use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
@@ -34,6 +34,7 @@ pub const NAMES: &[&str] = &[
     "big.test",
     "rebind.test",
     "loop.test",
+    "pass.test",
 ];
 
 /// What the upstream received.
@@ -57,6 +58,8 @@ impl Seen {
 pub struct Upstream {
     pub addr: SocketAddr,
     pub ca_pem: String,
+    /// The upstream's own leaf certificate (DER), to tell it from one Airlock minted.
+    pub leaf_der: Vec<u8>,
     pub seen: Arc<Mutex<Vec<Seen>>>,
 }
 
@@ -113,6 +116,17 @@ async fn upstream_route(
     };
     seen.lock().unwrap().push(s.clone());
     let path = s.path.clone();
+    if path == "/count" {
+        // Answers only after the whole request body arrived.
+        let n = match req.into_body().collect().await {
+            Ok(b) => b.to_bytes().len(),
+            Err(_) => return Ok(Response::new(Empty::new().boxed())),
+        };
+        let text = format!("received {n} bytes");
+        return Ok(Response::new(
+            http_body_util::Full::new(Bytes::from(text)).boxed(),
+        ));
+    }
     let full = |b: String| http_body_util::Full::new(Bytes::from(b)).boxed();
     if path.ends_with("/echo") {
         let auth = s.header("authorization").unwrap_or("").to_string();
@@ -198,6 +212,8 @@ pub async fn start_upstream() -> Upstream {
             let Ok((tcp, _)) = listener.accept().await else {
                 continue;
             };
+            // As real servers do: without it, small writes wait for delayed ACKs (40 ms).
+            let _ = tcp.set_nodelay(true);
             let (acceptor, seen) = (acceptor.clone(), seen2.clone());
             tokio::spawn(async move {
                 let Ok(tls) = acceptor.accept(tcp).await else {
@@ -213,6 +229,7 @@ pub async fn start_upstream() -> Upstream {
     Upstream {
         addr,
         ca_pem: ca_cert.pem(),
+        leaf_der: leaf.der().to_vec(),
         seen,
     }
 }
@@ -267,6 +284,7 @@ impl Connector for RecordingConnector {
         );
         Box::pin(async move {
             let s = tokio::net::TcpStream::connect(addr).await?;
+            s.set_nodelay(true)?; // as the production connector does
             Ok(Box::new(s) as BoxStream)
         })
     }
@@ -387,8 +405,13 @@ impl Harness {
 
     /// Run curl through the proxy, trusting only Airlock's CA.
     pub async fn curl(&self, args: &[&str]) -> Curl {
+        self.curl_trusting(&self.config.path().join(CA_CERT_FILE), args)
+            .await
+    }
+
+    /// Run curl through the proxy, trusting the roots in the PEM file `ca`.
+    pub async fn curl_trusting(&self, ca: &std::path::Path, args: &[&str]) -> Curl {
         let proxy = format!("http://{}", self.handle.tcp_addr.unwrap());
-        let ca = self.config.path().join(CA_CERT_FILE);
         let mut cmd = std::process::Command::new("curl");
         cmd.args([
             "-sS",
@@ -400,7 +423,7 @@ impl Harness {
             &proxy,
             "--cacert",
         ])
-        .arg(&ca)
+        .arg(ca)
         .args(["-D", "/dev/stderr", "-w", "\n%{http_code}"])
         .args(args)
         .env_remove("HTTPS_PROXY")

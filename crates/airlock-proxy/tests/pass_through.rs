@@ -1,0 +1,290 @@
+//! Pass-through hosts: tunnelled without interception, decided on host and port alone,
+//! and verified by the client against the upstream's own certificate through the sandbox
+//! CA bundle (Airlock's CA plus the trusted roots).
+
+mod common;
+
+use std::sync::Arc;
+
+use airlock_proxy::{ensure_ca_bundle, NetRule, NetRules, CA_CERT_FILE};
+use bytes::Bytes;
+use common::{rule, Harness, Setup};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::CertificateDer;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn pass_through_rule(host: &str, port: u16) -> NetRule {
+    let mut r = NetRule::for_host(host);
+    r.port = Some(port);
+    r.pass_through = true;
+    r
+}
+
+async fn start() -> Harness {
+    Harness::start(|port| {
+        let mut rules = NetRules::default();
+        rules.add(pass_through_rule("pass.test", port)).unwrap();
+        rules.add(rule("api.test", port, &["GET"])).unwrap();
+        Setup {
+            rules,
+            ..Default::default()
+        }
+    })
+    .await
+}
+
+/// The bundle a sandbox of this proxy gets: Airlock's CA, the proxy's extra upstream
+/// roots (here the test upstream's CA) and the system roots.
+fn sandbox_bundle(h: &Harness) -> std::path::PathBuf {
+    ensure_ca_bundle(h.config.path(), std::slice::from_ref(&h.upstream.ca_pem)).unwrap()
+}
+
+fn client_config(bundle: &std::path::Path) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(bundle).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth(),
+    )
+}
+
+/// CONNECT to `host:port` through the proxy, TLS with `cfg`, one GET of `path`. Returns
+/// the certificate the server presented, the status and the body.
+async fn get_via_connect(
+    h: &Harness,
+    cfg: Arc<rustls::ClientConfig>,
+    host: &str,
+    port: u16,
+    path: &str,
+) -> (Vec<u8>, u16, String) {
+    let authority = format!("{host}:{port}");
+    let mut tcp = tokio::net::TcpStream::connect(h.handle.tcp_addr.unwrap())
+        .await
+        .unwrap();
+    tcp.write_all(format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let n = tcp.read(&mut buf).await.unwrap();
+    let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(head.starts_with("HTTP/1.1 200"), "CONNECT answered {head}");
+    let name = rustls_pki_types::ServerName::try_from(host.to_string()).unwrap();
+    let tls = tokio_rustls::TlsConnector::from(cfg)
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    let presented = tls.get_ref().1.peer_certificates().unwrap()[0].to_vec();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::get(path)
+        .header("host", &authority)
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (
+        presented,
+        status,
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pass_through_host_shows_its_own_certificate_and_works() {
+    let h = start().await;
+    let bundle = sandbox_bundle(&h);
+    let port = h.port();
+
+    let (cert, status, body) =
+        get_via_connect(&h, client_config(&bundle), "pass.test", port, "/pt").await;
+    assert_eq!(
+        cert, h.upstream.leaf_der,
+        "the client must see the upstream's own certificate, not one minted by Airlock"
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, format!("hello from pass.test:{port} GET /pt"));
+
+    // curl, as a sandboxed tool would run it with SSL_CERT_FILE/CURL_CA_BUNDLE at the bundle.
+    let ok = h
+        .curl_trusting(&bundle, &[&h.url("pass.test", "/pt-curl")])
+        .await;
+    assert_eq!((ok.exit, ok.status), (0, 200), "{ok:?}");
+    assert!(ok.text().starts_with("hello from pass.test"), "{ok:?}");
+
+    // Trusting Airlock's CA alone (the old sandbox setting) fails verification, which
+    // proves the tunnel is not intercepted: curl's exit 60 is "peer certificate cannot be
+    // authenticated with given CA certificates".
+    let ca_only = h
+        .curl_trusting(
+            &h.config.path().join(CA_CERT_FILE),
+            &[&h.url("pass.test", "/pt-ca-only")],
+        )
+        .await;
+    assert_eq!(ca_only.exit, 60, "{ca_only:?}");
+    let paths: Vec<String> = h.seen().iter().map(|s| s.path.clone()).collect();
+    assert_eq!(paths, vec!["/pt", "/pt-curl"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn intercepted_hosts_still_verify_through_the_bundle() {
+    let h = start().await;
+    let bundle = sandbox_bundle(&h);
+    let (cert, status, body) =
+        get_via_connect(&h, client_config(&bundle), "api.test", h.port(), "/i").await;
+    assert_ne!(cert, h.upstream.leaf_der, "api.test is intercepted");
+    assert_eq!(status, 200, "{body}");
+    let ok = h
+        .curl_trusting(&bundle, &[&h.url("api.test", "/i-curl")])
+        .await;
+    assert_eq!((ok.exit, ok.status), (0, 200), "{ok:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_port_or_unlisted_host_is_not_tunnelled() {
+    let h = start().await;
+    let bundle = sandbox_bundle(&h);
+    // Another port on the loopback interface, with nothing behind it.
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let other_port = other.local_addr().unwrap().port();
+    drop(other);
+
+    // Same host, different port: no pass-through, so the proxy intercepts and the Gate,
+    // having no rule for that port, refuses the request inside.
+    let (cert, status, body) =
+        get_via_connect(&h, client_config(&bundle), "pass.test", other_port, "/p2").await;
+    assert_ne!(cert, h.upstream.leaf_der);
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("denied by the egress policy"), "{body}");
+
+    // A host neither pass-through nor allowed.
+    let r = h
+        .curl_trusting(&bundle, &[&h.url("other.test", "/p3")])
+        .await;
+    assert_eq!(r.status, 403, "{r:?}");
+    assert!(
+        r.text()
+            .contains("help: an operator can allow it with `airlock net allow other.test:"),
+        "{}",
+        r.text()
+    );
+    // Pass-through marks pass.test, not its subdomains.
+    let r = h
+        .curl_trusting(&bundle, &[&h.url("x.pass.test", "/p4")])
+        .await;
+    assert_eq!(r.status, 403, "{r:?}");
+
+    let connects = h.connects();
+    assert!(
+        connects.is_empty(),
+        "a refused request reached an upstream: {connects:?}"
+    );
+    assert!(h.seen().is_empty(), "{:?}", h.seen());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tunnel_is_audited_with_host_port_and_no_interception() {
+    let h = start().await;
+    let bundle = sandbox_bundle(&h);
+    let port = h.port();
+    let ok = h
+        .curl_trusting(&bundle, &[&h.url("pass.test", "/audited")])
+        .await;
+    assert_eq!((ok.exit, ok.status), (0, 200), "{ok:?}");
+
+    let mut tunnel = None;
+    for _ in 0..100 {
+        tunnel = h
+            .read_audit()
+            .into_iter()
+            .find(|r| r["kind"] == "net.tunnel");
+        if tunnel.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let t = tunnel.expect("no net.tunnel record");
+    let d = &t["detail"];
+    assert_eq!(d["host"], "pass.test", "{t}");
+    assert_eq!(d["port"], port, "{t}");
+    assert_eq!(d["intercepted"], false, "{t}");
+    assert_eq!(d["decision"], "allow", "{t}");
+    assert_eq!(d["upstream_addr"], format!("127.0.0.1:{port}"), "{t}");
+    assert!(d["response_bytes"].as_u64().unwrap() > 0, "{t}");
+    // No path is known for a blind tunnel, so none is recorded.
+    assert!(d.get("path").is_none(), "{t}");
+    // The Gate's own decision names the CONNECT to host:port.
+    let text = std::fs::read_to_string(h.audit_dir.join(airlock_audit::LOG_FILE)).unwrap();
+    assert!(
+        text.contains(&format!("https://pass.test:{port}/")),
+        "no decision record for the tunnel"
+    );
+    h.assert_audit_verifies().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tunnel_cannot_send_past_the_egress_budget() {
+    const BUDGET: u64 = 64 * 1024;
+    let h = Harness::start(|port| {
+        let mut rules = NetRules::default();
+        rules.add(pass_through_rule("pass.test", port)).unwrap();
+        Setup {
+            rules,
+            limits: airlock_proxy::Limits {
+                egress_budget: BUDGET,
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    })
+    .await;
+    let bundle = sandbox_bundle(&h);
+    let upload = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(upload.path(), vec![b'u'; 1024 * 1024]).unwrap();
+    let data = format!("@{}", upload.path().display());
+    let r = h
+        .curl_trusting(
+            &bundle,
+            &["--data-binary", &data, &h.url("pass.test", "/count")],
+        )
+        .await;
+    // The upstream answers only once the whole body arrived, so no answer may come.
+    assert!(
+        r.exit != 0 && !r.text().contains("received"),
+        "a 1 MiB upload went through a 64 KiB budget: {r:?}"
+    );
+    assert!(
+        h.proxy.egress_used() <= BUDGET,
+        "{} bytes charged",
+        h.proxy.egress_used()
+    );
+    let mut tunnel = None;
+    for _ in 0..100 {
+        tunnel = h
+            .read_audit()
+            .into_iter()
+            .find(|r| r["kind"] == "net.tunnel");
+        if tunnel.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let t = tunnel.expect("no net.tunnel record");
+    let reason = t["detail"]["reason"].as_str().unwrap_or("");
+    assert!(reason.contains("egress budget is spent"), "{t}");
+    assert!(
+        t["detail"]["request_bytes"].as_u64().unwrap() <= BUDGET,
+        "{t}"
+    );
+}

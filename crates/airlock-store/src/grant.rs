@@ -1,8 +1,14 @@
 //! Grants: standing permissions created by an approval, scoped and always expiring.
 //!
-//! The store matches grants by exact keys only. Deriving a pattern key from an action
-//! (a program name, a host) is the Gate's business, done on normalized facts; the store
-//! never interprets a command or a URL, so it cannot be fooled by one.
+//! The store matches grants by exact keys only. Deriving a pattern key from an action is
+//! done on the Gate's normalized facts (`airlock_agent::agent::grant_pattern`: the asking
+//! rules plus a narrow target shape, hashed); the store never interprets a command or a
+//! URL, so it cannot be fooled by one.
+//!
+//! A grant is found only while unrevoked and unexpired at the time of use, only in its
+//! own session (or any session for an operator rule), and only while that session is
+//! active. A pattern grant made by approving a request also covers that request's exact
+//! payload.
 
 use std::time::Duration;
 
@@ -34,7 +40,8 @@ pub enum GrantTarget {
         action_kind: String,
         action_hash: String,
     },
-    /// Actions of this kind whose pattern key (computed by the Gate) equals `pattern`.
+    /// Actions of this kind whose pattern key (computed from the Gate's facts) equals
+    /// `pattern`, plus the exact payload of the approval that created the grant.
     Pattern {
         action_kind: String,
         pattern: String,

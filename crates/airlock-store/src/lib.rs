@@ -68,6 +68,7 @@ mod budget;
 mod error;
 mod grant;
 mod ids;
+mod memory;
 mod session;
 mod sqlite;
 mod time;
@@ -86,6 +87,7 @@ pub use grant::{
     Grant, GrantLookup, GrantScope, GrantTarget, NewGrant, MAX_GRANT_TTL, MAX_PATTERN_BYTES,
 };
 pub use ids::{validate_id, MAX_ID_LEN};
+pub use memory::*;
 pub use session::{
     KillReport, MessageRole, NewSession, ResumedSession, SessionRecord, SessionStatus,
     SessionSummary, TranscriptEntry, TranscriptEvent, TurnUpdate, MAX_EVENT_BYTES, MAX_NAME_BYTES,

@@ -151,7 +151,12 @@ impl GrantStore for SqliteStore {
         let r = self.read(|tx| {
             let sql = format!(
                 "SELECT {COLUMNS} FROM grants
-                 WHERE action_kind = ?1 AND value = ?2 AND target = ?3
+                 WHERE action_kind = ?1
+                   AND ((target = ?3 AND value = ?2)
+                        -- The payload a scoped grant was approved for is covered by it,
+                        -- whatever pattern the caller computed.
+                        OR (?3 = 'payload' AND target = 'pattern' AND approval_id IS NOT NULL
+                            AND (SELECT payload_hash FROM approvals WHERE id = grants.approval_id) = ?2))
                    AND revoked_at IS NULL AND expires_at > ?4
                    AND (scope = 'rule' OR session_id = ?5)
                    AND (session_id IS NULL OR (SELECT status FROM sessions WHERE id = grants.session_id) = 'active')

@@ -9,14 +9,13 @@
 
 mod approvals;
 mod budgets;
-mod decode;
+pub(crate) mod decode;
 mod grants;
 mod operator;
 mod schema;
 mod sessions;
 
 use std::fs::{self, DirBuilder};
-use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -31,9 +30,6 @@ pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 
 /// File name of the database inside the state directory.
 pub const DATABASE_FILE: &str = "airlock.db";
-
-/// The 16-byte header every SQLite 3 database file starts with.
-const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 
 /// How to open the store.
 #[derive(Debug, Clone)]
@@ -88,7 +84,12 @@ impl SqliteStore {
             .database
             .clone()
             .unwrap_or_else(|| options.state_dir.join(DATABASE_FILE));
-        check_header(&db_path)?;
+        // No pre-check of the file's header with `std::fs`: closing any descriptor of the
+        // database file drops every POSIX lock this process holds on it, including the
+        // shared lock of another open connection (`airlock run` opens two). Another
+        // process closing its connection could then checkpoint and unlink the WAL under
+        // the live one, whose writes would vanish. SQLite reports a foreign file itself
+        // (SQLITE_NOTADB, mapped by `open_error`).
         let existed = db_path.exists();
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
@@ -134,7 +135,7 @@ impl SqliteStore {
     }
 
     /// Run `f` in a `BEGIN IMMEDIATE` transaction, committing if it returns `Ok`.
-    fn write<T, E: From<StoreError>>(
+    pub(crate) fn write<T, E: From<StoreError>>(
         &self,
         f: impl FnOnce(&Transaction<'_>) -> Result<T, E>,
     ) -> Result<T, E> {
@@ -148,7 +149,7 @@ impl SqliteStore {
     }
 
     /// Run `f` in a read transaction (one consistent snapshot).
-    fn read<T>(
+    pub(crate) fn read<T>(
         &self,
         f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
@@ -161,7 +162,7 @@ impl SqliteStore {
 
     /// Record malformed rows in the quarantine log. Best effort: failing to log must not
     /// hide the original error, which the caller returns anyway.
-    fn quarantine(&self, rows: &[CorruptRow]) {
+    pub(crate) fn quarantine(&self, rows: &[CorruptRow]) {
         if rows.is_empty() {
             return;
         }
@@ -177,7 +178,7 @@ impl SqliteStore {
     }
 
     /// Pass a result through, logging a malformed row it reports.
-    fn reported<T>(&self, r: Result<T, StoreError>) -> Result<T, StoreError> {
+    pub(crate) fn reported<T>(&self, r: Result<T, StoreError>) -> Result<T, StoreError> {
         if let Err(StoreError::CorruptRow(c)) = &r {
             self.quarantine(std::slice::from_ref(c));
         }
@@ -202,37 +203,6 @@ fn configure(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<()> 
     Ok(())
 }
 
-/// Refuse a non-empty file that does not start with the SQLite header, before SQLite sees
-/// it, so the error can say exactly that.
-fn check_header(path: &Path) -> Result<(), StoreError> {
-    let mut file = match fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(source) => {
-            return Err(StoreError::Io {
-                path: path.to_path_buf(),
-                source,
-            })
-        }
-    };
-    let mut head = Vec::with_capacity(16);
-    (&mut file)
-        .take(16)
-        .read_to_end(&mut head)
-        .map_err(|source| StoreError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    if !head.is_empty() && head.as_slice() != SQLITE_HEADER {
-        return Err(StoreError::NotADatabase {
-            path: path.to_path_buf(),
-            detail: "the file does not start with the SQLite 3 header".into(),
-        });
-    }
-    Ok(())
-}
-
-/// Name the usual ways a file fails to open as a database.
 fn open_error(path: &Path, e: rusqlite::Error) -> StoreError {
     match e.sqlite_error_code() {
         Some(ErrorCode::NotADatabase) => StoreError::NotADatabase {

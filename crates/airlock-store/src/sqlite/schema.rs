@@ -110,6 +110,64 @@ CREATE TABLE quarantine (
     PRIMARY KEY (table_name, row_key)
 ) STRICT;
 "#,
+    // 2: memory records, their versions, held changes, task_state schemas, recall index.
+    r#"
+CREATE TABLE memory_records (
+    id               TEXT PRIMARY KEY,
+    namespace        TEXT NOT NULL,
+    current_version  INTEGER NOT NULL,
+    created_at       INTEGER NOT NULL
+) STRICT;
+CREATE INDEX memory_records_by_namespace ON memory_records(namespace);
+
+CREATE TABLE memory_versions (
+    record_id     TEXT NOT NULL REFERENCES memory_records(id),
+    version       INTEGER NOT NULL,
+    namespace     TEXT NOT NULL,
+    tier          TEXT NOT NULL,
+    kind          TEXT NOT NULL,
+    body          TEXT,
+    session_id    TEXT NOT NULL,
+    principal     TEXT NOT NULL,
+    tainted       INTEGER NOT NULL,
+    tool_call_id  TEXT NOT NULL,
+    written_at    INTEGER NOT NULL,
+    origin        TEXT NOT NULL,
+    actor         TEXT,
+    PRIMARY KEY (record_id, version)
+) STRICT;
+CREATE INDEX memory_versions_by_session ON memory_versions(session_id);
+
+CREATE TABLE memory_reviews (
+    id            TEXT PRIMARY KEY,
+    namespace     TEXT NOT NULL,
+    record_id     TEXT NOT NULL,
+    base_version  INTEGER,
+    tier          TEXT NOT NULL,
+    kind          TEXT NOT NULL,
+    body          TEXT,
+    session_id    TEXT NOT NULL,
+    principal     TEXT NOT NULL,
+    tainted       INTEGER NOT NULL,
+    tool_call_id  TEXT NOT NULL,
+    requested_at  INTEGER NOT NULL,
+    reasons       TEXT NOT NULL,
+    status        TEXT NOT NULL,
+    decided_by    TEXT,
+    decided_at    INTEGER
+) STRICT;
+CREATE INDEX memory_reviews_by_status ON memory_reviews(status, requested_at);
+
+CREATE TABLE memory_schemas (
+    name           TEXT PRIMARY KEY,
+    schema         TEXT NOT NULL,
+    registered_by  TEXT NOT NULL,
+    registered_at  INTEGER NOT NULL
+) STRICT;
+
+-- Live recall records only; rowid = memory_records.rowid.
+CREATE VIRTUAL TABLE memory_fts USING fts5(text, namespace UNINDEXED, tokenize = 'unicode61');
+"#,
 ];
 
 /// The schema version this build writes.

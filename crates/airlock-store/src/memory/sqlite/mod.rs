@@ -1,0 +1,15 @@
+//! The SQLite implementation of the memory traits.
+//!
+//! Tables (migration 2): `memory_records` points each record at its current version;
+//! `memory_versions` keeps every version with its provenance; `memory_reviews` holds
+//! changes waiting for the owner; `memory_schemas` the operator's `task_state` schemas;
+//! `memory_fts` (FTS5) indexes the live recall records for ranked search.
+
+mod agent;
+mod decode;
+mod listing;
+mod operator;
+mod versions;
+
+pub use agent::MAX_PENDING_PER_SESSION;
+pub use versions::MAX_VERSIONS_PER_RECORD;

@@ -11,10 +11,12 @@ use airlock_audit::AuditEvent;
 use airlock_core::gate::{Approval, AskTicket};
 use airlock_core::{Action, IntoAction};
 use airlock_store::{
-    ApprovalError, ApprovalStatus, GrantLookup, NewApproval, StoreError, Timestamp,
+    ApprovalError, ApprovalStatus, Grant, GrantLookup, GrantScope, GrantTarget, NewApproval,
+    StoreError, Timestamp,
 };
 
 use super::call::Authorization;
+use super::grant_pattern::grant_pattern;
 use super::outcome::{AgentError, Outcome};
 use super::preview::preview;
 use super::run::{Agent, RunState};
@@ -63,34 +65,21 @@ impl Agent<'_> {
         let action: Action = ticket.action().to_action();
         let now = Timestamp::now();
 
-        // A standing grant for this exact payload in this session answers at once.
+        // A standing grant answers at once: one for this exact payload, or a scoped one
+        // whose pattern (same asking rules, same target shape) this action has. The store
+        // only returns grants unexpired at `now` and of this session or an operator rule;
+        // the Gate checks the expiry again when it mints the token.
+        let patterns: Vec<String> = grant_pattern(&action, &ticket.policies, self.gate.config())
+            .map(|p| vec![p.pattern])
+            .unwrap_or_default();
         let lookup = GrantLookup {
             session_id: &id,
             action_kind: action.kind(),
             action_hash: &ticket.action_hash,
-            patterns: &[],
+            patterns: &patterns,
         };
         if let Some(grant) = self.store.find_grant(&lookup, now)? {
-            let approval = Approval {
-                approver: grant.created_by.clone(),
-                approver_role: APPROVER_ROLE.into(),
-                payload_hash: ticket.action_hash.clone(),
-                expires_at: grant.expires_at.as_unix_secs(),
-            };
-            let reason = format!("covered by grant {} from {}", grant.id, grant.created_by);
-            return Ok(
-                match self
-                    .gate
-                    .approve(ticket, &approval, now.as_unix_secs(), &mut *self.audit)
-                {
-                    Ok(t) => ApprovalAnswer {
-                        request_id: None,
-                        reasons: vec![reason],
-                        result: Authorization::Granted(t),
-                    },
-                    Err(e) => ApprovalAnswer::refused(None, e.to_string()),
-                },
-            );
+            return self.use_grant(run, ticket, &grant, now);
         }
 
         let new = NewApproval {
@@ -207,6 +196,66 @@ impl Agent<'_> {
                 }
             }
         }
+    }
+
+    /// Let a held action through on a standing grant: audit which grant, who made it and
+    /// until when, then have the Gate record the approval and mint the token.
+    fn use_grant<A: IntoAction>(
+        &mut self,
+        run: &RunState,
+        ticket: AskTicket<A>,
+        grant: &Grant,
+        now: Timestamp,
+    ) -> Result<ApprovalAnswer<A>, AgentError> {
+        let action: Action = ticket.action().to_action();
+        let (scope, session) = match &grant.scope {
+            GrantScope::Session { session_id } => ("session", Some(session_id.as_str())),
+            GrantScope::Rule => ("rule", None),
+        };
+        let matched = match &grant.target {
+            GrantTarget::Payload { .. } => "payload",
+            GrantTarget::Pattern { .. } => "pattern",
+        };
+        self.audit.append(
+            AuditEvent::new("grant-used", &run.session.id, &grant.created_by)
+                .with_action(
+                    serde_json::to_value(&action).unwrap_or_default(),
+                    &ticket.action_hash,
+                )
+                .with_detail(json!({
+                    "grant_id": grant.id,
+                    "granted_by": grant.created_by,
+                    "approval_id": grant.approval_id,
+                    "scope": scope,
+                    "grant_session": session,
+                    "matched": matched,
+                    "asked_by": ticket.policies,
+                    "expires_at_ms": grant.expires_at.as_unix_ms(),
+                })),
+        )?;
+        let approval = Approval {
+            approver: grant.created_by.clone(),
+            approver_role: APPROVER_ROLE.into(),
+            payload_hash: ticket.action_hash.clone(),
+            expires_at: grant.expires_at.as_unix_secs(),
+        };
+        let reason = format!(
+            "covered by {scope} grant {} from {} ({matched} match)",
+            grant.id, grant.created_by
+        );
+        Ok(
+            match self
+                .gate
+                .approve(ticket, &approval, now.as_unix_secs(), &mut *self.audit)
+            {
+                Ok(t) => ApprovalAnswer {
+                    request_id: None,
+                    reasons: vec![reason],
+                    result: Authorization::Granted(t),
+                },
+                Err(e) => ApprovalAnswer::refused(None, e.to_string()),
+            },
+        )
     }
 
     /// Audit a refused request and build the text the model gets.

@@ -155,6 +155,7 @@ impl Agent<'_> {
                 self.execute(&id, self.executors.send_message(t, timeout), timeout)
                     .await?
             }
+            PlannedCall::Memory(plan) => return self.memory_call(run, call, plan),
         };
         match output {
             Some(o) => self.finish(run, call, Some(DecisionKind::Allow), approval_id, o, true),
@@ -259,7 +260,7 @@ impl Agent<'_> {
     }
 
     /// Record the result, feed it to the model, and mark the session's taint.
-    fn finish(
+    pub(crate) fn finish(
         &mut self,
         run: &mut RunState,
         call: &ToolCall,
@@ -270,9 +271,27 @@ impl Agent<'_> {
     ) -> Result<Option<Outcome>, AgentError> {
         // What an action returns comes from outside: it taints the session. Refusals and
         // argument errors are the host's own words.
-        if executed {
+        self.finish_as(run, call, decision, approval_id, output, executed, executed)
+    }
+
+    /// [`Self::finish`] for a result whose trust the caller knows: memory the session reads
+    /// back taints it only if a tainted session wrote it and no operator vouched for it.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn finish_as(
+        &mut self,
+        run: &mut RunState,
+        call: &ToolCall,
+        decision: Option<DecisionKind>,
+        approval_id: Option<String>,
+        output: ToolOutput,
+        executed: bool,
+        untrusted: bool,
+    ) -> Result<Option<Outcome>, AgentError> {
+        if untrusted {
             run.session
                 .observe_untrusted(&format!("tool:{}", call.name), &output.text);
+        }
+        if executed {
             self.audit.append(
                 AuditEvent::new("execution", &run.session.id, &run.session.principal).with_detail(
                     json!({
@@ -288,7 +307,7 @@ impl Agent<'_> {
         let events = [TranscriptEvent::Result {
             call_id: call.id.clone(),
             text: output.text.clone(),
-            untrusted: executed,
+            untrusted,
         }];
         if let Some(k) = self.commit(run, &events)? {
             return Ok(Some(k));

@@ -64,4 +64,10 @@ pub trait Executors: Send + Sync {
         auth: Authorized<MessageSendAction>,
         timeout: Duration,
     ) -> ToolOutput;
+
+    /// The memory of this session's namespace; `None` (the default) when the host keeps
+    /// no memory, and the memory tools then answer that it is not available.
+    fn memory(&self) -> Option<super::memory_exec::SessionMemory<'_>> {
+        None
+    }
 }

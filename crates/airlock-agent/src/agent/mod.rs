@@ -3,13 +3,18 @@
 //! [`Agent::run_turn`] takes one user message for a stored session and works until the
 //! model stops calling tools. Each tool call becomes a typed action (`shell` → `exec`,
 //! `read_file`/`list_dir` → `fs.read`, `write_file`/`edit_file` → `fs.write` bound to the
-//! content hash, `fetch` → `net.request`, `send_message` → `message.send`) and goes to the
-//! Gate, which records the decision in the audit log before anything runs:
+//! content hash, `fetch` → `net.request`, `send_message` → `message.send`, `memory_save`/
+//! `memory_forget` → `memory.write`, `memory_search`/`memory_get` → `memory.read`) and goes
+//! to the Gate, which records the decision in the audit log before anything runs:
 //! - **allow**: the action runs with the token the Gate minted — file tools here
 //!   ([`WorkspaceFiles`]), shell, fetch and messages through the binary's [`Executors`];
 //! - **ask**: a request with a human preview goes to the approvals queue and the loop waits
 //!   for it; an approval runs exactly the held payload, anything else is a refusal;
 //! - **deny**: the reason goes back to the model as a tool error, so it can adapt.
+//!
+//! Memory is the exception to waiting: a `memory.write` the Gate asks about becomes a held
+//! change for `airlock memory review` at once, and memory reaches the model only inside
+//! `<memory-data>` blocks carrying provenance (pinned memory at the top of each turn).
 //!
 //! Every result is untrusted content: it taints the session and is stored in the transcript.
 //! Budgets (turns, tokens, cost, wall time, tool calls) are charged in the store, where the
@@ -21,7 +26,12 @@ mod approval;
 mod call;
 mod config;
 mod executors;
+mod grant_pattern;
 mod history;
+mod memory_call;
+mod memory_context;
+mod memory_exec;
+mod memory_tools;
 mod outcome;
 mod preview;
 mod run;
@@ -30,6 +40,12 @@ mod workspace;
 
 pub use config::{AgentConfig, PriceTable};
 pub use executors::{Executors, ToolOutput};
+pub use grant_pattern::{grant_pattern, GrantPattern, NotScopable};
+pub use memory_context::{data_block, pinned_block, PINNED_PREAMBLE};
+pub use memory_exec::{MemoryReadResult, SessionMemory};
+pub use memory_tools::{
+    forget_call, MemoryLookup, MemoryPlan, MemoryReadCall, MemoryWriteCall, MEMORY_TOOL_NAMES,
+};
 pub use outcome::{AgentError, LimitKind, LimitScope, Outcome, ToolCallReport, TurnReport};
 pub use preview::preview;
 pub use run::Agent;

@@ -53,6 +53,14 @@ pub fn preview(call: &PlannedCall) -> ApprovalPreview {
             },
             text: cap(a.text.clone(), MAX_PREVIEW_BYTES / 2),
         },
+        // Memory changes the Gate asks about are held in the memory store's review queue,
+        // not here; this covers an operator policy that routes them anyway.
+        PlannedCall::Memory(m) => ApprovalPreview::Other {
+            summary: cap(
+                serde_json::to_string(&m.action()).unwrap_or_default(),
+                MAX_PREVIEW_BYTES / 2,
+            ),
+        },
     }
 }
 

@@ -119,6 +119,7 @@ impl Agent<'_> {
         run.messages.push(Message::User {
             text: user_message.into(),
         });
+        self.load_pinned_memory(&mut run)?;
 
         let mut model_calls = 0;
         let outcome = loop {

@@ -63,6 +63,8 @@ pub enum PlannedCall {
         body: Option<String>,
     },
     SendMessage(MessageSendAction),
+    /// `memory_save`, `memory_search`, `memory_get` or `memory_forget`.
+    Memory(super::memory_tools::MemoryPlan),
 }
 
 impl PlannedCall {
@@ -75,6 +77,7 @@ impl PlannedCall {
             PlannedCall::Write { action, .. } => action.to_action(),
             PlannedCall::Fetch { action, .. } => action.to_action(),
             PlannedCall::SendMessage(a) => a.to_action(),
+            PlannedCall::Memory(m) => m.action(),
         }
     }
 }
@@ -222,9 +225,13 @@ pub fn plan(call: &ToolCall, files: &WorkspaceFiles, channel: &str) -> Result<Pl
                 text: a.text,
             }))
         }
+        name if super::memory_tools::is_memory_tool(name) => {
+            super::memory_tools::plan(name, args).map(PlannedCall::Memory)
+        }
         other => Err(format!(
-            "there is no tool named `{other}`\nhelp: use one of: {}",
-            TOOL_NAMES.join(", ")
+            "there is no tool named `{other}`\nhelp: use one of: {}, {}",
+            TOOL_NAMES.join(", "),
+            super::memory_tools::MEMORY_TOOL_NAMES.join(", ")
         )),
     }
 }
@@ -271,8 +278,15 @@ pub const TOOL_NAMES: [&str; 7] = [
     "send_message",
 ];
 
-/// The definitions sent to the model with every request.
+/// The definitions sent to the model with every request: the built-in tools, then the
+/// memory tools.
 pub fn definitions() -> Vec<ToolDefinition> {
+    let mut all = builtin_definitions();
+    all.extend(super::memory_tools::definitions());
+    all
+}
+
+fn builtin_definitions() -> Vec<ToolDefinition> {
     let def = |name: &str, description: &str, schema: Value| ToolDefinition {
         name: name.into(),
         description: description.into(),

@@ -1,5 +1,6 @@
 //! The agent loop's executors on this host: `shell` in the verified sandbox behind the
-//! run's own egress proxy, `fetch` as an HTTP request sent through that same proxy, and
+//! run's own egress proxy, `fetch` as an HTTP(S) request sent through that same proxy
+//! ([`crate::proxy_fetch`]), and
 //! `send_message` to the conversation's own channel (the terminal).
 //!
 //! Each call gets the authorized token the Gate minted; the proxy decides every request
@@ -12,9 +13,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
-use hyper_util::rt::TokioIo;
 use serde_json::json;
 
 use airlock_agent::agent::{Executors, ToolOutput};
@@ -22,7 +20,9 @@ use airlock_audit::AuditLog;
 use airlock_core::action::{ExecAction, MessageSendAction, NetRequestAction};
 use airlock_core::gate::{Approval, Gate, Session};
 use airlock_core::Authorized;
-use airlock_proxy::{ApprovalHook, ApprovalRequest as ProxyApprovalRequest, BoxFuture};
+use airlock_proxy::{
+    ApprovalHook, ApprovalRequest as ProxyApprovalRequest, BoxFuture, Resolver, CA_CERT_FILE,
+};
 use airlock_sandbox::OutputMode;
 use airlock_store::{SessionStore, SqliteStore};
 
@@ -35,6 +35,50 @@ use crate::home::Home;
 /// Most bytes of command output or response body handed back to the model.
 pub const MAX_RESULT_BYTES: usize = 64 * 1024;
 
+/// What an in-process caller may add to every egress proxy of the session: `airlock demo`
+/// serves its pages on loopback under made-up names with its own CA. Nothing reads these
+/// from the environment or from anything the agent can write.
+#[derive(Clone, Default)]
+pub struct EgressExtras {
+    /// Resolver for the proxy's upstream names (default: the system's).
+    pub resolver: Option<Arc<dyn Resolver>>,
+    /// Extra PEM roots the proxy trusts for upstream TLS, beside the webpki roots.
+    pub extra_roots_pem: Vec<String>,
+}
+
+/// Debug builds only: `AIRLOCK_DEBUG_UPSTREAM_ROOTS=<file.pem>` adds the file's
+/// certificates to the roots the egress proxy trusts **upstream**, so tests can stand up a
+/// loopback HTTPS server with a test CA and fetch from it through the real binary.
+///
+/// It cannot weaken a release build: the code below is compiled only with
+/// `debug_assertions`, so a release binary has no such variable. Even in a debug build it
+/// is read from the operator's environment on the host (never the sandbox's, which gets a
+/// fixed environment), it adds trust only to the proxy's upstream connections, and every
+/// request is still decided by the Gate with the operator's net rules.
+#[cfg(debug_assertions)]
+pub const DEBUG_UPSTREAM_ROOTS_VAR: &str = "AIRLOCK_DEBUG_UPSTREAM_ROOTS";
+
+#[cfg(debug_assertions)]
+fn debug_upstream_roots() -> anyhow::Result<Vec<String>> {
+    match std::env::var_os(DEBUG_UPSTREAM_ROOTS_VAR).filter(|v| !v.is_empty()) {
+        None => Ok(Vec::new()),
+        Some(path) => {
+            let pem = std::fs::read_to_string(&path).map_err(|e| {
+                anyhow::anyhow!(
+                    "{DEBUG_UPSTREAM_ROOTS_VAR}={}: {e}",
+                    std::path::Path::new(&path).display()
+                )
+            })?;
+            Ok(vec![pem])
+        }
+    }
+}
+
+#[cfg(not(debug_assertions))]
+fn debug_upstream_roots() -> anyhow::Result<Vec<String>> {
+    Ok(Vec::new())
+}
+
 /// Runs the loop's shell, fetch and message calls for one session.
 pub struct HostExecutors {
     shared: Arc<Shared>,
@@ -42,6 +86,8 @@ pub struct HostExecutors {
     delivered: Mutex<Vec<String>>,
     /// Print delivered messages on stdout as they arrive (off for `--json`).
     print_messages: bool,
+    /// The session's memory, when the host keeps it.
+    memory: Option<crate::memory_executor::HostMemory>,
 }
 
 /// What the blocking sandbox and proxy work needs, shared with its worker threads.
@@ -54,6 +100,7 @@ struct Shared {
     session_id: String,
     workspace: PathBuf,
     channel: String,
+    extras: EgressExtras,
 }
 
 impl HostExecutors {
@@ -81,10 +128,26 @@ impl HostExecutors {
                 session_id,
                 workspace,
                 channel,
+                extras: EgressExtras::default(),
             }),
             delivered: Mutex::new(Vec::new()),
             print_messages,
+            memory: None,
         }
+    }
+
+    /// Give the loop's memory tools the session's memory.
+    pub fn with_memory(mut self, memory: crate::memory_executor::HostMemory) -> HostExecutors {
+        self.memory = Some(memory);
+        self
+    }
+
+    /// Add `extras` to every egress proxy these executors start.
+    pub fn with_egress_extras(mut self, extras: EgressExtras) -> HostExecutors {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.extras = extras;
+        }
+        self
     }
 
     /// The messages delivered to the conversation so far.
@@ -98,6 +161,12 @@ impl HostExecutors {
 
 #[async_trait]
 impl Executors for HostExecutors {
+    fn memory(&self) -> Option<airlock_agent::agent::SessionMemory<'_>> {
+        self.memory
+            .as_ref()
+            .map(crate::memory_executor::HostMemory::session_memory)
+    }
+
     async fn shell(&self, auth: Authorized<ExecAction>, timeout: Duration) -> ToolOutput {
         let cancel = CancelOnDrop::new(self.shared.run_dir());
         let flag = cancel.flag.clone();
@@ -117,10 +186,12 @@ impl Executors for HostExecutors {
         timeout: Duration,
     ) -> ToolOutput {
         // The proxy decides again; a request the Gate asked about and the operator approved
-        // would be asked about again there. The run's answer: exactly the payload the
-        // Gate authorized, byte for byte by its hash, and nothing else.
+        // would be asked about again there. The run's answer: yes for exactly the request
+        // the Gate authorized (see `AuthorizedPayload`), once, and no for anything else.
         let hook: Arc<dyn ApprovalHook> = Arc::new(AuthorizedPayload {
             action_hash: auth.action_hash().to_string(),
+            action: auth.action().clone(),
+            answered: AtomicBool::new(false),
             expires_at: crate::runtime::now_unix() + timeout.as_secs() + 1,
         });
         let shared = self.shared.clone();
@@ -134,7 +205,19 @@ impl Executors for HostExecutors {
             return ToolOutput::error("the egress proxy is not running");
         };
         let action = auth.action().clone();
-        let sent = tokio::time::timeout(timeout, send_via_proxy(&socket, &action, body)).await;
+        let ca_pem = match std::fs::read_to_string(self.shared.home.config.join(CA_CERT_FILE)) {
+            Ok(p) => p,
+            Err(e) => {
+                return ToolOutput::error(format!(
+                    "cannot read Airlock's CA certificate: {e}\nhelp: run `airlock init` again"
+                ))
+            }
+        };
+        let sent = tokio::time::timeout(
+            timeout,
+            crate::proxy_fetch::send(&socket, &ca_pem, &action, body),
+        )
+        .await;
         // Wait for the proxy's audit records before the result goes back to the loop.
         let mut egress = egress;
         if let Some(e) = egress.0.take() {
@@ -196,6 +279,9 @@ impl Shared {
     fn start_egress(&self, approvals: Option<Arc<dyn ApprovalHook>>) -> anyhow::Result<Egress> {
         let mut setup = EgressSetup::load(&self.home, &[])?;
         setup.approvals = approvals;
+        setup.resolver = self.extras.resolver.clone();
+        setup.extra_roots_pem = self.extras.extra_roots_pem.clone();
+        setup.extra_roots_pem.extend(debug_upstream_roots()?);
         let session = self.session()?;
         Ok(Egress::start(
             setup,
@@ -336,18 +422,42 @@ impl Shared {
     }
 }
 
-/// Answers the proxy's *ask* for the one request the Gate already authorized.
+/// Answers the proxy's *ask* for the one request the Gate already authorized, once.
+///
+/// The proxy sees the request as sent on the wire, with the header names the fetch client
+/// added (`host`, `content-length`), so its hash differs from the loop's. The binding is
+/// therefore what the loop authorized and the client sends verbatim: the method, the URL
+/// (normalized the same way on both sides) and the body size; and it answers one request
+/// only, on a proxy that serves this fetch alone.
 struct AuthorizedPayload {
     action_hash: String,
+    action: NetRequestAction,
+    answered: AtomicBool,
     expires_at: u64,
+}
+
+/// `url` as the URL parser normalizes it (host case, default port, empty path).
+fn normalized_url(url: &str) -> Option<String> {
+    url::Url::parse(url).ok().map(|u| u.to_string())
+}
+
+impl AuthorizedPayload {
+    fn matches(&self, seen: &NetRequestAction) -> bool {
+        seen.method.eq_ignore_ascii_case(&self.action.method)
+            && seen.body_bytes == self.action.body_bytes
+            && normalized_url(&seen.url).is_some()
+            && normalized_url(&seen.url) == normalized_url(&self.action.url)
+    }
 }
 
 impl ApprovalHook for AuthorizedPayload {
     fn request(&self, req: ProxyApprovalRequest) -> BoxFuture<'static, Option<Approval>> {
-        let answer = (req.action_hash == self.action_hash).then(|| Approval {
+        let fits = req.action_hash == self.action_hash || self.matches(&req.action);
+        let first = fits && !self.answered.swap(true, Ordering::AcqRel);
+        let answer = first.then(|| Approval {
             approver: "owner (authorized by the agent loop)".into(),
             approver_role: "owner".into(),
-            payload_hash: self.action_hash.clone(),
+            payload_hash: req.action_hash.clone(),
             expires_at: self.expires_at,
         });
         Box::pin(async move { answer })
@@ -403,59 +513,7 @@ impl Drop for FinishOnDrop {
     }
 }
 
-/// Send one HTTP request through the proxy listening on `socket` (absolute-form, as a
-/// client with `HTTP_PROXY` set would) and turn the response into the tool result.
-async fn send_via_proxy(
-    socket: &Path,
-    action: &NetRequestAction,
-    body: Option<String>,
-) -> anyhow::Result<ToolOutput> {
-    let url = url::Url::parse(&action.url)
-        .map_err(|e| anyhow::anyhow!("not a valid URL: {e}\nhelp: give an absolute http:// URL"))?;
-    if url.scheme() != "http" {
-        anyhow::bail!(
-            "fetch supports http:// URLs here; `{}` is not one\nhelp: use the shell tool (curl goes through the same proxy) for https",
-            url.scheme()
-        );
-    }
-    let host = url
-        .host_str()
-        .ok_or_else(|| anyhow::anyhow!("the URL has no host"))?;
-    let host_header = match url.port() {
-        Some(p) => format!("{host}:{p}"),
-        None => host.to_string(),
-    };
-    let stream = tokio::net::UnixStream::connect(socket)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot reach the egress proxy: {e}"))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    let driver = tokio::spawn(conn);
-    let req = hyper::Request::builder()
-        .method(action.method.as_str())
-        .uri(action.url.as_str())
-        .header(hyper::header::HOST, host_header)
-        .body(Full::new(Bytes::from(body.unwrap_or_default())))?;
-    let resp = sender.send_request(req).await?;
-    let status = resp.status();
-    let bytes = resp.into_body().collect().await?.to_bytes();
-    driver.abort();
-    let text = cut(String::from_utf8_lossy(&bytes).into_owned());
-    let text = format!("HTTP {}\n{text}", status.as_u16());
-    Ok(ToolOutput {
-        text,
-        is_error: !status.is_success(),
-    })
-}
-
 /// Keep at most [`MAX_RESULT_BYTES`] of `text`, on a character boundary.
-fn cut(mut text: String) -> String {
-    if text.len() > MAX_RESULT_BYTES {
-        let mut end = MAX_RESULT_BYTES;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push_str("\n[output cut]");
-    }
-    text
+fn cut(text: String) -> String {
+    crate::proxy_fetch::cut(text, MAX_RESULT_BYTES)
 }

@@ -66,6 +66,10 @@ pub enum Command {
     /// The approvals queue: list, show, approve or deny held actions.
     #[command(subcommand)]
     Approvals(cmd::approvals::ApprovalsCommand),
+    /// The agent's memory: list, show, history, review held changes, approve or reject
+    /// them, roll back, purge, export.
+    #[command(subcommand)]
+    Memory(cmd::memory::MemoryCommand),
     /// The kill switch: stop a session (or all), its sandboxes, approvals, grants and egress.
     Kill(cmd::kill::KillArgs),
     /// Run one task with the configured model, without interaction. Approvals go to the
@@ -86,6 +90,35 @@ pub enum Command {
         json: bool,
         /// What to do.
         prompt: String,
+    },
+    /// Start here: a scripted model (no API key) plays a task through the real Gate,
+    /// sandbox, egress proxy and audit log, while a web page tries to steal a file.
+    /// Exit status 0 when the demo ran as designed.
+    Demo {
+        /// Keep the demo's state in this directory (new, empty, or an earlier demo's)
+        /// instead of a throwaway one.
+        #[arg(long, value_name = "DIR")]
+        home: Option<std::path::PathBuf>,
+        /// Approve what the policy holds, without asking.
+        #[arg(long, conflicts_with = "no")]
+        yes: bool,
+        /// Deny what the policy holds, without asking (the default when stdin is not a
+        /// terminal).
+        #[arg(long)]
+        no: bool,
+    },
+    /// Talk with the configured model at the terminal: streamed replies, each tool call with
+    /// its decision, approvals answered inline. `/quit` leaves; `--session` resumes.
+    Chat {
+        /// Continue this session instead of starting a new one.
+        #[arg(long)]
+        session: Option<String>,
+        /// Seconds each approval waits for an answer before it is denied
+        /// (default: `approval_timeout_secs` under `[agent]`).
+        #[arg(long, value_name = "SECS")]
+        approval_timeout: Option<u64>,
+        #[arg(long)]
+        profile: Option<String>,
     },
     /// Decide a command at the Gate, then run it in the verified sandbox. The exit status
     /// is the command's (128+signal if killed), or 126 when it was refused.
@@ -177,6 +210,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Audit(AuditCommand::Tail { n, json }) => cmd::audit::tail(n, json),
         Command::Doctor => cmd::doctor::run(),
         Command::Approvals(c) => cmd::approvals::run(c),
+        Command::Memory(c) => cmd::memory::run(c),
         Command::Kill(a) => cmd::kill::run(a),
         Command::Net(c) => cmd::net::run(c),
         Command::Secret(c) => cmd::secret::run(c),
@@ -192,6 +226,16 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             profile,
             json,
             prompt,
+        }),
+        Command::Demo { home, yes, no } => cmd::demo::run(cmd::demo::DemoArgs { home, yes, no }),
+        Command::Chat {
+            session,
+            approval_timeout,
+            profile,
+        } => cmd::chat::run(cmd::chat::ChatArgs {
+            session,
+            approval_timeout,
+            profile,
         }),
         Command::Exec {
             workspace,

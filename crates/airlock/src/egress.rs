@@ -18,7 +18,9 @@
 //! value unless this run named the secret too.
 //!
 //! A rule marked *ask* is denied by the proxy unless an approval hook is given
-//! ([`EgressSetup::approvals`]); `airlock exec` has none until the approvals queue exists.
+//! ([`EgressSetup::approvals`]). `airlock exec` gives [`QueueApprovals`]: the request waits
+//! in the store's approvals queue for `airlock approvals approve|deny`, and a timeout or
+//! `airlock kill` denies it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -29,15 +31,20 @@ use airlock_audit::AuditLog;
 use airlock_core::gate::{Gate, Session};
 use airlock_proxy::secrets::LoadedSecret;
 use airlock_proxy::{
-    ApprovalHook, CertificateAuthority, Limits, NetRules, Proxy, ProxyConfig, ProxyHandle,
-    Resolver, SecretStore, CA_CERT_FILE,
+    ApprovalHook, CertificateAuthority, Connector, Limits, NetRules, Proxy, ProxyConfig,
+    ProxyHandle, Resolver, SecretStore, CA_CERT_FILE,
 };
 use airlock_sandbox::profile::{NetworkPolicy, ProxyRelay, DEFAULT_RELAY_PORT, RELAY_CA_CERT};
 use airlock_sandbox::SandboxProfile;
 
 use crate::home::{create_private_dir, Home};
 
-/// Variables that name the proxy.
+mod approvals;
+pub use approvals::QueueApprovals;
+
+/// Variables that name the proxy. Both cases, because clients differ: Python's urllib
+/// and npm need `https_proxy` or `HTTPS_PROXY`, while libcurl (curl, git, cargo) and
+/// requests (pip) also fall back to `ALL_PROXY`/`all_proxy`.
 pub const PROXY_VARS: &[&str] = &[
     "HTTP_PROXY",
     "HTTPS_PROXY",
@@ -48,8 +55,13 @@ pub const PROXY_VARS: &[&str] = &[
 ];
 /// Variables that exempt hosts from the proxy; set empty so nothing is exempt.
 pub const NO_PROXY_VARS: &[&str] = &["NO_PROXY", "no_proxy"];
-/// Variables through which common tools (OpenSSL, curl, Python requests, Node, git, pip,
-/// cargo, npm) find the CA certificate.
+/// Variables through which common tools find the CA certificate. Each client reads its
+/// own: OpenSSL and Python's `ssl`/urllib `SSL_CERT_FILE`; curl `CURL_CA_BUNDLE`; requests
+/// and pip `REQUESTS_CA_BUNDLE` (pip also `PIP_CERT`); Node `NODE_EXTRA_CA_CERTS`; git
+/// `GIT_SSL_CAINFO`; cargo `CARGO_HTTP_CAINFO`; npm its `cafile` setting, which a global
+/// npmrc may set (Debian's `/etc/npmrc` names the system bundle, replacing Node's roots
+/// and `NODE_EXTRA_CA_CERTS`) and `npm_config_cafile` overrides.
+/// `crates/airlock/tests/i4_clients_in_the_sandbox.rs` runs these clients in the sandbox.
 pub const CA_VARS: &[&str] = &[
     "SSL_CERT_FILE",
     "CURL_CA_BUNDLE",
@@ -91,6 +103,9 @@ pub struct EgressSetup {
     pub relay_port: u16,
     /// The proxy's name resolver (default: the system's). Tests inject their own.
     pub resolver: Option<Arc<dyn Resolver>>,
+    /// How the proxy opens upstream connections (default: plain TCP). Tests inject one
+    /// that records every attempt.
+    pub connector: Option<Arc<dyn Connector>>,
     /// Extra PEM roots the proxy trusts upstream, beside the webpki roots.
     pub extra_roots_pem: Vec<String>,
     /// Who answers *ask* decisions; `None` denies them.
@@ -144,10 +159,29 @@ impl EgressSetup {
             placeholders,
             relay_port: DEFAULT_RELAY_PORT,
             resolver: None,
+            connector: None,
             extra_roots_pem: Vec::new(),
             approvals: None,
             limits: Limits::default(),
         })
+    }
+}
+
+impl EgressSetup {
+    /// Hold *ask* requests in the store's approvals queue (see [`QueueApprovals`]) for up
+    /// to `timeout`, after which they are denied.
+    pub fn queue_approvals(
+        &mut self,
+        home: &Home,
+        audit: &Arc<Mutex<AuditLog>>,
+        limits: airlock_store::ApprovalLimits,
+        timeout: Duration,
+    ) -> Result<(), EgressError> {
+        let hook = QueueApprovals::new(&home.state, audit, limits, timeout)
+            .map_err(|e| EgressError::Start(format!("cannot open the approvals queue: {e}")))?;
+        self.approvals = Some(Arc::new(hook));
+        self.limits.ask_timeout = timeout;
+        Ok(())
     }
 }
 
@@ -194,9 +228,20 @@ impl Egress {
         let audit_holders = Arc::strong_count(&audit);
         let mut cfg = ProxyConfig::new(session.clone(), gate, audit.clone(), setup.rules, setup.ca);
         cfg.secrets = setup.secrets;
+        // The sandbox's CA file: Airlock's CA plus the trusted roots, so pass-through hosts
+        // verify too; Airlock's CA alone while the bundle is over the sandbox's size limit.
+        let bundle = airlock_proxy::ensure_ca_bundle(&home.config, &setup.extra_roots_pem)
+            .map_err(|e| start_err("sandbox CA bundle", &e))?;
+        let sandbox_ca = match std::fs::metadata(&bundle) {
+            Ok(m) if m.len() <= airlock_sandbox::profile::MAX_CA_CERT_BYTES => bundle,
+            _ => setup.ca_cert,
+        };
         cfg.extra_roots_pem = setup.extra_roots_pem;
         if let Some(r) = setup.resolver {
             cfg.resolver = r;
+        }
+        if let Some(c) = setup.connector {
+            cfg.connector = c;
         }
         if let Some(a) = setup.approvals {
             cfg.approvals = a;
@@ -223,7 +268,7 @@ impl Egress {
             relay: ProxyRelay {
                 port: setup.relay_port,
                 socket: socket.clone(),
-                ca_cert: Some(setup.ca_cert),
+                ca_cert: Some(sandbox_ca),
             },
             placeholders: setup.placeholders,
             secret_names,
@@ -317,7 +362,8 @@ impl Egress {
                 drained = false;
                 break;
             }
-            std::thread::sleep(Duration::from_millis(10));
+            // Short: this wait ends every sandboxed run, usually after a tick or two.
+            std::thread::sleep(Duration::from_millis(1));
         }
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_timeout(Duration::from_secs(2));

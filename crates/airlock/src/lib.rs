@@ -12,11 +12,16 @@ macro_rules! out {
 }
 
 pub mod agent_executors;
+pub mod agent_host;
 pub mod cli;
 pub mod cmd;
 pub mod config;
+pub mod demo_world;
 pub mod egress;
 pub mod home;
+pub mod inline_approvals;
+pub mod memory_executor;
 pub mod policies;
+pub mod proxy_fetch;
 pub mod replay;
 pub mod runtime;

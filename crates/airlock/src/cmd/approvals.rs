@@ -4,6 +4,9 @@
 //! on the operator's config and state, which nothing the agent can write reaches (I4).
 //! An approval is bound to the hash of the payload the store holds (and, with `--hash`, to
 //! the hash the operator saw in `show`); a grant always expires, within the store's cap.
+//! `--for` alone grants the exact payload again in the same session; `--scope session`
+//! or `--scope rule` widens it to actions with the same asking rules and target shape
+//! (defined in `airlock_agent::agent::grant_pattern`), in that session or in all.
 //! Every decision is appended to the audit log with who decided.
 //!
 //! Everything shown comes from the payload, which the attacker may have shaped: every
@@ -15,10 +18,14 @@ use std::time::Duration;
 use clap::{Subcommand, ValueEnum};
 use serde_json::json;
 
+use airlock_agent::agent::{grant_pattern, GrantPattern};
 use airlock_audit::AuditEvent;
+use airlock_core::facts::GateConfig;
+use airlock_core::Action;
 use airlock_store::{
     ApprovalError, ApprovalPreview, ApprovalRequest, ApprovalStatus, ApprovalStore, ApproveRequest,
-    GrantScope, GrantTarget, NewGrant, SqliteStore, StoreError, Timestamp, MAX_GRANT_TTL,
+    GrantScope, GrantTarget, NewGrant, SessionStore, SqliteStore, StoreError, Timestamp,
+    MAX_GRANT_TTL,
 };
 
 use crate::home::Home;
@@ -39,10 +46,13 @@ pub enum ApprovalsCommand {
     /// Approve a pending request; what runs is the held payload, byte for byte.
     Approve {
         id: String,
-        /// Also let the same payload through without asking for this long (`30m`, `2h`).
+        /// Also let the same payload through in this session without asking, for this
+        /// long (`30m`, `2h`; at most 30 days).
         #[arg(long = "for", value_name = "DURATION")]
         duration: Option<String>,
-        /// Where the grant applies (needs `--for`).
+        /// Widen the grant from the exact payload to matching actions: `session` in this
+        /// session, `rule` in every session held by the same rule (needs `--for`; see the
+        /// grants section of docs/policy.md for what matches).
         #[arg(long, value_enum, requires = "duration")]
         scope: Option<Scope>,
         /// Refuse unless the held payload has this hash (as printed by `show`).
@@ -57,12 +67,13 @@ pub enum ApprovalsCommand {
     },
 }
 
-/// Where a grant applies.
+/// How far a grant reaches beyond the approved payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Scope {
-    /// Only in the session that asked.
+    /// Matching actions (same asking rule, same target shape) in the session that asked.
     Session,
-    /// In every session (an operator rule that expires).
+    /// Matching actions held by the same rule in every session (an operator rule that
+    /// expires).
     Rule,
 }
 
@@ -194,22 +205,32 @@ fn approve(
     let now = Timestamp::now();
     let request = get(store, id)?;
     let bound = duration.map(parse_grant_duration).transpose()?;
+    let cfg = config::load(&home.config_file())?;
+    let pattern = match scope {
+        Some(scope) if bound.is_some() => Some(scoped_pattern(store, &cfg, &request, scope)?),
+        _ => None,
+    };
     let grant = bound.map(|d| NewGrant {
-        scope: match scope.unwrap_or(Scope::Session) {
-            Scope::Session => GrantScope::Session {
+        scope: match scope {
+            Some(Scope::Rule) => GrantScope::Rule,
+            Some(Scope::Session) | None => GrantScope::Session {
                 session_id: request.session_id.clone(),
             },
-            Scope::Rule => GrantScope::Rule,
         },
-        target: GrantTarget::Payload {
-            action_kind: request.action_kind.clone(),
-            action_hash: request.payload_hash.clone(),
+        target: match &pattern {
+            Some(p) => GrantTarget::Pattern {
+                action_kind: request.action_kind.clone(),
+                pattern: p.pattern.clone(),
+            },
+            None => GrantTarget::Payload {
+                action_kind: request.action_kind.clone(),
+                action_hash: request.payload_hash.clone(),
+            },
         },
         created_by: OPERATOR.into(),
         expires_at: now.plus(d),
     });
     // The audit log must be writable before anything is decided.
-    let cfg = config::load(&home.config_file())?;
     let mut log = runtime::open_audit(home, &cfg)?;
     let approved = store
         .approve(
@@ -249,6 +270,8 @@ fn approve(
             "approval_id": approved.request.id,
             "scope": g.scope,
             "target": g.target,
+            "shape": pattern.as_ref().map(|p| &p.shape),
+            "matches": pattern.as_ref().map(|p| &p.summary),
             "expires_at_ms": g.expires_at.as_unix_ms(),
             "decided_by": operator_detail(),
         }));
@@ -263,17 +286,50 @@ fn approve(
         escape_line(&approved.request.payload_hash)
     );
     if let (Some(grant_id), Some(d)) = (&approved.grant_id, bound) {
+        let what = match &pattern {
+            Some(p) => escape_line(&p.summary),
+            None => "the same payload".into(),
+        };
         crate::out!(
-            "grant {} lets the same payload through for {} ({})",
+            "grant {} lets {what} through for {} ({})",
             escape_line(grant_id),
             human(d),
-            match scope.unwrap_or(Scope::Session) {
-                Scope::Session => "this session",
-                Scope::Rule => "every session",
+            match scope {
+                Some(Scope::Rule) => "every session, when held by the same rule",
+                Some(Scope::Session) | None => "this session",
             }
         );
     }
     Ok(0)
+}
+
+/// The pattern a scoped grant for `request` matches, computed the way the agent loop
+/// computes it for held actions (same Gate configuration for the session's workspace).
+fn scoped_pattern(
+    store: &SqliteStore,
+    cfg: &config::Config,
+    request: &ApprovalRequest,
+    scope: Scope,
+) -> anyhow::Result<GrantPattern> {
+    let id = escape_line(&request.id);
+    if scope == Scope::Rule && request.policies.is_empty() {
+        anyhow::bail!(
+            "request `{id}` names no asking rule, so a rule-scoped grant has nothing to bind to\nhelp: use `--scope session`, or `--for` alone for this exact payload"
+        );
+    }
+    let action = Action::from_json(&request.payload)
+        .map_err(|e| anyhow::anyhow!("the payload held by `{id}` is not a valid action: {e}"))?;
+    let session = store.get_session(&request.session_id).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot read session `{}` of request `{id}`: {e}",
+            escape_line(&request.session_id)
+        )
+    })?;
+    let mut gate_config = GateConfig::new(&session.workspace);
+    gate_config.protected = cfg.policy.protected_paths.clone();
+    gate_config.resolver = Some(std::sync::Arc::new(runtime::sandbox_path_lookup));
+    grant_pattern(&action, &request.policies, &gate_config)
+        .map_err(|e| anyhow::anyhow!("no scoped grant is possible for `{id}`: {e}"))
 }
 
 fn deny(home: &Home, store: &SqliteStore, id: &str, reason: Option<&str>) -> anyhow::Result<i32> {

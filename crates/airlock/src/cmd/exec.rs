@@ -79,11 +79,18 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         .unwrap_or_else(|| workspace.clone());
 
     // Loaded before deciding: a missing CA or an unknown secret stops the run here.
-    let egress_setup = EgressSetup::load(&home, &args.secrets)?;
+    let mut egress_setup = EgressSetup::load(&home, &args.secrets)?;
     let gate = Arc::new(runtime::gate_for(&home, &cfg, profile, &workspace)?);
     let log = Arc::new(Mutex::new(runtime::open_audit(&home, &cfg)?));
     // The run is a session in the store, so `airlock kill <id>` and `--all` find it.
     let store = open_store(&home)?;
+    // The proxy's *ask* requests wait in the approvals queue (`airlock approvals`).
+    egress_setup.queue_approvals(
+        &home,
+        &log,
+        cfg.approvals,
+        std::time::Duration::from_secs(cfg.agent.approval_timeout_secs),
+    )?;
     let session_id = runtime::session_id("exec");
     store
         .create_session(

@@ -2,11 +2,14 @@
 
 pub mod approvals;
 pub mod audit;
+pub mod chat;
 pub mod check;
+pub mod demo;
 pub mod doctor;
 pub mod exec;
 pub mod init;
 pub mod kill;
+pub mod memory;
 pub mod net;
 pub mod policy;
 pub mod replay;

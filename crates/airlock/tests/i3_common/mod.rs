@@ -1,12 +1,18 @@
 //! Shared fixture of the I3 tests: a real config dir (CA, net rules, an encrypted secret),
 //! the real Gate and audit log, a real HTTPS upstream on 127.0.0.1 with its own test CA,
 //! and runs of real commands (curl) in the real sandbox routed through a real per-run
-//! proxy by `airlock::egress`. Only the proxy's name resolver is replaced, by one that
-//! answers `*.test` names with 127.0.0.1 and never touches DNS.
+//! proxy by `airlock::egress`. Only the proxy's view of the network is replaced: a name
+//! resolver that answers `*.test` names with 127.0.0.1 (or scripted answers) and never
+//! touches DNS, and a connector that records every connection attempt and never connects
+//! beyond loopback.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{IpAddr, TcpListener};
+pub mod clients;
+pub mod git_http;
+pub mod net;
+pub mod packages;
+pub mod upstream;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -18,156 +24,19 @@ use airlock_audit::{AuditLog, CheckpointSigner};
 use airlock_core::action::ExecAction;
 use airlock_core::gate::{Gate, Session, Verdict};
 use airlock_core::policy::Profile;
-use airlock_proxy::net::BoxFuture;
 use airlock_proxy::secrets::HeaderTemplate;
-use airlock_proxy::{NetRule, NetRules, Resolver, SecretStore};
+use airlock_proxy::{ApprovalHook, Limits, NetRule, NetRules, SecretStore};
 use airlock_sandbox::{OutputMode, RunOutcome, Sandbox, SandboxProfile};
+
+#[allow(unused_imports)]
+pub use net::{RecordingConnector, ScriptedResolver, REFUSED_NON_LOOPBACK};
+#[allow(unused_imports)]
+pub use upstream::{start_plain_upstream, start_upstream, Seen, Upstream, BIG_BODY_BYTES};
 
 /// The real value of the test secret. It must never reach the sandbox.
 pub const SECRET_VALUE: &str = "s3cr3t-REAL-VALUE-7f3a9c";
 pub const SECRET_NAME: &str = "api-token";
 pub const SECRET_VAR: &str = "API_TOKEN";
-
-/// What the upstream received.
-#[derive(Debug, Clone)]
-pub struct Seen {
-    pub method: String,
-    pub path: String,
-    pub host: String,
-    pub authorization: Option<String>,
-}
-
-/// An HTTPS server on 127.0.0.1:0 whose certificate (for `*.test` names) comes from a
-/// fresh test CA. `/.../echo` answers with the Authorization header it received, in the
-/// body and in `x-echo-auth`; everything else answers `hello from <host> <method> <path>`.
-pub struct Upstream {
-    pub port: u16,
-    pub ca_pem: String,
-    pub seen: Arc<Mutex<Vec<Seen>>>,
-}
-
-pub fn start_upstream() -> Upstream {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "i3 upstream test CA");
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let leaf_key = rcgen::KeyPair::generate().unwrap();
-    let names = ["api.test", "other.test", "nope.test"]
-        .map(String::from)
-        .to_vec();
-    let leaf = rcgen::CertificateParams::new(names)
-        .unwrap()
-        .signed_by(&leaf_key, &issuer)
-        .unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let cfg = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![leaf.der().clone()],
-            rustls_pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
-        )
-        .unwrap();
-    let cfg = Arc::new(cfg);
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let seen2 = seen.clone();
-    std::thread::spawn(move || {
-        for tcp in listener.incoming() {
-            let Ok(tcp) = tcp else { continue };
-            let (cfg, seen) = (cfg.clone(), seen2.clone());
-            std::thread::spawn(move || {
-                let Ok(conn) = rustls::ServerConnection::new(cfg) else {
-                    return;
-                };
-                let _ = serve(rustls::StreamOwned::new(conn, tcp), &seen);
-            });
-        }
-    });
-    Upstream {
-        port,
-        ca_pem: ca_cert.pem(),
-        seen,
-    }
-}
-
-/// One request per connection (`Connection: close`), enough for curl through the proxy.
-fn serve(
-    stream: rustls::StreamOwned<rustls::ServerConnection, std::net::TcpStream>,
-    seen: &Mutex<Vec<Seen>>,
-) -> std::io::Result<()> {
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    reader.read_line(&mut line)?;
-    let mut parts = line.split_whitespace();
-    let method = parts.next().unwrap_or("").to_string();
-    let path = parts.next().unwrap_or("").to_string();
-    let (mut host, mut authorization, mut length) = (String::new(), None, 0usize);
-    loop {
-        let mut h = String::new();
-        if reader.read_line(&mut h)? == 0 || h == "\r\n" {
-            break;
-        }
-        let Some((k, v)) = h.split_once(':') else {
-            continue;
-        };
-        let v = v.trim().to_string();
-        match k.to_ascii_lowercase().as_str() {
-            "host" => host = v,
-            "authorization" => authorization = Some(v),
-            "content-length" => length = v.parse().unwrap_or(0),
-            _ => {}
-        }
-    }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body)?;
-    seen.lock().unwrap().push(Seen {
-        method: method.clone(),
-        path: path.clone(),
-        host: host.clone(),
-        authorization: authorization.clone(),
-    });
-    let mut extra = String::new();
-    let text = if path.ends_with("/echo") {
-        let auth = authorization.unwrap_or_default();
-        extra = format!("x-echo-auth: {auth}\r\n");
-        format!("you sent authorization: {auth}\n")
-    } else {
-        format!("hello from {host} {method} {path}\n")
-    };
-    let mut stream = reader.into_inner();
-    write!(
-        stream,
-        "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n{extra}connection: close\r\n\r\n{text}",
-        text.len()
-    )?;
-    stream.flush()?;
-    stream.conn.send_close_notify();
-    stream.flush()
-}
-
-/// `*.test` -> 127.0.0.1; anything else is unknown. Never touches DNS.
-pub struct TestResolver;
-
-impl Resolver for TestResolver {
-    fn resolve<'a>(&'a self, host: &'a str) -> BoxFuture<'a, std::io::Result<Vec<IpAddr>>> {
-        let answer = if host.ends_with(".test") {
-            Ok(vec![IpAddr::from([127, 0, 0, 1])])
-        } else {
-            Err(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "no such test name",
-            ))
-        };
-        Box::pin(async move { answer })
-    }
-}
 
 pub struct Fixture {
     pub tmp: tempfile::TempDir,
@@ -176,9 +45,22 @@ pub struct Fixture {
     pub upstream: Upstream,
     pub gate: Arc<Gate>,
     pub audit: Arc<Mutex<AuditLog>>,
+    /// The proxy's resolver and connector, shared by every run of the fixture.
+    pub resolver: Arc<ScriptedResolver>,
+    pub connector: Arc<RecordingConnector>,
 }
 
-fn rule(host: &str, port: u16, methods: &[&str]) -> NetRule {
+/// What one run changes from the defaults.
+#[derive(Default, Clone)]
+pub struct RunOptions {
+    pub limits: Option<Limits>,
+    pub approvals: Option<Arc<dyn ApprovalHook>>,
+    /// Extra environment for the payload (on top of what egress sets).
+    pub env: Vec<(String, String)>,
+    pub timeout_secs: Option<u64>,
+}
+
+pub fn rule(host: &str, port: u16, methods: &[&str]) -> NetRule {
     let mut r = NetRule::for_host(host);
     r.port = Some(port);
     r.methods = methods.iter().map(|m| m.to_string()).collect();
@@ -189,6 +71,12 @@ fn rule(host: &str, port: u16, methods: &[&str]) -> NetRule {
 /// the upstream's port (and that exact loopback address past the SSRF guard), and stores
 /// one secret bound to `api.test` under `/v1`.
 pub fn fixture() -> Fixture {
+    fixture_with(|_, _| {})
+}
+
+/// [`fixture`], with more rules added by `more(rules, upstream_port)` before they are
+/// saved and the Gate is loaded.
+pub fn fixture_with(more: impl FnOnce(&mut NetRules, u16)) -> Fixture {
     let upstream = start_upstream();
     let tmp = tempfile::Builder::new()
         .prefix("airlock-i3-")
@@ -209,6 +97,7 @@ pub fn fixture() -> Fixture {
     rules
         .allow_private
         .push(format!("127.0.0.1:{}", upstream.port).parse().unwrap());
+    more(&mut rules, upstream.port);
     rules.save(&home.config).unwrap();
     SecretStore::new(&home.config)
         .set(
@@ -236,6 +125,8 @@ pub fn fixture() -> Fixture {
         upstream,
         gate,
         audit,
+        resolver: Arc::default(),
+        connector: Arc::default(),
     }
 }
 
@@ -251,12 +142,30 @@ impl Fixture {
     }
 
     pub fn seen(&self) -> Vec<Seen> {
-        self.upstream.seen.lock().unwrap().clone()
+        self.upstream.seen()
+    }
+
+    /// Every connection attempt the proxy made.
+    pub fn connects(&self) -> Vec<std::net::SocketAddr> {
+        self.connector.attempts()
+    }
+
+    /// The proxy's `net.exchange` records for `path`.
+    pub fn exchanges(&self, path: &str) -> Vec<serde_json::Value> {
+        self.audit_records()
+            .into_iter()
+            .filter(|r| r["kind"] == "net.exchange" && r["detail"]["path"] == path)
+            .collect()
     }
 
     /// Decide `command` at the Gate (recorded in the audit log), then run it in the
     /// sandbox with a fresh egress proxy, exactly as `airlock exec` wires them.
     pub fn run(&self, command: &str, secrets: &[&str]) -> RunOutcome {
+        self.run_with(command, secrets, &RunOptions::default())
+    }
+
+    /// [`Fixture::run`] with the changes in `opts`.
+    pub fn run_with(&self, command: &str, secrets: &[&str], opts: &RunOptions) -> RunOutcome {
         let mut session = Session::new(runtime::session_id("i3"), "owner");
         session.observe_trusted(command);
         let action = ExecAction {
@@ -272,7 +181,12 @@ impl Fixture {
         };
         let names: Vec<String> = secrets.iter().map(|s| s.to_string()).collect();
         let mut setup = EgressSetup::load(&self.home, &names).unwrap();
-        setup.resolver = Some(Arc::new(TestResolver));
+        setup.resolver = Some(self.resolver.clone());
+        setup.connector = Some(self.connector.clone());
+        if let Some(l) = &opts.limits {
+            setup.limits = l.clone();
+        }
+        setup.approvals = opts.approvals.clone();
         setup.extra_roots_pem = vec![self.upstream.ca_pem.clone()];
         let egress = Egress::start(
             setup,
@@ -285,6 +199,10 @@ impl Fixture {
         .unwrap();
         let mut profile = SandboxProfile::new(&self.ws);
         egress.configure(&mut profile).unwrap();
+        profile.env.extend(opts.env.iter().cloned());
+        if let Some(t) = opts.timeout_secs {
+            profile.timeout_secs = t;
+        }
         let out = sandbox()
             .run(&token, &profile, OutputMode::Capture)
             .unwrap_or_else(|e| panic!("sandbox run failed: {e}"));
@@ -298,9 +216,20 @@ impl Fixture {
     /// curl inside the sandbox with the environment the run gets (no proxy or CA flags).
     /// Prints the body, then `\nHTTP <code>`.
     pub fn curl(&self, args: &str, secrets: &[&str]) -> (String, RunOutcome) {
-        let out = self.run(
+        self.curl_with(args, secrets, &RunOptions::default())
+    }
+
+    /// [`Fixture::curl`] with the changes in `opts`.
+    pub fn curl_with(
+        &self,
+        args: &str,
+        secrets: &[&str],
+        opts: &RunOptions,
+    ) -> (String, RunOutcome) {
+        let out = self.run_with(
             &format!("curl -sS --max-time 30 -w '\\nHTTP %{{http_code}}' {args}"),
             secrets,
+            opts,
         );
         (String::from_utf8_lossy(&out.stdout).into_owned(), out)
     }

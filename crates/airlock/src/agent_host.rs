@@ -1,0 +1,269 @@
+//! The wiring every front end of the agent loop shares (`airlock run`, `airlock chat`,
+//! `airlock demo`): a stored session, the Gate for its workspace, the audit log, this
+//! host's executors (sandbox, per-call egress proxy, terminal channel), the model, and the
+//! loop's limits from `airlock.toml`.
+//!
+//! [`AgentHost::open`] builds it; [`AgentHost::run_turn`] runs one turn of the loop;
+//! [`AgentHost::close`] flushes the audit log. A front end adds only how it talks to the
+//! person in front of it.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use secrecy::SecretString;
+
+use airlock_agent::agent::{Agent, AgentConfig, TurnReport};
+use airlock_agent::provider::{connect, EnvOverrides, Provider, ProviderConfig, StreamEvent};
+use airlock_audit::AuditLog;
+use airlock_core::gate::Gate;
+use airlock_store::{
+    BudgetLimits, BudgetState, BudgetStore, NewSession, SessionStore, SqliteStore, Timestamp,
+};
+
+use crate::agent_executors::{EgressExtras, HostExecutors};
+use crate::cmd::approvals::open_store;
+use crate::config::Config;
+use crate::home::Home;
+use crate::{policies, runtime};
+
+/// How to set up a model, shown when none is configured.
+pub const PROVIDER_HELP: &str = "help: add a [provider] table to airlock.toml, for example\n\n  [provider]\n  kind = \"anthropic\"            # or \"openai\" (also Ollama, vLLM, llama.cpp, LM Studio, OpenRouter)\n  model = \"claude-sonnet-4-5\"\n  base_url = \"https://api.anthropic.com\"\n  api_key_secret = \"anthropic\"  # stored with `airlock secret set anthropic --host api.anthropic.com`\n\nor set AIRLOCK_PROVIDER, AIRLOCK_MODEL, AIRLOCK_BASE_URL and AIRLOCK_API_KEY\n(`airlock demo` needs none of this: it plays a scripted model)";
+
+/// What a front end chooses.
+pub struct HostOptions {
+    /// Continue this session instead of starting a new one.
+    pub session: Option<String>,
+    /// Seconds to wait for each approval (default: `[agent] approval_timeout_secs`).
+    pub approval_timeout: Option<u64>,
+    /// Policy profile (default: `[policy] profile`).
+    pub profile: Option<String>,
+    /// The conversation's own channel (`terminal`).
+    pub channel: String,
+    /// Print messages to the conversation's channel on stdout as they are delivered.
+    pub print_messages: bool,
+    /// Additions to every egress proxy of the session (in-process callers only).
+    pub egress: EgressExtras,
+}
+
+/// One session wired to the real Gate, sandbox, proxy, store and audit log.
+pub struct AgentHost {
+    pub home: Home,
+    pub cfg: Config,
+    pub session_id: String,
+    pub workspace: PathBuf,
+    store: SqliteStore,
+    gate: Arc<Gate>,
+    audit: AuditLog,
+    exec_audit: Arc<Mutex<AuditLog>>,
+    executors: HostExecutors,
+    agent_cfg: AgentConfig,
+    provider: Box<dyn Provider>,
+    rt: tokio::runtime::Runtime,
+}
+
+impl AgentHost {
+    /// Open (or, with `opts.session`, resume) a session and wire everything to it.
+    pub fn open(
+        home: Home,
+        cfg: Config,
+        provider_cfg: &ProviderConfig,
+        opts: HostOptions,
+    ) -> anyhow::Result<AgentHost> {
+        let profile = policies::pick_profile(opts.profile.as_deref(), &cfg.policy.profile)?;
+        let store = open_store(&home)?;
+        let record = match &opts.session {
+            Some(id) => store.get_session(id).map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot resume session `{id}`: {e}\nhelp: leave out --session to start a new one"
+                )
+            })?,
+            None => store
+                .create_session(&NewSession::owner(), Timestamp::now())
+                .map_err(|e| anyhow::anyhow!("cannot create a session: {e}"))?,
+        };
+        let session_id = record.id().to_string();
+        let workspace = record.workspace.clone();
+        let gate = Arc::new(runtime::gate_for(&home, &cfg, profile, &workspace)?);
+        let audit = runtime::open_audit(&home, &cfg)?;
+        let exec_audit = Arc::new(Mutex::new(runtime::open_audit(&home, &cfg)?));
+        let executors = HostExecutors::new(
+            home.clone(),
+            cfg.clone(),
+            gate.clone(),
+            exec_audit.clone(),
+            open_store(&home)?,
+            session_id.clone(),
+            workspace.clone(),
+            opts.channel.clone(),
+            opts.print_messages,
+        )
+        .with_egress_extras(opts.egress)
+        .with_memory(crate::memory_executor::HostMemory::open(&home, &record)?);
+        let agent_cfg = agent_config(&cfg, provider_cfg, opts.approval_timeout, &opts.channel);
+        let provider = connect(provider_cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("airlock-agent")
+            .enable_all()
+            .build()?;
+        Ok(AgentHost {
+            home,
+            cfg,
+            session_id,
+            workspace,
+            store,
+            gate,
+            audit,
+            exec_audit,
+            executors,
+            agent_cfg,
+            provider,
+            rt,
+        })
+    }
+
+    /// Run one turn for `prompt`; `on_stream` sees the model's output as it arrives.
+    pub fn run_turn<'a>(
+        &'a mut self,
+        prompt: &str,
+        on_stream: Option<&'a mut (dyn FnMut(StreamEvent) + Send + 'a)>,
+    ) -> anyhow::Result<TurnReport> {
+        let AgentHost {
+            session_id,
+            store,
+            gate,
+            audit,
+            executors,
+            agent_cfg,
+            provider,
+            rt,
+            ..
+        } = self;
+        let report = rt.block_on(async {
+            let mut agent = Agent {
+                config: agent_cfg,
+                provider: &**provider,
+                gate,
+                audit,
+                store,
+                executors,
+                on_stream,
+            };
+            agent.run_turn(session_id, prompt).await
+        });
+        report.map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
+    /// The session store this host uses.
+    pub fn store(&self) -> &SqliteStore {
+        &self.store
+    }
+
+    /// This process's shared handle on the audit log (executions, proxy, operator answers).
+    pub fn shared_audit(&self) -> Arc<Mutex<AuditLog>> {
+        self.exec_audit.clone()
+    }
+
+    /// The configured limits and what the session and the day have used so far.
+    pub fn budget(&self) -> anyhow::Result<(BudgetLimits, BudgetState)> {
+        let state = self
+            .store
+            .budget_state(&self.session_id, Timestamp::now())
+            .map_err(|e| anyhow::anyhow!("cannot read the budget: {e}"))?;
+        Ok((self.agent_cfg.budget, state))
+    }
+
+    /// Messages delivered to the conversation's own channel so far.
+    pub fn delivered(&self) -> Vec<String> {
+        self.executors.delivered()
+    }
+
+    /// Stop the runtime and flush the audit log.
+    pub fn close(self) -> anyhow::Result<()> {
+        let AgentHost {
+            audit,
+            exec_audit,
+            executors,
+            rt,
+            ..
+        } = self;
+        drop(executors);
+        rt.shutdown_timeout(Duration::from_secs(5));
+        audit.close().map_err(|e| anyhow::anyhow!("{e}"))?;
+        if let Ok(m) = Arc::try_unwrap(exec_audit) {
+            m.into_inner()
+                .unwrap_or_else(|p| p.into_inner())
+                .close()
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// The model's configuration: `[provider]` with its key from the secrets store, then the
+/// environment overrides on top.
+pub fn provider_config(
+    home: &Home,
+    cfg: &Config,
+    env: EnvOverrides,
+) -> anyhow::Result<ProviderConfig> {
+    let base = match cfg.provider.clone() {
+        Some(section) => {
+            let key = match (&section.api_key_secret, &env.api_key) {
+                (Some(name), None) => Some(secret_value(home, name)?),
+                _ => None,
+            };
+            Some(section.into_config(key).map_err(|e| {
+                anyhow::anyhow!("{}: [provider]: {e}", home.config_file().display())
+            })?)
+        }
+        None if env.provider.is_none() && env.model.is_none() => {
+            anyhow::bail!("no model is configured\n{PROVIDER_HELP}")
+        }
+        None => None,
+    };
+    ProviderConfig::from_env_overrides(base, env).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// The API key stored under `name`. The value never reaches a log or an error message.
+fn secret_value(home: &Home, name: &str) -> anyhow::Result<SecretString> {
+    let all = airlock_proxy::SecretStore::new(&home.config)
+        .load_all()
+        .map_err(|e| anyhow::anyhow!("cannot read the secrets store: {e}"))?;
+    all.into_iter()
+        .find(|s| s.info.name == name)
+        .map(|s| s.value)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "[provider] api_key_secret = {name:?} names no stored secret\nhelp: store the key with `airlock secret set {name} --host <the provider's host>`, or set AIRLOCK_API_KEY"
+            )
+        })
+}
+
+/// The loop's limits from `[agent]`, `[budget]` and `[approvals]`.
+fn agent_config(
+    cfg: &Config,
+    provider: &ProviderConfig,
+    approval_timeout: Option<u64>,
+    channel: &str,
+) -> AgentConfig {
+    let mut c = AgentConfig::new(provider.model.clone());
+    if let Some(p) = &cfg.agent.system_prompt {
+        c.system_prompt = p.clone();
+    }
+    c.max_tokens = provider.max_tokens;
+    c.budget = BudgetLimits {
+        per_session: cfg.budget.per_session,
+        per_day: cfg.budget.per_day,
+    };
+    c.prices = cfg.budget.prices;
+    c.call_timeout = Duration::from_secs(cfg.agent.call_timeout_secs);
+    c.tool_calls_per_minute = Some(cfg.agent.tool_calls_per_minute).filter(|&n| n > 0);
+    c.max_identical_actions = cfg.agent.max_identical_actions;
+    c.approval_timeout =
+        Duration::from_secs(approval_timeout.unwrap_or(cfg.agent.approval_timeout_secs));
+    c.approval_limits = cfg.approvals;
+    c.channel = channel.into();
+    c
+}

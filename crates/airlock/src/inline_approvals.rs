@@ -1,0 +1,447 @@
+//! Answering approval requests at the terminal that runs the session (`airlock chat`,
+//! `airlock demo`), while the agent loop waits for them in the approvals queue.
+//!
+//! The loop holds an *ask* as a request in the store and polls it. [`InlineApprovals`]
+//! watches the same queue for this session's pending requests, shows each one to an
+//! [`Approver`], and records the answer exactly as `airlock approvals approve|deny` does:
+//! in the store, bound to the payload hash the operator was shown, and in the audit log
+//! with who decided. The person at the terminal is the local operator, the principal the
+//! approvals queue trusts.
+
+use std::collections::HashSet;
+use std::io::BufRead;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use airlock_audit::{AuditEvent, AuditLog};
+use airlock_store::{ApprovalPreview, ApprovalRequest, ApprovalStore, ApproveRequest, Timestamp};
+
+use crate::cmd::approvals::{escape_line, open_store, OPERATOR};
+use crate::home::Home;
+
+/// How often the queue is read.
+const POLL: Duration = Duration::from_millis(100);
+
+/// The operator's answer to one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    Approve,
+    Deny { reason: String },
+}
+
+/// Whoever answers: a person at the terminal, or a fixed answer given on the command line.
+pub trait Approver: Send {
+    /// Answer `request`. Called on the watcher's thread while the loop waits.
+    fn answer(&mut self, request: &ApprovalRequest) -> Answer;
+    /// How the answer was given, for the audit record (`terminal`, `command line`).
+    fn via(&self) -> &'static str;
+}
+
+/// A request this session answered inline, and how.
+#[derive(Debug, Clone)]
+pub struct Answered {
+    pub id: String,
+    pub approved: bool,
+    /// Set when the answer could not be recorded (for example, the request expired first).
+    pub error: Option<String>,
+}
+
+/// Watches the approvals queue of one session until stopped.
+pub struct InlineApprovals {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<Vec<Answered>>>,
+}
+
+impl InlineApprovals {
+    /// Start watching `session_id`'s requests; answers are recorded in `audit`.
+    pub fn start(
+        home: &Home,
+        session_id: &str,
+        audit: Arc<Mutex<AuditLog>>,
+        mut approver: Box<dyn Approver>,
+    ) -> anyhow::Result<InlineApprovals> {
+        let store = open_store(home)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let session = session_id.to_string();
+        let handle = std::thread::Builder::new()
+            .name("airlock-inline-approvals".into())
+            .spawn(move || {
+                let mut seen = HashSet::new();
+                let mut answered = Vec::new();
+                while !stop2.load(Ordering::Acquire) {
+                    let pending = match store.pending_approvals(Timestamp::now()) {
+                        Ok(l) => l.items,
+                        Err(e) => {
+                            eprintln!("warning: cannot read the approvals queue: {e}");
+                            Vec::new()
+                        }
+                    };
+                    for req in pending {
+                        if req.session_id != session || !seen.insert(req.id.clone()) {
+                            continue;
+                        }
+                        let answer = approver.answer(&req);
+                        let via = approver.via();
+                        answered.push(record(&store, &audit, &req, &answer, via));
+                    }
+                    std::thread::sleep(POLL);
+                }
+                answered
+            })?;
+        Ok(InlineApprovals {
+            stop,
+            handle: Some(handle),
+        })
+    }
+
+    /// Stop watching; returns what was answered.
+    pub fn stop(mut self) -> Vec<Answered> {
+        self.stop.store(true, Ordering::Release);
+        self.handle
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for InlineApprovals {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+/// Record `answer` for `req` in the store and the audit log, as the approvals CLI does.
+fn record(
+    store: &airlock_store::SqliteStore,
+    audit: &Mutex<AuditLog>,
+    req: &ApprovalRequest,
+    answer: &Answer,
+    via: &str,
+) -> Answered {
+    let now = Timestamp::now();
+    let payload: serde_json::Value =
+        serde_json::from_str(&req.payload).unwrap_or(serde_json::Value::Null);
+    let decided_by = json!({
+        "principal": OPERATOR,
+        "via": via,
+        "uid": nix::unistd::getuid().as_raw(),
+    });
+    let (approved, result, kind, reason) = match answer {
+        Answer::Approve => (
+            true,
+            store
+                .approve(
+                    &req.id,
+                    &ApproveRequest {
+                        approver: OPERATOR,
+                        payload_hash: &req.payload_hash,
+                        grant: None,
+                    },
+                    now,
+                )
+                .map(|_| ()),
+            "approval-granted",
+            None,
+        ),
+        Answer::Deny { reason } => (
+            false,
+            store.deny(&req.id, OPERATOR, Some(reason), now).map(|_| ()),
+            "approval-denied",
+            Some(reason.clone()),
+        ),
+    };
+    let error = match result {
+        Ok(()) => {
+            let ev = AuditEvent::new(kind, req.session_id.as_str(), OPERATOR)
+                .with_action(payload, req.payload_hash.clone())
+                .with_detail(json!({
+                    "approval_id": req.id,
+                    "decided_by": decided_by,
+                    "reason": reason,
+                }));
+            let mut log = audit.lock().unwrap_or_else(|p| p.into_inner());
+            log.append(ev)
+                .err()
+                .map(|e| format!("the answer was recorded, but its audit record failed: {e}"))
+        }
+        Err(e) => Some(e.to_string()),
+    };
+    Answered {
+        id: req.id.clone(),
+        approved,
+        error,
+    }
+}
+
+/// What the operator is shown: the action, its preview, why it is held, and the hash of
+/// the exact payload that runs if approved. Every line is escaped (no terminal control
+/// characters from the payload reach the screen).
+pub fn describe(req: &ApprovalRequest) -> Vec<String> {
+    let mut lines = vec![format!(
+        "approval needed ({}): {}",
+        escape_line(&req.action_kind),
+        escape_line(&req.id)
+    )];
+    match &req.preview {
+        ApprovalPreview::Command { command, cwd } => {
+            lines.push(format!("  command: {}", escape_line(command)));
+            if !cwd.is_empty() {
+                lines.push(format!("  cwd:     {}", escape_line(cwd)));
+            }
+        }
+        ApprovalPreview::Http {
+            method,
+            url,
+            body_preview,
+        } => {
+            lines.push(format!("  {} {}", escape_line(method), escape_line(url)));
+            if let Some(b) = body_preview {
+                lines.push(format!("  body:    {}", escape_line(b)));
+            }
+        }
+        ApprovalPreview::FileDiff { path, diff } => {
+            lines.push(format!("  write {}", escape_line(path)));
+            lines.extend(
+                diff.lines()
+                    .take(20)
+                    .map(|l| format!("    {}", escape_line(l))),
+            );
+        }
+        ApprovalPreview::Message {
+            channel,
+            recipient,
+            text,
+        } => {
+            lines.push(format!(
+                "  to:      {} (channel {})",
+                escape_line(recipient),
+                escape_line(channel)
+            ));
+            lines.push(format!("  text:    {}", escape_line(text)));
+        }
+        ApprovalPreview::Other { summary } => lines.push(format!("  {}", escape_line(summary))),
+    }
+    for r in &req.reasons {
+        lines.push(format!("  why held: {}", escape_line(r)));
+    }
+    if !req.policies.is_empty() {
+        lines.push(format!(
+            "  policy:  {}",
+            escape_line(&req.policies.join(", "))
+        ));
+    }
+    lines
+}
+
+/// Lines from stdin, read on their own thread so that the chat loop and the approval
+/// prompt can share them.
+pub struct StdinLines {
+    rx: Mutex<Receiver<String>>,
+    /// Piped input is echoed after the prompt, so the transcript reads like a session.
+    echo: bool,
+}
+
+impl StdinLines {
+    /// Start reading stdin.
+    pub fn start() -> Arc<StdinLines> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let _ = std::thread::Builder::new()
+            .name("airlock-stdin".into())
+            .spawn(move || {
+                for line in std::io::stdin().lock().lines() {
+                    let Ok(line) = line else { break };
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+        use std::io::IsTerminal;
+        Arc::new(StdinLines {
+            rx: Mutex::new(rx),
+            echo: !std::io::stdin().is_terminal(),
+        })
+    }
+
+    /// The next line, or `None` at end of input.
+    pub fn next_line(&self) -> Option<String> {
+        match self.next_line_before(None) {
+            Line::Text(l) => Some(l),
+            Line::End | Line::TimedOut => None,
+        }
+    }
+
+    /// The next line, waiting at most until `deadline`.
+    pub fn next_line_before(&self, deadline: Option<Instant>) -> Line {
+        let rx = self.rx.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            let wait = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) => left,
+                    None => return Line::TimedOut,
+                },
+                None => Duration::from_secs(3600),
+            };
+            match rx.recv_timeout(wait) {
+                Ok(l) => {
+                    if self.echo {
+                        say(&escape_line(&l));
+                    }
+                    return Line::Text(l);
+                }
+                Err(RecvTimeoutError::Timeout) if deadline.is_some() => return Line::TimedOut,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => return Line::End,
+            }
+        }
+    }
+}
+
+/// What [`StdinLines::next_line_before`] got.
+pub enum Line {
+    Text(String),
+    /// Input ended.
+    End,
+    TimedOut,
+}
+
+/// Asks the person at the terminal: `y` approves, `n` denies, `d` shows the exact payload.
+/// End of input denies.
+pub struct TerminalApprover {
+    pub lines: Arc<StdinLines>,
+}
+
+impl Approver for TerminalApprover {
+    fn answer(&mut self, req: &ApprovalRequest) -> Answer {
+        use std::io::Write;
+        for l in describe(req) {
+            say(&l);
+        }
+        loop {
+            let mut out = std::io::stdout().lock();
+            let _ = write!(out, "approve? [y]es / [n]o / [d]etails: ");
+            let _ = out.flush();
+            drop(out);
+            // Wait no longer than the request lives: the loop stops waiting then, and a late
+            // line must not be taken for an answer to something else.
+            let deadline = Instant::now()
+                + Duration::from_millis(
+                    (req.expires_at.as_unix_ms() - Timestamp::now().as_unix_ms()).max(0) as u64,
+                );
+            let line = match self.lines.next_line_before(Some(deadline)) {
+                Line::Text(l) => l,
+                Line::End => {
+                    return Answer::Deny {
+                        reason: "no answer: the terminal input ended".into(),
+                    };
+                }
+                Line::TimedOut => {
+                    say("");
+                    return Answer::Deny {
+                        reason: "no answer before the request expired".into(),
+                    };
+                }
+            };
+            match line.trim().to_ascii_lowercase().as_str() {
+                "y" | "yes" => return Answer::Approve,
+                "n" | "no" => {
+                    return Answer::Deny {
+                        reason: "denied at the terminal".into(),
+                    }
+                }
+                "d" | "details" => {
+                    say(&format!(
+                        "  payload (exact; this is what runs): {}",
+                        escape_line(&req.payload)
+                    ));
+                    say(&format!(
+                        "  payload hash: {}",
+                        escape_line(&req.payload_hash)
+                    ));
+                }
+                other => say(&format!(
+                    "  `{}` is not an answer: type y, n or d",
+                    escape_line(other)
+                )),
+            }
+        }
+    }
+
+    fn via(&self) -> &'static str {
+        "terminal"
+    }
+}
+
+/// One line on stdout. A closed stdout (`airlock chat | head`) must not stop the watcher
+/// mid-answer, so write errors are ignored here; the main thread reports them.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
+}
+
+/// A fixed answer for every request (`airlock demo --yes|--no`, or a non-interactive run).
+pub struct FixedApprover {
+    pub approve: bool,
+    pub why: String,
+}
+
+impl Approver for FixedApprover {
+    fn answer(&mut self, req: &ApprovalRequest) -> Answer {
+        for l in describe(req) {
+            say(&l);
+        }
+        if self.approve {
+            say(&format!("approve? yes ({})", self.why));
+            Answer::Approve
+        } else {
+            say(&format!("approve? no ({})", self.why));
+            Answer::Deny {
+                reason: format!("denied: {}", self.why),
+            }
+        }
+    }
+
+    fn via(&self) -> &'static str {
+        "command line"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_the_operator_sees_cannot_carry_terminal_controls() {
+        let req = ApprovalRequest {
+            id: "a-1".into(),
+            session_id: "s-1".into(),
+            action_kind: "message.send".into(),
+            payload: "{}".into(),
+            payload_hash: "sha256:00".into(),
+            preview: ApprovalPreview::Message {
+                channel: "terminal".into(),
+                recipient: "mallory\u{1b}[2K\rowner".into(),
+                text: "line one\nline two\u{202e}".into(),
+            },
+            reasons: vec!["after untrusted content".into()],
+            policies: vec!["default.message.untraced-after-taint".into()],
+            created_at: Timestamp::from_unix_ms(0),
+            expires_at: Timestamp::from_unix_ms(1000),
+            status: airlock_store::ApprovalStatus::Pending,
+            decided_by: None,
+            decided_at: None,
+            note: None,
+        };
+        let lines = describe(&req);
+        let all = lines.join("\n");
+        assert!(!all.contains('\u{1b}') && !all.contains('\r') && !all.contains('\u{202e}'));
+        assert!(all.contains("to:      mallory\\u{1b}[2K\\rowner"), "{all}");
+        assert!(all.contains("text:    line one\\nline two"), "{all}");
+        assert!(all.contains("why held: after untrusted content"), "{all}");
+    }
+}

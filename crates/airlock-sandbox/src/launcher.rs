@@ -124,8 +124,10 @@ impl Sandbox {
     }
 
     /// Run the authorized command as `/bin/sh -c <command>` in a sandbox built from
-    /// `profile`. The action's `cwd` (if any) picks the working directory inside the
-    /// workspace. The environment is exactly `profile.env`.
+    /// `profile`, or directly when it is only plain words and the shell would add nothing
+    /// (see [`crate::direct_exec`]). The action's `cwd` (if any) picks the working
+    /// directory inside the workspace. The environment is exactly `profile.env` (plus
+    /// `PWD`, which the shell would have set, for a direct run).
     pub fn run(
         &self,
         auth: &Authorized<ExecAction>,
@@ -133,23 +135,46 @@ impl Sandbox {
         output: OutputMode,
     ) -> Result<RunOutcome, SandboxError> {
         let action = auth.action();
-        let argv = vec![
-            "/bin/sh".to_string(),
-            "-c".to_string(),
-            action.command.clone(),
-        ];
-        self.launch(argv, &action.cwd, profile, output)
+        let path = profile
+            .env
+            .get("PATH")
+            .map(String::as_str)
+            .unwrap_or_default();
+        match crate::direct_exec::plan(&action.command, path) {
+            Some(direct) => self.launch(
+                direct.argv,
+                Some(direct.program.display().to_string()),
+                &action.cwd,
+                profile,
+                output,
+            ),
+            None => {
+                let argv = vec![
+                    "/bin/sh".to_string(),
+                    "-c".to_string(),
+                    action.command.clone(),
+                ];
+                self.launch(argv, None, &action.cwd, profile, output)
+            }
+        }
     }
 
     fn launch(
         &self,
         argv: Vec<String>,
+        program: Option<String>,
         cwd: &str,
         profile: &SandboxProfile,
         output: OutputMode,
     ) -> Result<RunOutcome, SandboxError> {
         let workspace = profile.validate()?;
         let cwd = profile.resolve_cwd(&workspace, cwd)?;
+        let mut profile = std::borrow::Cow::Borrowed(profile);
+        if program.is_some() {
+            let env = &mut profile.to_mut().env;
+            env.insert("PWD".into(), cwd.display().to_string());
+        }
+        let profile = profile.as_ref();
         let plan = MountPlan::for_profile(profile, &workspace)?;
         let relay_socket = open_relay_socket(profile)?;
         let mut host = host_view(profile);
@@ -160,6 +185,7 @@ impl Sandbox {
             plan: plan.clone(),
             workspace,
             argv,
+            program,
             cwd,
             cgroup: cgroup_report,
         };

@@ -40,6 +40,7 @@
 
 pub mod attestation;
 mod cgroup;
+pub mod direct_exec;
 pub mod error;
 pub mod host_support;
 #[doc(hidden)]

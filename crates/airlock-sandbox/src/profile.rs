@@ -117,8 +117,10 @@ pub struct ProxyRelay {
 pub const DEFAULT_RELAY_PORT: u16 = 3128;
 /// Where the proxy's CA certificate appears inside the sandbox (read-only).
 pub const RELAY_CA_CERT: &str = "/run/airlock/ca.pem";
-/// The largest CA certificate file accepted.
-pub const MAX_CA_CERT_BYTES: u64 = 64 << 10;
+/// The largest CA certificate file accepted: room for Airlock's CA together with a
+/// system trust bundle (about 220 KB on Debian), which clients in the sandbox need to
+/// verify pass-through hosts. It is written into the sandbox root (a 1 MiB tmpfs).
+pub const MAX_CA_CERT_BYTES: u64 = 512 << 10;
 
 fn default_relay_port() -> u16 {
     DEFAULT_RELAY_PORT
@@ -511,7 +513,10 @@ fn validate_relay(relay: &ProxyRelay, workspace: &Path) -> Result<(), SandboxErr
         if !meta.is_file() || meta.len() > MAX_CA_CERT_BYTES {
             return Err(bad(
                 "network.ca_cert",
-                format!("{} is not a regular file of at most 64 KiB", cert.display()),
+                format!(
+                    "{} is not a regular file of at most 512 KiB",
+                    cert.display()
+                ),
                 "point ca_cert at the proxy's PEM certificate (ca.pem)",
             ));
         }

@@ -33,8 +33,13 @@ pub struct InitRequest {
     pub plan: MountPlan,
     /// The canonical workspace (mounted at the same path).
     pub workspace: PathBuf,
-    /// Program and arguments; `argv[0]` is the absolute path executed.
+    /// Program and arguments; `argv[0]` is the absolute path executed unless `program`
+    /// says otherwise.
     pub argv: Vec<String>,
+    /// Absolute path executed, when `argv[0]` is the name as typed (a command run without
+    /// the shell, see [`crate::direct_exec`]).
+    #[serde(default)]
+    pub program: Option<String>,
     /// Working directory inside the sandbox.
     pub cwd: PathBuf,
     /// Whether cgroup limits apply (decided and applied by the host).

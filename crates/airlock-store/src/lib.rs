@@ -93,7 +93,9 @@ pub use session::{
     SessionSummary, TranscriptEntry, TranscriptEvent, TurnUpdate, MAX_EVENT_BYTES, MAX_NAME_BYTES,
     MAX_TAINT_BYTES,
 };
-pub use sqlite::{SqliteStore, StoreOptions, APPLICATION_ID, DATABASE_FILE, SCHEMA_VERSION};
+pub use sqlite::{
+    SqliteStore, StoreOptions, SyncMode, APPLICATION_ID, DATABASE_FILE, SCHEMA_VERSION,
+};
 pub use time::Timestamp;
 pub use traits::{
     ApprovalStore, BudgetStore, GrantStore, Listing, OperatorControls, QuarantinedRow,

@@ -9,7 +9,7 @@ mod errors;
 mod profiles;
 
 pub use errors::PolicyError;
-pub use profiles::{builtin_sources, Profile, SCHEMA_SRC};
+pub use profiles::{builtin_sources, Profile, SCHEMA_JSON, SCHEMA_SRC};
 
 use cedar_policy::{
     Authorizer, Context, Decision, Entities, EntityUid, PolicyId, PolicySet, Request, Schema,
@@ -68,8 +68,8 @@ pub struct PolicySummary {
 impl PolicyEngine {
     /// Parse and validate `sources` against the schema. Any error names the file and line.
     pub fn load(sources: &[PolicySource]) -> Result<PolicyEngine, PolicyError> {
-        let (schema, _warnings) = Schema::from_cedarschema_str(SCHEMA_SRC).map_err(|e| {
-            PolicyError::Schema(errors::render(&e, "airlock.cedarschema", SCHEMA_SRC))
+        let schema = Schema::from_json_str(SCHEMA_JSON).map_err(|e| {
+            PolicyError::Schema(errors::render(&e, "airlock.cedarschema.json", SCHEMA_JSON))
         })?;
         let validator = Validator::new(schema.clone());
         let mut all = PolicySet::new();

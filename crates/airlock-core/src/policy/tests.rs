@@ -100,3 +100,28 @@ fn deny_by_default_ask_and_forbid_beats_permit() {
     assert_eq!(o.decision, DecisionKind::Deny);
     assert!(o.policies.is_empty() && o.reasons[0].contains("deny by default"));
 }
+
+/// The engine loads the JSON form of the schema; it must say exactly what the text source
+/// says. Regenerate it after editing `policy/airlock.cedarschema` with
+/// `AIRLOCK_REGENERATE_SCHEMA=1 cargo test -p airlock-core schema_json`.
+#[test]
+fn schema_json_matches_the_cedarschema_source() {
+    let (fragment, _warnings) = cedar_policy::SchemaFragment::from_cedarschema_str(SCHEMA_SRC)
+        .unwrap_or_else(|e| panic!("policy/airlock.cedarschema does not parse: {e:?}"));
+    let expected = fragment.to_json_value().expect("schema converts to JSON");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/policy/airlock.cedarschema.json"
+    );
+    if std::env::var_os("AIRLOCK_REGENERATE_SCHEMA").is_some() {
+        let text = serde_json::to_string_pretty(&expected).unwrap() + "\n";
+        std::fs::write(path, text).unwrap();
+        return;
+    }
+    let embedded: Value = serde_json::from_str(SCHEMA_JSON).expect("embedded JSON schema");
+    assert!(
+        embedded == expected,
+        "error: {path} is stale: it no longer matches policy/airlock.cedarschema\n\
+         help: AIRLOCK_REGENERATE_SCHEMA=1 cargo test -p airlock-core schema_json"
+    );
+}

@@ -58,6 +58,8 @@ impl InitError {
 const EXIT_SETUP_FAILED: i32 = 125;
 const EXIT_ABORTED: i32 = 126;
 const EXIT_EXEC_FAILED: i32 = 127;
+/// The program exists but may not be executed (the shell's status for the same case).
+const EXIT_NOT_EXECUTABLE: i32 = 126;
 
 /// Entry point of the `airlock-sandbox-init` binary.
 pub fn main() -> ! {
@@ -366,7 +368,12 @@ fn run_payload(request: &InitRequest, mut handshake: UnixStream, relay: Option<R
         "airlock-sandbox: cannot execute {}: {err}",
         request.argv.first().map(String::as_str).unwrap_or("?")
     );
-    std::process::exit(EXIT_EXEC_FAILED);
+    // As the shell reports them: found but not executable, or not found.
+    let code = match err {
+        ExecError::Os(nix::errno::Errno::EACCES) => EXIT_NOT_EXECUTABLE,
+        _ => EXIT_EXEC_FAILED,
+    };
+    std::process::exit(code);
 }
 
 fn confine_payload(request: &InitRequest) -> Result<crate::attestation::Attestation, InitError> {
@@ -382,7 +389,22 @@ fn confine_payload(request: &InitRequest) -> Result<crate::attestation::Attestat
     confine::collect_attestation(&request.profile, landlock, request.cgroup.clone())
 }
 
-fn exec(request: &InitRequest) -> String {
+/// Why `execve` did not happen.
+enum ExecError {
+    Request(String),
+    Os(nix::errno::Errno),
+}
+
+impl std::fmt::Display for ExecError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExecError::Request(m) => f.write_str(m),
+            ExecError::Os(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+fn exec(request: &InitRequest) -> ExecError {
     let to_c = |s: &str| CString::new(s).map_err(|_| "argument contains a NUL byte".to_string());
     let argv: Result<Vec<CString>, String> = request.argv.iter().map(|a| to_c(a)).collect();
     let env: Result<Vec<CString>, String> = request
@@ -391,13 +413,15 @@ fn exec(request: &InitRequest) -> String {
         .iter()
         .map(|(k, v)| to_c(&format!("{k}={v}")))
         .collect();
-    let (argv, env) = match (argv, env) {
-        (Ok(a), Ok(e)) if !a.is_empty() => (a, e),
-        (Err(e), _) | (_, Err(e)) => return e,
-        _ => return "empty argv".into(),
+    let program = request.program.as_deref().map(to_c).transpose();
+    let (argv, env, program) = match (argv, env, program) {
+        (Ok(a), Ok(e), Ok(p)) if !a.is_empty() => (a, e, p),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return ExecError::Request(e),
+        _ => return ExecError::Request("empty argv".into()),
     };
-    match nix::unistd::execve(&argv[0], &argv, &env) {
+    let program = program.as_ref().unwrap_or(&argv[0]);
+    match nix::unistd::execve(program, &argv, &env) {
         Ok(never) => match never {},
-        Err(e) => e.to_string(),
+        Err(e) => ExecError::Os(e),
     }
 }

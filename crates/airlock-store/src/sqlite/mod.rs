@@ -4,8 +4,8 @@
 //! never blocks a writer (the CLI approving it). Every write runs in a
 //! `BEGIN IMMEDIATE` transaction, which takes the database's write lock up front: two
 //! processes charging the same budget are serialized by SQLite itself, and the busy
-//! timeout makes the second one wait instead of failing. `synchronous=FULL` makes each
-//! commit durable before it returns.
+//! timeout makes the second one wait instead of failing. By default `synchronous=FULL`
+//! makes each commit durable before it returns; see [`SyncMode`] for the one relaxed mode.
 
 mod approvals;
 mod budgets;
@@ -41,6 +41,28 @@ pub struct StoreOptions {
     pub database: Option<PathBuf>,
     /// How long a write waits for another process's write to finish.
     pub busy_timeout: Duration,
+    /// When this connection's commits reach the disk.
+    pub sync: SyncMode,
+}
+
+/// When a connection's commits reach the disk.
+///
+/// Both modes keep the database consistent after a crash of any process or of the machine
+/// (WAL mode); they differ only in what a power failure may take back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncMode {
+    /// Every commit is on disk before it returns (`synchronous=FULL`). The default, and
+    /// the only mode for records that outlive the process: approvals, grants, budgets,
+    /// transcripts.
+    #[default]
+    EveryCommit,
+    /// Commits reach the disk with the next checkpoint or the next `EveryCommit` commit of
+    /// any process (`synchronous=NORMAL`), and closing does not checkpoint, so the
+    /// write-ahead log stays and is not re-created (and its directory re-synced) by the
+    /// next process. For bookkeeping that lives no longer than the process writing it,
+    /// such as the session record of one `airlock exec` run: a power failure that takes
+    /// the record back also ended the run it described.
+    ProcessLifetime,
 }
 
 impl StoreOptions {
@@ -50,6 +72,7 @@ impl StoreOptions {
             state_dir: state_dir.into(),
             database: None,
             busy_timeout: Duration::from_secs(10),
+            sync: SyncMode::EveryCommit,
         }
     }
 }
@@ -105,7 +128,8 @@ impl SqliteStore {
                 }
             })?;
         }
-        configure(&conn, options.busy_timeout).map_err(|e| open_error(&db_path, e))?;
+        configure(&conn, options.busy_timeout, options.sync)
+            .map_err(|e| open_error(&db_path, e))?;
         schema::check_and_migrate(&mut conn, &db_path).map_err(|e| match e {
             StoreError::Sqlite(e) => open_error(&db_path, e),
             other => other,
@@ -186,7 +210,7 @@ impl SqliteStore {
     }
 }
 
-fn configure(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<()> {
+fn configure(conn: &Connection, busy_timeout: Duration, sync: SyncMode) -> rusqlite::Result<()> {
     conn.busy_timeout(busy_timeout)?;
     // Reading the header page here turns "file is not a database" into an open error.
     let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
@@ -195,7 +219,16 @@ fn configure(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<()> 
             "journal_mode is {mode}, WAL could not be enabled"
         )));
     }
-    conn.pragma_update(None, "synchronous", "FULL")?;
+    match sync {
+        SyncMode::EveryCommit => conn.pragma_update(None, "synchronous", "FULL")?,
+        SyncMode::ProcessLifetime => {
+            conn.pragma_update(None, "synchronous", "NORMAL")?;
+            conn.set_db_config(
+                rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+                true,
+            )?;
+        }
+    }
     conn.pragma_update(None, "foreign_keys", true)?;
     // A schema edited by someone else must not get to run functions with side effects
     // from its views or triggers.

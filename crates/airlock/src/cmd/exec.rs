@@ -11,18 +11,18 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::json;
 
+use crate::cmd::kill::{RunGuard, EXIT_KILLED};
+use crate::egress::{Egress, EgressSetup};
+use crate::home::Home;
+use crate::{config, policies, runtime};
 use airlock_audit::AuditEvent;
 use airlock_core::action::ExecAction;
 use airlock_core::gate::{Approval, Session, Verdict};
 use airlock_core::Authorized;
 use airlock_sandbox::{OutputMode, Sandbox, SandboxProfile};
-use airlock_store::{NewSession, SessionStatus, SessionStore, SqliteStore, Timestamp};
-
-use crate::cmd::approvals::open_store;
-use crate::cmd::kill::{RunGuard, EXIT_KILLED};
-use crate::egress::{Egress, EgressSetup};
-use crate::home::Home;
-use crate::{config, policies, runtime};
+use airlock_store::{
+    NewSession, SessionStatus, SessionStore, SqliteStore, StoreOptions, SyncMode, Timestamp,
+};
 
 /// Exit status when the Gate refuses the command (as a shell does for "cannot execute").
 pub const EXIT_REFUSED: i32 = 126;
@@ -83,7 +83,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
     let gate = Arc::new(runtime::gate_for(&home, &cfg, profile, &workspace)?);
     let log = Arc::new(Mutex::new(runtime::open_audit(&home, &cfg)?));
     // The run is a session in the store, so `airlock kill <id>` and `--all` find it.
-    let store = open_store(&home)?;
+    let store = open_run_store(&home)?;
     // The proxy's *ask* requests wait in the approvals queue (`airlock approvals`).
     egress_setup.queue_approvals(
         &home,
@@ -256,11 +256,35 @@ pub(crate) fn register_run(
     Ok(guard)
 }
 
-/// Mark the run's session finished (a killed one stays killed).
+/// The store for one run's session record. That record lives no longer than this process
+/// (it is how `airlock kill` finds the run), so its commits need not each wait for the
+/// disk: see [`SyncMode::ProcessLifetime`].
+fn open_run_store(home: &Home) -> anyhow::Result<SqliteStore> {
+    let mut options = StoreOptions::new(&home.state);
+    options.sync = SyncMode::ProcessLifetime;
+    SqliteStore::open_with(options).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot open the session database {}: {e}",
+            home.state.join(airlock_store::DATABASE_FILE).display()
+        )
+    })
+}
+
+/// Mark the run's session finished (a killed one stays killed), and remove the session's
+/// workspace directory, which an exec run never uses (it runs in the operator's
+/// workspace); `remove_dir` leaves it alone should anything be in it.
 pub(crate) fn end_session(store: &SqliteStore, id: &str) {
-    if let Err(e) = store.finish_session(id, Timestamp::now()) {
-        if !matches!(e, airlock_store::StoreError::SessionKilled { .. }) {
+    match store.finish_session(id, Timestamp::now()) {
+        Err(e) if !matches!(e, airlock_store::StoreError::SessionKilled { .. }) => {
             eprintln!("airlock: warning: session `{id}` could not be marked finished: {e}");
+        }
+        _ => {}
+    }
+    if let Ok(record) = store.get_session(id) {
+        if std::fs::remove_dir(&record.workspace).is_ok() {
+            if let Some(session_dir) = record.workspace.parent() {
+                let _ = std::fs::remove_dir(session_dir);
+            }
         }
     }
 }

@@ -242,12 +242,14 @@ fn is_running(pid: u32) -> bool {
 pub struct RunGuard {
     dir: PathBuf,
     state: Arc<GuardState>,
+    /// Dropping it wakes the watcher at once to stop (a join must not wait out a poll
+    /// interval at the end of every run).
+    stop: Option<std::sync::mpsc::Sender<()>>,
     watcher: Option<std::thread::JoinHandle<()>>,
 }
 
 struct GuardState {
     killed: AtomicBool,
-    stop: AtomicBool,
     helpers: Mutex<Vec<u32>>,
 }
 
@@ -268,25 +270,27 @@ impl RunGuard {
         std::fs::write(dir.join(EXEC_PID_FILE), format!("{}\n", std::process::id()))?;
         let state = Arc::new(GuardState {
             killed: AtomicBool::new(false),
-            stop: AtomicBool::new(false),
             helpers: Mutex::new(Vec::new()),
         });
         let marker = dir.join(KILLED_MARKER);
         let watched = state.clone();
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
         let watcher = std::thread::Builder::new()
             .name("airlock-kill-watch".into())
-            .spawn(move || {
-                while !watched.stop.load(Ordering::Acquire) {
-                    if marker.exists() {
-                        watched.killed.store(true, Ordering::Release);
-                        watched.kill_helpers();
-                    }
-                    std::thread::sleep(WATCH_INTERVAL);
+            .spawn(move || loop {
+                if marker.exists() {
+                    watched.killed.store(true, Ordering::Release);
+                    watched.kill_helpers();
+                }
+                match stopped.recv_timeout(WATCH_INTERVAL) {
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+                    _ => break,
                 }
             })?;
         Ok(RunGuard {
             dir: dir.to_path_buf(),
             state,
+            stop: Some(stop),
             watcher: Some(watcher),
         })
     }
@@ -348,7 +352,7 @@ impl RunGuard {
 
 impl Drop for RunGuard {
     fn drop(&mut self) {
-        self.state.stop.store(true, Ordering::Release);
+        drop(self.stop.take());
         if let Some(w) = self.watcher.take() {
             let _ = w.join();
         }

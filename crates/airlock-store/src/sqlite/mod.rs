@@ -128,9 +128,25 @@ impl SqliteStore {
                 }
             })?;
         }
-        configure(&conn, options.busy_timeout, options.sync)
-            .map_err(|e| open_error(&db_path, e))?;
-        schema::check_and_migrate(&mut conn, &db_path).map_err(|e| match e {
+        // Opening can meet SQLITE_BUSY without SQLite's busy handler being asked: while
+        // another process rebuilds the write-ahead log's index (the first opener after
+        // every connection closed), readers get SQLITE_BUSY_RECOVERY at once. Retry it
+        // within the same busy timeout that governs writes.
+        let deadline = std::time::Instant::now() + options.busy_timeout;
+        let mut ready = configure(&conn, options.busy_timeout, options.sync);
+        while is_busy(&ready) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+            ready = configure(&conn, options.busy_timeout, options.sync);
+        }
+        ready.map_err(|e| open_error(&db_path, e))?;
+        let mut migrated = schema::check_and_migrate(&mut conn, &db_path);
+        while matches!(&migrated, Err(StoreError::Sqlite(e)) if is_busy_error(e))
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
+            migrated = schema::check_and_migrate(&mut conn, &db_path);
+        }
+        migrated.map_err(|e| match e {
             StoreError::Sqlite(e) => open_error(&db_path, e),
             other => other,
         })?;
@@ -234,6 +250,17 @@ fn configure(conn: &Connection, busy_timeout: Duration, sync: SyncMode) -> rusql
     // from its views or triggers.
     conn.pragma_update(None, "trusted_schema", false)?;
     Ok(())
+}
+
+fn is_busy_error(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
+}
+
+fn is_busy<T>(r: &rusqlite::Result<T>) -> bool {
+    matches!(r, Err(e) if is_busy_error(e))
 }
 
 fn open_error(path: &Path, e: rusqlite::Error) -> StoreError {

@@ -115,8 +115,7 @@ fn a_long_lived_run_and_short_lived_operator_processes_see_each_other() {
     let mut got = pending_ids(&listed);
     got.sort();
     assert_eq!(
-        got,
-        expected,
+        got, expected,
         "a request the run queued never reached the database the operator reads: {listed}"
     );
 

@@ -69,6 +69,10 @@ pub struct NetRequestAction {
     pub headers: Vec<String>,
     #[serde(default)]
     pub body_bytes: u64,
+    /// SHA-256 (hex) of the body, when there is one. It makes an approval or an exact
+    /// grant bind the body's bytes, not only its length.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_sha256: Option<String>,
 }
 
 /// Read or write one memory record.
@@ -295,5 +299,36 @@ mod tests {
         let b = Action::from_json(&serde_json::to_string(&a).unwrap()).unwrap();
         assert_eq!(a.hash().unwrap(), b.hash().unwrap());
         assert_eq!(a.kind(), "tool.call");
+    }
+}
+
+#[cfg(test)]
+mod body_binding_tests {
+    use super::*;
+
+    fn post(body: &str) -> Action {
+        Action::NetRequest(NetRequestAction {
+            method: "POST".into(),
+            url: "https://api.example.com/v1/notes".into(),
+            headers: vec![],
+            body_bytes: body.len() as u64,
+            body_sha256: Some(crate::canonical::sha256_hex(body.as_bytes())),
+        })
+    }
+
+    #[test]
+    fn two_bodies_of_the_same_length_hash_differently() {
+        let a = crate::canonical::content_hash(&post("amount=100")).unwrap();
+        let b = crate::canonical::content_hash(&post("amount=999")).unwrap();
+        assert_ne!(a, b, "an approval of one body must not cover another");
+    }
+
+    #[test]
+    fn a_request_without_a_body_hashes_as_before() {
+        // No `body_sha256` key at all: hashes of body-less requests are unchanged.
+        let json = r#"{"type":"net.request","method":"GET","url":"https://a.example/"}"#;
+        let action: Action = serde_json::from_str(json).unwrap();
+        let canonical = crate::canonical::canonical_json(&action).unwrap();
+        assert!(!canonical.contains("body_sha256"), "{canonical}");
     }
 }

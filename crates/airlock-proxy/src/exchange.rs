@@ -203,6 +203,7 @@ pub(crate) async fn handle(
         url: url.clone(),
         headers: names,
         body_bytes: body.len() as u64,
+        body_sha256: (!body.is_empty()).then(|| airlock_core::canonical::sha256_hex(&body)),
     };
     let auth = match authorize(&inner, action, &mut ex, &target).await {
         Ok(a) => a,

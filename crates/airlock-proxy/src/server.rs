@@ -426,6 +426,7 @@ async fn pass_through(
         url,
         headers: vec![],
         body_bytes: 0,
+        body_sha256: None,
     };
     if let Err(resp) = authorize(&inner, action, &mut ex, &target).await {
         return resp;

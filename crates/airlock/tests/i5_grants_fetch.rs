@@ -243,6 +243,11 @@ async fn an_approved_fetch_sends_exactly_the_approved_request() {
     assert_eq!(approved["method"], "POST");
     assert_eq!(approved["url"], collect_url.as_str());
     assert_eq!(approved["body_bytes"], "summary: up 4%".len());
+    // The approval binds the body's bytes, not only its length.
+    assert_eq!(
+        approved["body_sha256"],
+        airlock_core::canonical::sha256_hex(b"summary: up 4%").as_str()
+    );
     // What went out: that method, path and body, once.
     assert_eq!(
         *up.hits.lock().unwrap(),

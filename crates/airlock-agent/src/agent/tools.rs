@@ -213,6 +213,10 @@ pub fn plan(call: &ToolCall, files: &WorkspaceFiles, channel: &str) -> Result<Pl
                     url: a.url,
                     headers: Vec::new(),
                     body_bytes: body_bytes as u64,
+                    body_sha256: a
+                        .body
+                        .as_ref()
+                        .map(|b| airlock_core::canonical::sha256_hex(b.as_bytes())),
                 },
                 body: a.body,
             })

@@ -17,6 +17,26 @@ pub struct ApprovalRequest {
     /// Why the policy asks.
     pub reasons: Vec<String>,
     pub policies: Vec<String>,
+    /// The start of the request body as text (lossy UTF-8, at most
+    /// [`BODY_PREVIEW_BYTES`] bytes), for the approver; `None` without a body. The body
+    /// comes from the sandbox, which never holds a secret's real value.
+    pub body_preview: Option<String>,
+}
+
+/// How much of a held request's body an approver is shown.
+pub const BODY_PREVIEW_BYTES: usize = 2048;
+
+/// The approver's view of `body`: its start, and how much more there is.
+pub fn body_preview(body: &[u8]) -> Option<String> {
+    if body.is_empty() {
+        return None;
+    }
+    let shown = &body[..body.len().min(BODY_PREVIEW_BYTES)];
+    let mut text = String::from_utf8_lossy(shown).into_owned();
+    if body.len() > shown.len() {
+        text.push_str(&format!("… ({} bytes in all)", body.len()));
+    }
+    Some(text)
 }
 
 /// Delivers approval requests. Resolve to `None` to refuse; the proxy also gives up at its
@@ -65,5 +85,23 @@ impl ApprovalHook for ChannelApprovals {
             tx.send(PendingApproval { request, reply }).await.ok()?;
             rx.await.ok()
         })
+    }
+}
+
+#[cfg(test)]
+mod body_preview_tests {
+    use super::*;
+
+    #[test]
+    fn a_long_body_is_cut_and_says_how_long_it_was() {
+        assert_eq!(body_preview(b""), None);
+        assert_eq!(body_preview(b"a=1").as_deref(), Some("a=1"));
+        let long = vec![b'x'; BODY_PREVIEW_BYTES + 10];
+        let shown = body_preview(&long).unwrap();
+        assert!(shown.starts_with(&"x".repeat(BODY_PREVIEW_BYTES)));
+        assert!(
+            shown.ends_with(&format!("({} bytes in all)", BODY_PREVIEW_BYTES + 10)),
+            "{shown}"
+        );
     }
 }

@@ -205,7 +205,8 @@ pub(crate) async fn handle(
         body_bytes: body.len() as u64,
         body_sha256: (!body.is_empty()).then(|| airlock_core::canonical::sha256_hex(&body)),
     };
-    let auth = match authorize(&inner, action, &mut ex, &target).await {
+    let preview = crate::approval::body_preview(&body);
+    let auth = match authorize(&inner, action, preview, &mut ex, &target).await {
         Ok(a) => a,
         Err(resp) => return resp,
     };
@@ -216,6 +217,7 @@ pub(crate) async fn handle(
 pub(crate) async fn authorize(
     inner: &Arc<Inner>,
     action: NetRequestAction,
+    body_preview: Option<String>,
     ex: &mut Exchange,
     target: &Target,
 ) -> Result<Authorized<NetRequestAction>, Response<ProxyBody>> {
@@ -268,6 +270,7 @@ pub(crate) async fn authorize(
                 action_hash: ticket.action_hash.clone(),
                 reasons: ticket.reasons.clone(),
                 policies: ticket.policies.clone(),
+                body_preview,
             };
             let policies = ticket.policies.clone();
             let timeout = inner.limits.ask_timeout;

@@ -428,7 +428,7 @@ async fn pass_through(
         body_bytes: 0,
         body_sha256: None,
     };
-    if let Err(resp) = authorize(&inner, action, &mut ex, &target).await {
+    if let Err(resp) = authorize(&inner, action, None, &mut ex, &target).await {
         return resp;
     }
     let (mut upstream, addr) = match connect_checked(&inner, &target.host, target.port).await {

@@ -241,3 +241,44 @@ async fn ask_rule_holds_until_approved_and_denies_on_timeout() {
     assert_eq!(ex[0]["detail"]["decision"], "ask-timeout");
     h.assert_audit_verifies().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_request_shows_its_body_and_binds_its_hash() {
+    let (hook, mut rx) = ChannelApprovals::new(4);
+    let h = Harness::start(|port| {
+        let mut r = rule("ask.test", port, &["POST"]);
+        r.ask = true;
+        Setup {
+            rules: rules(vec![r]),
+            approvals: Some(Arc::new(hook)),
+            limits: Limits {
+                ask_timeout: Duration::from_secs(5),
+                ..Limits::default()
+            },
+            ..Default::default()
+        }
+    })
+    .await;
+    // The approver sees the body and refuses.
+    let approver = tokio::spawn(async move {
+        let held = rx.recv().await.unwrap();
+        let req = held.request.clone();
+        drop(held);
+        req
+    });
+    let r = h
+        .curl(&["-X", "POST", "-d", "amount=100", &h.url("ask.test", "/pay")])
+        .await;
+    assert_eq!(r.status, 403, "{r:?}");
+    let req = approver.await.unwrap();
+    assert_eq!(req.body_preview.as_deref(), Some("amount=100"));
+    assert_eq!(
+        req.action.body_sha256.as_deref(),
+        Some(airlock_core::canonical::sha256_hex(b"amount=100").as_str()),
+        "the approval must bind the body's bytes"
+    );
+    assert!(
+        h.seen().is_empty(),
+        "a refused request reached the upstream"
+    );
+}

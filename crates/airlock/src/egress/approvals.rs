@@ -189,9 +189,7 @@ impl Shared {
             preview: ApprovalPreview::Http {
                 method: a.method.clone(),
                 url: a.url.clone(),
-                // The proxy hands approvers the request's shape, not its body bytes.
-                body_preview: (a.body_bytes > 0)
-                    .then(|| format!("({} bytes, not shown)", a.body_bytes)),
+                body_preview: req.body_preview.clone(),
             },
             reasons: req.reasons.clone(),
             policies: req.policies.clone(),

@@ -427,8 +427,8 @@ impl Shared {
 /// The proxy sees the request as sent on the wire, with the header names the fetch client
 /// added (`host`, `content-length`), so its hash differs from the loop's. The binding is
 /// therefore what the loop authorized and the client sends verbatim: the method, the URL
-/// (normalized the same way on both sides) and the body size; and it answers one request
-/// only, on a proxy that serves this fetch alone.
+/// (normalized the same way on both sides), the body's size and its SHA-256; and it
+/// answers one request only, on a proxy that serves this fetch alone.
 struct AuthorizedPayload {
     action_hash: String,
     action: NetRequestAction,
@@ -445,6 +445,7 @@ impl AuthorizedPayload {
     fn matches(&self, seen: &NetRequestAction) -> bool {
         seen.method.eq_ignore_ascii_case(&self.action.method)
             && seen.body_bytes == self.action.body_bytes
+            && seen.body_sha256 == self.action.body_sha256
             && normalized_url(&seen.url).is_some()
             && normalized_url(&seen.url) == normalized_url(&self.action.url)
     }
@@ -516,4 +517,34 @@ impl Drop for FinishOnDrop {
 /// Keep at most [`MAX_RESULT_BYTES`] of `text`, on a character boundary.
 fn cut(text: String) -> String {
     crate::proxy_fetch::cut(text, MAX_RESULT_BYTES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn post(url: &str, body: &str) -> NetRequestAction {
+        NetRequestAction {
+            method: "POST".into(),
+            url: url.into(),
+            headers: vec!["content-length".into(), "host".into()],
+            body_bytes: body.len() as u64,
+            body_sha256: Some(airlock_core::canonical::sha256_hex(body.as_bytes())),
+        }
+    }
+
+    #[test]
+    fn only_the_authorized_request_is_answered_yes() {
+        let authorized = AuthorizedPayload {
+            action_hash: "sha256:authorized".into(),
+            action: post("https://API.example.com/collect", "amount=100"),
+            answered: AtomicBool::new(false),
+            expires_at: u64::MAX,
+        };
+        // What the client sends verbatim, the host spelled differently: the same request.
+        assert!(authorized.matches(&post("https://api.example.com:443/collect", "amount=100")));
+        // Same method, URL and length, other bytes: not what was authorized.
+        assert!(!authorized.matches(&post("https://api.example.com/collect", "amount=999")));
+        assert!(!authorized.matches(&post("https://api.example.com/other", "amount=100")));
+    }
 }

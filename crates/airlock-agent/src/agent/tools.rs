@@ -213,9 +213,11 @@ pub fn plan(call: &ToolCall, files: &WorkspaceFiles, channel: &str) -> Result<Pl
                     url: a.url,
                     headers: Vec::new(),
                     body_bytes: body_bytes as u64,
+                    // As the proxy computes it: only for a non-empty body.
                     body_sha256: a
                         .body
                         .as_ref()
+                        .filter(|b| !b.is_empty())
                         .map(|b| airlock_core::canonical::sha256_hex(b.as_bytes())),
                 },
                 body: a.body,

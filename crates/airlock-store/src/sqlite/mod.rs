@@ -133,20 +133,11 @@ impl SqliteStore {
         // every connection closed), readers get SQLITE_BUSY_RECOVERY at once. Retry it
         // within the same busy timeout that governs writes.
         let deadline = std::time::Instant::now() + options.busy_timeout;
-        let mut ready = configure(&conn, options.busy_timeout, options.sync);
-        while is_busy(&ready) && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-            ready = configure(&conn, options.busy_timeout, options.sync);
-        }
-        ready.map_err(|e| open_error(&db_path, e))?;
-        let mut migrated = schema::check_and_migrate(&mut conn, &db_path);
-        while matches!(&migrated, Err(StoreError::Sqlite(e)) if is_busy_error(e))
-            && std::time::Instant::now() < deadline
-        {
-            std::thread::sleep(Duration::from_millis(5));
-            migrated = schema::check_and_migrate(&mut conn, &db_path);
-        }
-        migrated.map_err(|e| match e {
+        retry_while_busy(deadline, || {
+            configure(&conn, options.busy_timeout, options.sync).map_err(StoreError::Sqlite)?;
+            schema::check_and_migrate(&mut conn, &db_path)
+        })
+        .map_err(|e| match e {
             StoreError::Sqlite(e) => open_error(&db_path, e),
             other => other,
         })?;
@@ -252,15 +243,24 @@ fn configure(conn: &Connection, busy_timeout: Duration, sync: SyncMode) -> rusql
     Ok(())
 }
 
-fn is_busy_error(e: &rusqlite::Error) -> bool {
-    matches!(
-        e.sqlite_error_code(),
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
-    )
-}
-
-fn is_busy<T>(r: &rusqlite::Result<T>) -> bool {
-    matches!(r, Err(e) if is_busy_error(e))
+/// Run `step` again while SQLite answers busy, until `deadline`.
+fn retry_while_busy<T>(
+    deadline: std::time::Instant,
+    mut step: impl FnMut() -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    loop {
+        match step() {
+            Err(StoreError::Sqlite(e))
+                if matches!(
+                    e.sqlite_error_code(),
+                    Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+                ) && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => return other,
+        }
+    }
 }
 
 fn open_error(path: &Path, e: rusqlite::Error) -> StoreError {

@@ -43,7 +43,10 @@ pub trait MemoryStore: Send + Sync {
     fn memory_get(&self, ns: &Namespace, id: &str) -> Result<MemoryEntry, StoreError>;
 
     /// Full-text search of the recall tier, best match first (bm25), at most `limit`
-    /// (capped at [`MAX_SEARCH_RESULTS`]). The query is words, never FTS syntax.
+    /// (capped at [`MAX_SEARCH_RESULTS`]). The query is words, never FTS syntax. A word in
+    /// at least half of all indexed records adds almost nothing to bm25 (under 3e-6 to a
+    /// score), so when the query's other words find `limit` records it is left out of the
+    /// search and of the scores.
     fn memory_search(
         &self,
         ns: &Namespace,

@@ -168,6 +168,11 @@ CREATE TABLE memory_schemas (
 -- Live recall records only; rowid = memory_records.rowid.
 CREATE VIRTUAL TABLE memory_fts USING fts5(text, namespace UNINDEXED, tokenize = 'unicode61');
 "#,
+    // 3: how many indexed rows hold each term, so a search can leave out words too common
+    // to change bm25's ranking. fts5vocab reads memory_fts's index; it stores nothing.
+    r#"
+CREATE VIRTUAL TABLE memory_fts_terms USING fts5vocab(memory_fts, 'row');
+"#,
 ];
 
 /// The schema version this build writes.

@@ -18,13 +18,12 @@ use crate::traits::Listing;
 
 use super::decode::VERSION_COLUMNS;
 use super::listing::{checked, versions};
+use super::search::{query_words, ranked};
 use super::versions::{append, current, validate_record, NewVersion};
 
 /// Most changes one session may have waiting for review, so a hijacked session cannot
 /// bury the owner in requests.
 pub const MAX_PENDING_PER_SESSION: i64 = 20;
-/// Most words of a search query that are used.
-const MAX_QUERY_WORDS: usize = 16;
 
 fn check_provenance(p: &WriteProvenance) -> Result<(), StoreError> {
     validate_id("session id", &p.session_id)?;
@@ -94,17 +93,6 @@ fn record_of(change: &MemoryChange) -> Option<&crate::memory::record::MemoryReco
         MemoryChange::Put(r) => Some(r),
         MemoryChange::Forget => None,
     }
-}
-
-/// Words of a query, each quoted, joined with OR: the model's text is never FTS syntax.
-pub(crate) fn fts_query(query: &str) -> Option<String> {
-    let words: Vec<String> = query
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .take(MAX_QUERY_WORDS)
-        .map(|w| format!("\"{w}\""))
-        .collect();
-    (!words.is_empty()).then(|| words.join(" OR "))
 }
 
 impl MemoryStore for SqliteStore {
@@ -214,34 +202,48 @@ impl MemoryStore for SqliteStore {
         query: &str,
         limit: usize,
     ) -> Result<Listing<SearchHit>, StoreError> {
-        let Some(fts) = fts_query(query) else {
-            return Ok(Listing {
-                items: vec![],
-                corrupt: vec![],
-            });
-        };
-        let limit = limit.clamp(1, MAX_SEARCH_RESULTS) as i64;
-        // Rank inside FTS5 first (`rank` is bm25) and keep only the best `limit` rows of
-        // the namespace; only those are joined to their records and decoded.
+        let words = query_words(query);
+        let limit = limit.clamp(1, MAX_SEARCH_RESULTS);
+        // Rank first (ids and scores only), then join and decode just the best rows.
+        // CROSS JOIN keeps the ranked ids as the outer loop: the planner would otherwise
+        // start from every record of the namespace.
         let sql = format!(
-            "SELECT {VERSION_COLUMNS}, r.namespace AS record_namespace, f.score AS score
-             FROM (SELECT rowid, rank AS score FROM memory_fts
-                   WHERE memory_fts MATCH ?1 AND namespace = ?2
-                   ORDER BY rank LIMIT ?3) f
-             JOIN memory_records r ON r.rowid = f.rowid
-             JOIN memory_versions v ON v.record_id = r.id AND v.version = r.current_version
-             WHERE r.namespace = ?2 AND v.tier = 'recall'
-             ORDER BY f.score"
+            "SELECT {VERSION_COLUMNS}, r.namespace AS record_namespace, r.rowid AS fts_rowid
+             FROM json_each(?1) j
+             CROSS JOIN memory_records r ON r.rowid = j.value
+             CROSS JOIN memory_versions v ON v.record_id = r.id AND v.version = r.current_version
+             WHERE r.namespace = ?2 AND v.tier = 'recall'"
         );
         let listing = self.read(|tx| {
-            let (items, corrupt) = versions(tx, &sql, params![fts, ns.key(), limit], |row, v| {
-                let score = row.get::<_, f64>("score").map_err(|e| {
-                    RowRef::new("memory_fts", v.record_id.clone()).corrupt("score", e.to_string())
-                })?;
-                Ok(SearchHit { entry: v, score })
+            let hits = ranked(tx, &ns.key(), &words, limit)?;
+            if hits.is_empty() {
+                return Ok(Listing {
+                    items: vec![],
+                    corrupt: vec![],
+                });
+            }
+            // A JSON array of integers from the database: no text of the query reaches SQL.
+            let rowids: Vec<String> = hits.iter().map(|h| h.rowid.to_string()).collect();
+            let rowids = format!("[{}]", rowids.join(","));
+            let (mut items, corrupt) = versions(tx, &sql, params![rowids, ns.key()], |row, v| {
+                let rowid = row.get::<_, i64>("fts_rowid").ok();
+                let place = hits.iter().position(|h| Some(h.rowid) == rowid);
+                match place {
+                    Some(i) => Ok((
+                        i,
+                        SearchHit {
+                            entry: v,
+                            score: hits[i].score,
+                        },
+                    )),
+                    None => Err(RowRef::new("memory_fts", v.record_id.clone())
+                        .corrupt("rowid", "not among the ranked rows")),
+                }
             })?;
+            items.sort_by_key(|(i, _)| *i);
             let items = items
                 .into_iter()
+                .map(|(_, h)| h)
                 .filter(|h| h.entry.record.is_some())
                 .collect();
             checked(tx, items, corrupt, |h: &SearchHit| &h.entry)
@@ -264,19 +266,5 @@ impl MemoryStore for SqliteStore {
         })?;
         self.quarantine(&listing.corrupt);
         Ok(listing)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::fts_query;
-
-    #[test]
-    fn queries_are_words_never_fts_syntax() {
-        assert_eq!(
-            fts_query("NEAR(a b) OR namespace:x*").unwrap(),
-            "\"NEAR\" OR \"a\" OR \"b\" OR \"OR\" OR \"namespace\" OR \"x\""
-        );
-        assert_eq!(fts_query("  ---  "), None);
     }
 }

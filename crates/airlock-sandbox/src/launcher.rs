@@ -1,55 +1,31 @@
 //! The host side of a run: start the helper, send the request, check the attestation, give
 //! the go-ahead, enforce the timeout, collect the output and the exit status.
 
-use std::io::BufReader;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use airlock_core::action::ExecAction;
 use airlock_core::Authorized;
 
-use crate::attestation::{namespace_ids, Attestation, HostView};
+use crate::attestation::{namespace_ids, HostView};
 use crate::cgroup::RunCgroup;
 use crate::error::SandboxError;
 use crate::host_support::usable_landlock_abi;
 use crate::mount_plan::MountPlan;
 use crate::output::{pump, OutputCap, OutputMode, Stream};
 use crate::profile::SandboxProfile;
-use crate::protocol::{
-    self, HostCommand, InitRequest, PayloadMessage, StageMessage, Verdict, CONTROL_FD,
-    HANDSHAKE_FD, RELAY_FD,
-};
+use crate::protocol::{InitRequest, CONTROL_FD, FILE_FD, HANDSHAKE_FD, RELAY_FD};
+use crate::running::Running;
+pub use crate::running::{PreparedRun, RunOutcome};
 
 /// Name of the helper binary.
 pub const INIT_BINARY: &str = "airlock-sandbox-init";
 /// Environment variable naming the helper binary explicitly.
 pub const INIT_ENV: &str = "AIRLOCK_SANDBOX_INIT";
-/// How long building the sandbox may take before the run is abandoned.
-const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The result of a run that happened.
-#[derive(Debug, Clone)]
-pub struct RunOutcome {
-    /// The command's exit code, or 128 + signal when a signal ended it (137 after a timeout).
-    pub status: i32,
-    /// The timeout killed the process tree.
-    pub timed_out: bool,
-    /// Output beyond the profile's cap was cut.
-    pub truncated: bool,
-    /// Captured stdout ([`OutputMode::Capture`] only).
-    pub stdout: Vec<u8>,
-    /// Captured stderr ([`OutputMode::Capture`] only).
-    pub stderr: Vec<u8>,
-    /// The verified confinement of this run, for its audit record.
-    pub attestation: Attestation,
-    /// Wall time from the go-ahead to the end of the process tree.
-    pub elapsed: Duration,
-}
 
 /// A located `airlock-sandbox-init` helper.
 #[derive(Debug, Clone)]
@@ -134,47 +110,22 @@ impl Sandbox {
         profile: &SandboxProfile,
         output: OutputMode,
     ) -> Result<RunOutcome, SandboxError> {
-        let action = auth.action();
-        let path = profile
-            .env
-            .get("PATH")
-            .map(String::as_str)
-            .unwrap_or_default();
-        match crate::direct_exec::plan(&action.command, path) {
-            Some(direct) => self.launch(
-                direct.argv,
-                Some(direct.program.display().to_string()),
-                &action.cwd,
-                profile,
-                output,
-            ),
-            None => {
-                let argv = vec![
-                    "/bin/sh".to_string(),
-                    "-c".to_string(),
-                    action.command.clone(),
-                ];
-                self.launch(argv, None, &action.cwd, profile, output)
-            }
-        }
+        self.prepare(profile, &auth.action().cwd, output)?.run(auth)
     }
 
-    fn launch(
+    /// Build and attest a sandbox for `profile` with the working directory `cwd`, ready
+    /// for a command that is not decided yet. Nothing of the payload's runs until
+    /// [`PreparedRun::run`] hands it an authorized command; dropping the prepared run
+    /// instead tears the empty sandbox down. This lets a caller build the sandbox while
+    /// the Gate decides. A shortfall in the attestation is an error here already.
+    pub fn prepare(
         &self,
-        argv: Vec<String>,
-        program: Option<String>,
-        cwd: &str,
         profile: &SandboxProfile,
+        cwd: &str,
         output: OutputMode,
-    ) -> Result<RunOutcome, SandboxError> {
+    ) -> Result<PreparedRun, SandboxError> {
         let workspace = profile.validate()?;
         let cwd = profile.resolve_cwd(&workspace, cwd)?;
-        let mut profile = std::borrow::Cow::Borrowed(profile);
-        if program.is_some() {
-            let env = &mut profile.to_mut().env;
-            env.insert("PWD".into(), cwd.display().to_string());
-        }
-        let profile = profile.as_ref();
         let plan = MountPlan::for_profile(profile, &workspace)?;
         let relay_socket = open_relay_socket(profile)?;
         let mut host = host_view(profile);
@@ -183,9 +134,7 @@ impl Sandbox {
         let request = InitRequest {
             profile: profile.clone(),
             plan: plan.clone(),
-            workspace,
-            argv,
-            program,
+            workspace: workspace.clone(),
             cwd,
             cgroup: cgroup_report,
         };
@@ -193,8 +142,15 @@ impl Sandbox {
         let (control, control_child) = UnixStream::pair()?;
         let (handshake, handshake_child) = UnixStream::pair()?;
         let relay_fd = relay_socket.as_ref().map(|(fd, _)| fd);
-        let mut child = self.spawn(profile, &control_child, &handshake_child, relay_fd)?;
-        drop((control_child, handshake_child, relay_socket));
+        let file = plan.file_contents.as_deref().map(sealed_file).transpose()?;
+        let mut child = self.spawn(
+            profile,
+            &control_child,
+            &handshake_child,
+            relay_fd,
+            file.as_ref(),
+        )?;
+        drop((control_child, handshake_child, relay_socket, file));
         if let Some(hook) = &self.on_spawn {
             (hook.0)(child.id());
         }
@@ -218,34 +174,22 @@ impl Sandbox {
             .stderr
             .take()
             .map(|s| pump(s, output, Stream::Stderr, cap.clone()));
-        let mut run = Running {
+        let mut running = Running {
             child,
             control,
             handshake,
+            pumps: [out, err],
+            cap,
+            cgroup,
             status: None,
         };
-        let result = run.drive(&request, profile, &plan, &host);
-        let status = run.finish(result.as_ref().err().is_some());
-        let stdout = out
-            .map(|h| h.join().unwrap_or_default())
-            .unwrap_or_default();
-        let stderr = err
-            .map(|h| h.join().unwrap_or_default())
-            .unwrap_or_default();
-        drop(cgroup);
-        let (attestation, timed_out, elapsed) = result?;
-        let status = status.ok_or_else(|| {
-            SandboxError::Protocol("the helper did not report an exit status".into())
-        })?;
-        Ok(RunOutcome {
-            status,
-            timed_out,
-            truncated: cap.truncated(),
-            stdout,
-            stderr,
-            attestation,
-            elapsed,
-        })
+        match running.attest(&request, profile, &plan, &host) {
+            Ok(attestation) => Ok(PreparedRun::new(running, request, attestation)),
+            Err(e) => {
+                running.abandon();
+                Err(e)
+            }
+        }
     }
 
     fn spawn(
@@ -254,6 +198,7 @@ impl Sandbox {
         control: &UnixStream,
         handshake: &UnixStream,
         relay: Option<&OwnedFd>,
+        file: Option<&OwnedFd>,
     ) -> Result<std::process::Child, SandboxError> {
         // Keep the helper and the sockets on descriptors >= 10 so that placing the sockets on
         // 3 and 4 in the child never overwrites one of them.
@@ -265,6 +210,7 @@ impl Sandbox {
         let control_fd = dup_high(control.as_raw_fd())?;
         let handshake_fd = dup_high(handshake.as_raw_fd())?;
         let relay_fd = relay.map(|r| dup_high(r.as_raw_fd())).transpose()?;
+        let file_fd = file.map(|f| dup_high(f.as_raw_fd())).transpose()?;
         // Executed through /proc/self/fd so that a helper in a directory the sandbox uid
         // cannot traverse (e.g. /root/.cargo/bin) still starts after the uid switch.
         let mut cmd = Command::new(format!("/proc/self/fd/{}", init_fd.as_raw_fd()));
@@ -281,6 +227,7 @@ impl Sandbox {
         }
         let (c, h) = (control_fd.as_raw_fd(), handshake_fd.as_raw_fd());
         let r = relay_fd.as_ref().map(|f| f.as_raw_fd());
+        let f = file_fd.as_ref().map(|f| f.as_raw_fd());
         // SAFETY: the closure only calls dup2, which is async-signal-safe, and allocates
         // nothing.
         unsafe {
@@ -290,6 +237,11 @@ impl Sandbox {
                 }
                 if let Some(r) = r {
                     if libc::dup2(r, RELAY_FD) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                if let Some(f) = f {
+                    if libc::dup2(f, FILE_FD) < 0 {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
@@ -304,7 +256,7 @@ impl Sandbox {
                 host_uid(profile)
             ),
         })?;
-        drop((init_fd, control_fd, handshake_fd, relay_fd, init));
+        drop((init_fd, control_fd, handshake_fd, relay_fd, file_fd, init));
         Ok(child)
     }
 }
@@ -339,6 +291,31 @@ fn open_relay_socket(profile: &SandboxProfile) -> Result<Option<RelaySocket>, Sa
     Ok(Some((OwnedFd::from(file), (meta.dev(), meta.ino()))))
 }
 
+/// A sealed memory file holding `contents`: what the helper reads is exactly what the
+/// host checked, and nothing can change it afterwards.
+fn sealed_file(contents: &[u8]) -> Result<OwnedFd, SandboxError> {
+    use std::io::Write;
+    // SAFETY: a NUL-terminated name and flags; the returned descriptor is new and ours.
+    let fd = unsafe {
+        libc::memfd_create(
+            c"airlock-sandbox-file".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    // SAFETY: `fd` was just created and is owned by nothing else.
+    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    file.write_all(contents)?;
+    let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+    // SAFETY: F_ADD_SEALS with integer flags on a descriptor we own.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    Ok(OwnedFd::from(file))
+}
+
 fn dup_high(fd: RawFd) -> Result<OwnedFd, SandboxError> {
     // SAFETY: F_DUPFD_CLOEXEC on a live descriptor returns a new one we then own.
     let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };
@@ -349,7 +326,7 @@ fn dup_high(fd: RawFd) -> Result<OwnedFd, SandboxError> {
     Ok(unsafe { OwnedFd::from_raw_fd(new) })
 }
 
-fn setup_error(stage: String, message: String) -> SandboxError {
+pub(crate) fn setup_error(stage: String, message: String) -> SandboxError {
     let help = if message.contains("EACCES") || message.contains("Permission denied") {
         "when airlock runs as root the sandbox runs as sandbox_uid (65534 by default): make the workspace readable and writable by it (e.g. chown -R 65534:65534 DIR), or run airlock as an ordinary user"
     } else if stage.contains("namespace") {
@@ -385,115 +362,5 @@ fn host_view(profile: &SandboxProfile) -> HostView {
         },
         landlock_abi: usable_landlock_abi(),
         relay_socket: None,
-    }
-}
-
-struct Running {
-    child: std::process::Child,
-    control: UnixStream,
-    handshake: UnixStream,
-    /// The exit status stage 0 reported.
-    status: Option<i32>,
-}
-
-impl Running {
-    /// Handshake, verdict, and wait with the timeout. Returns the attestation, whether the
-    /// timeout fired, and the elapsed time.
-    fn drive(
-        &mut self,
-        request: &InitRequest,
-        profile: &SandboxProfile,
-        plan: &MountPlan,
-        host: &HostView,
-    ) -> Result<(Attestation, bool, Duration), SandboxError> {
-        protocol::send(&mut self.control, request)
-            .map_err(|e| SandboxError::Protocol(format!("sending the request: {e}")))?;
-        self.handshake.set_read_timeout(Some(SETUP_TIMEOUT))?;
-        let mut hs_reader = BufReader::new(self.handshake.try_clone()?);
-        let message = protocol::recv::<PayloadMessage>(&mut hs_reader);
-        let mut attestation = match message {
-            Ok(Some(PayloadMessage::Attestation(a))) => *a,
-            Ok(Some(PayloadMessage::Failed { stage, message })) => {
-                return Err(setup_error(stage, message))
-            }
-            Ok(None) => return Err(self.stage_failure()),
-            Err(e) => {
-                return Err(SandboxError::Protocol(format!(
-                    "reading the attestation: {e}"
-                )))
-            }
-        };
-        attestation.host_namespaces = host.namespaces.clone();
-        let shortfalls = attestation.verify(profile, plan, host);
-        if !shortfalls.is_empty() {
-            let _ = protocol::send(&mut self.handshake, &Verdict::Abort);
-            return Err(SandboxError::Shortfall(shortfalls));
-        }
-        let started = Instant::now();
-        protocol::send(&mut self.handshake, &Verdict::Go)
-            .map_err(|e| SandboxError::Protocol(format!("sending the go-ahead: {e}")))?;
-        let deadline = started + Duration::from_secs(profile.timeout_secs);
-        let mut reader = BufReader::new(self.control.try_clone()?);
-        let mut timed_out = false;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() && !timed_out {
-                timed_out = true;
-                let _ = protocol::send(&mut self.control, &HostCommand::Kill);
-            }
-            let wait = if timed_out { SETUP_TIMEOUT } else { left };
-            self.control
-                .set_read_timeout(Some(wait.max(Duration::from_millis(1))))?;
-            match protocol::recv::<StageMessage>(&mut reader) {
-                Ok(Some(StageMessage::Exited { status })) => {
-                    self.status = Some(status);
-                    return Ok((attestation, timed_out, started.elapsed()));
-                }
-                Ok(Some(StageMessage::Failed { stage, message })) => {
-                    return Err(setup_error(stage, message))
-                }
-                Ok(None) => {
-                    return Err(SandboxError::Protocol(
-                        "the helper exited without a status".into(),
-                    ))
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) && !timed_out =>
-                {
-                    continue
-                }
-                Err(e) => {
-                    return Err(SandboxError::Protocol(format!(
-                        "waiting for the command: {e}"
-                    )))
-                }
-            }
-        }
-    }
-
-    /// A setup failure reported by stage 0 on the control channel.
-    fn stage_failure(&mut self) -> SandboxError {
-        let _ = self.control.set_read_timeout(Some(SETUP_TIMEOUT));
-        let reader = self.control.try_clone().map(BufReader::new);
-        match reader.map(|mut r| protocol::recv::<StageMessage>(&mut r)) {
-            Ok(Ok(Some(StageMessage::Failed { stage, message }))) => setup_error(stage, message),
-            other => SandboxError::Protocol(format!(
-                "the sandbox ended before attesting its confinement ({other:?})"
-            )),
-        }
-    }
-
-    /// Make sure the helper is gone and reaped; returns the reported exit status.
-    fn finish(&mut self, failed: bool) -> Option<i32> {
-        if failed {
-            let _ = protocol::send(&mut self.control, &HostCommand::Kill);
-        }
-        let _ = self.control.shutdown(std::net::Shutdown::Both);
-        let _ = self.handshake.shutdown(std::net::Shutdown::Both);
-        let _ = self.child.wait();
-        self.status
     }
 }

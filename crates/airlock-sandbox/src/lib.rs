@@ -50,12 +50,13 @@ pub mod mount_plan;
 mod output;
 pub mod profile;
 pub mod protocol;
+mod running;
 pub mod seccomp_policy;
 
 pub use attestation::{Attestation, Shortfall};
 pub use error::SandboxError;
 pub use host_support::{host_support, HostSupport};
-pub use launcher::{RunOutcome, Sandbox, INIT_BINARY, INIT_ENV};
+pub use launcher::{PreparedRun, RunOutcome, Sandbox, INIT_BINARY, INIT_ENV};
 pub use mount_plan::MountPlan;
 pub use output::OutputMode;
 pub use profile::{SandboxProfile, WeakenedMode};

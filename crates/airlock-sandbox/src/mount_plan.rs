@@ -115,11 +115,13 @@ pub enum MountStep {
     Devpts { target: PathBuf },
     /// A symbolic link.
     Symlink { target: PathBuf, points_to: PathBuf },
-    /// A small file written into the sandbox's own (later read-only) root tmpfs, such as
-    /// the egress proxy's CA certificate. The host's file is never mounted.
+    /// A small file written into the sandbox's own (later read-only) root tmpfs: the
+    /// egress proxy's CA certificate. The host's file is never mounted; the contents the
+    /// host checked ([`MountPlan::file_contents`]) reach the helper in a sealed memory file
+    /// on [`crate::protocol::FILE_FD`], not in the request, and must be `len` bytes long.
     File {
         target: PathBuf,
-        contents: String,
+        len: u64,
         mode: u32,
     },
     /// `anchor/relative` bound onto itself, resolved below `anchor` without following any
@@ -182,6 +184,11 @@ impl MountStep {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MountPlan {
     pub steps: Vec<MountStep>,
+    /// The contents of the plan's [`MountStep::File`] (there is at most one), kept on the
+    /// host side: the launcher passes them as a sealed memory file rather than inside the
+    /// JSON request (a CA bundle is a few hundred kilobytes).
+    #[serde(skip)]
+    pub file_contents: Option<Vec<u8>>,
 }
 
 impl MountPlan {
@@ -294,12 +301,15 @@ impl MountPlan {
             target: "/var/tmp".into(),
             points_to: "/tmp".into(),
         });
+        let mut file_contents = None;
         if let Some(cert) = profile.relay().and_then(|r| r.ca_cert.as_ref()) {
+            let text = crate::profile::read_ca_cert(cert)?;
             steps.push(MountStep::File {
                 target: crate::profile::RELAY_CA_CERT.into(),
-                contents: crate::profile::read_ca_cert(cert)?,
+                len: text.len() as u64,
                 mode: 0o444,
             });
+            file_contents = Some(text.into_bytes());
         }
         // After /tmp (so a path under /tmp stays visible), before the workspace.
         for extra in &profile.read_only_paths {
@@ -346,7 +356,10 @@ impl MountPlan {
             devices: false,
         });
         steps.extend(protected_steps(profile, workspace, host_root)?);
-        Ok(MountPlan { steps })
+        Ok(MountPlan {
+            steps,
+            file_contents,
+        })
     }
 
     /// Steps that produce mounts, with the targets the sandbox must show.
@@ -490,12 +503,9 @@ impl fmt::Display for MountPlan {
                 MountStep::Symlink { points_to, .. } => {
                     ("symlink", format!("-> {}", points_to.display()))
                 }
-                MountStep::File { contents, mode, .. } => (
+                MountStep::File { len, mode, .. } => (
                     "file",
-                    format!(
-                        "{} bytes, mode {mode:o}, in the read-only root",
-                        contents.len()
-                    ),
+                    format!("{len} bytes, mode {mode:o}, in the read-only root"),
                 ),
                 MountStep::Rebind { reason, .. } => (
                     "rebind",

@@ -4,8 +4,8 @@
 //! * fd 3, the **control** channel, host <-> the helper's first stage: the request, a kill
 //!   command, and the final exit status (or a setup failure of the first stage).
 //! * fd 4, the **handshake** channel, host <-> the payload process: the attestation (or a
-//!   setup failure inside the sandbox), then the host's verdict. The payload closes it on
-//!   `execve`.
+//!   setup failure inside the sandbox), then the host's verdict, which carries the command
+//!   ([`ExecOrder`]). The payload closes it on `execve`.
 
 use std::io::{self, BufRead, Read, Write};
 use std::path::PathBuf;
@@ -23,6 +23,9 @@ pub const HANDSHAKE_FD: i32 = 4;
 /// File descriptor of the egress proxy's socket (an `O_PATH` descriptor) in the helper,
 /// present only when the profile has a relay.
 pub const RELAY_FD: i32 = 5;
+/// File descriptor of the sealed memory file holding the contents of the mount plan's
+/// [`crate::mount_plan::MountStep::File`], present only when the plan has one.
+pub const FILE_FD: i32 = 6;
 /// The largest message either side accepts.
 pub const MAX_MESSAGE: usize = 16 << 20;
 
@@ -33,6 +36,17 @@ pub struct InitRequest {
     pub plan: MountPlan,
     /// The canonical workspace (mounted at the same path).
     pub workspace: PathBuf,
+    /// Working directory inside the sandbox.
+    pub cwd: PathBuf,
+    /// Whether cgroup limits apply (decided and applied by the host).
+    pub cgroup: CgroupReport,
+}
+
+/// What the payload executes, sent with the go-ahead: the sandbox is built and attested
+/// before the command is known, so the host can build it while the Gate decides.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecOrder {
     /// Program and arguments; `argv[0]` is the absolute path executed unless `program`
     /// says otherwise.
     pub argv: Vec<String>,
@@ -40,10 +54,9 @@ pub struct InitRequest {
     /// the shell, see [`crate::direct_exec`]).
     #[serde(default)]
     pub program: Option<String>,
-    /// Working directory inside the sandbox.
-    pub cwd: PathBuf,
-    /// Whether cgroup limits apply (decided and applied by the host).
-    pub cgroup: CgroupReport,
+    /// Set `PWD` to the working directory, as the shell would have (a direct run).
+    #[serde(default)]
+    pub set_pwd: bool,
 }
 
 /// Host -> first stage.
@@ -77,7 +90,7 @@ pub enum PayloadMessage {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
-    Go,
+    Go(Box<ExecOrder>),
     Abort,
 }
 

@@ -15,7 +15,8 @@
 //!    [`relay`]) and waits for its report, which joins the payload's attestation.
 //! 3. **the payload**: `setsid`, parent-death signal, working directory, rlimits, Landlock,
 //!    seccomp (last), then reads back its confinement from the kernel, sends the
-//!    attestation to the host and waits for the host's verdict before `execve`.
+//!    attestation to the host and waits for the host's verdict, which carries the command
+//!    to `execve`.
 
 mod confine;
 mod mounts;
@@ -34,8 +35,8 @@ use nix::unistd::{fork, ForkResult, Pid};
 
 use crate::attestation::RelayReport;
 use crate::protocol::{
-    self, HostCommand, InitRequest, PayloadMessage, StageMessage, Verdict, CONTROL_FD,
-    HANDSHAKE_FD, RELAY_FD,
+    self, ExecOrder, HostCommand, InitRequest, PayloadMessage, StageMessage, Verdict, CONTROL_FD,
+    FILE_FD, HANDSHAKE_FD, RELAY_FD,
 };
 
 /// A failed setup step.
@@ -77,9 +78,9 @@ pub fn main() -> ! {
 }
 
 fn stage0() -> i32 {
-    // Nothing the host leaked may reach the sandbox (fd 5 is the proxy socket of a relay;
-    // it is closed below when the profile has none).
-    if let Err(e) = sys::close_from(RELAY_FD as u32 + 1) {
+    // Nothing the host leaked may reach the sandbox (fd 5 is the proxy socket of a relay,
+    // fd 6 the contents of the plan's file; each is closed below when not needed).
+    if let Err(e) = sys::close_from(FILE_FD as u32 + 1) {
         eprintln!("airlock-sandbox-init: close_range: {e}");
         return EXIT_SETUP_FAILED;
     }
@@ -97,21 +98,26 @@ fn stage0() -> i32 {
             return EXIT_SETUP_FAILED;
         }
     };
-    // SAFETY: F_GETFD only queries flags of an integer fd.
-    let have_relay_fd = unsafe { libc::fcntl(RELAY_FD, libc::F_GETFD) } >= 0;
-    match (request.profile.relay().is_some(), have_relay_fd) {
-        (true, false) => {
-            report_stage_failure(
-                &mut control,
-                InitError::new("egress relay", "the host passed no proxy socket"),
-            );
-            return EXIT_SETUP_FAILED;
-        }
-        // SAFETY: closing fd 5, which no Rust object in this process owns.
-        (false, true) => unsafe {
-            libc::close(RELAY_FD);
-        },
-        _ => {}
+    let wants_file = request
+        .plan
+        .steps
+        .iter()
+        .any(|s| matches!(s, crate::mount_plan::MountStep::File { .. }));
+    let passed = expect_passed_fd(
+        RELAY_FD,
+        request.profile.relay().is_some(),
+        InitError::new("egress relay", "the host passed no proxy socket"),
+    )
+    .and_then(|()| {
+        expect_passed_fd(
+            FILE_FD,
+            wants_file,
+            InitError::new("mount file", "the host passed no file contents"),
+        )
+    });
+    if let Err(e) = passed {
+        report_stage_failure(&mut control, e);
+        return EXIT_SETUP_FAILED;
     }
     let child = match create_namespaces().and_then(|()| fork_pid1(&request)) {
         Ok(child) => child,
@@ -120,15 +126,32 @@ fn stage0() -> i32 {
             return EXIT_SETUP_FAILED;
         }
     };
-    // The handshake channel and the proxy socket belong to the sandbox now.
-    // SAFETY: closing fds 4 and 5, which no Rust object in this process owns.
+    // The handshake channel, the proxy socket and the file belong to the sandbox now.
+    // SAFETY: closing fds 4, 5 and 6, which no Rust object in this process owns.
     unsafe {
         libc::close(HANDSHAKE_FD);
         libc::close(RELAY_FD);
+        libc::close(FILE_FD);
     }
     let status = supervise(&mut control, child);
     let _ = protocol::send(&mut control, &StageMessage::Exited { status });
     status
+}
+
+/// Check that descriptor `fd` was passed when the request needs it (`missing` otherwise),
+/// and close it when it does not.
+fn expect_passed_fd(fd: i32, wanted: bool, missing: InitError) -> Result<(), InitError> {
+    // SAFETY: F_GETFD only queries flags of an integer fd.
+    let present = unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0;
+    match (wanted, present) {
+        (true, false) => Err(missing),
+        (false, true) => {
+            // SAFETY: closing a passed descriptor that no Rust object in this process owns.
+            unsafe { libc::close(fd) };
+            Ok(())
+        }
+        _ => Ok(()),
+    }
 }
 
 fn report_stage_failure(control: &mut UnixStream, e: InitError) {
@@ -286,6 +309,9 @@ fn pid1_setup(request: &InitRequest) -> Result<(), InitError> {
     nix::unistd::sethostname("airlock").map_err(os("hostname"))?;
     sys::loopback_up().map_err(|e| InitError::new("loopback", e.to_string()))?;
     mounts::build_root(&request.plan)?;
+    // The file's contents are in the new root; nothing after this needs the descriptor.
+    // SAFETY: closing fd 6, which no Rust object in this process owns (EBADF if absent).
+    unsafe { libc::close(FILE_FD) };
     drop_capabilities()?;
     nix::sys::prctl::set_no_new_privs().map_err(os("no_new_privs"))
 }
@@ -354,19 +380,22 @@ fn run_payload(request: &InitRequest, mut handshake: UnixStream, relay: Option<R
     {
         std::process::exit(EXIT_ABORTED);
     }
+    // The host sends the command only once the Gate has authorized it; until then this
+    // process waits here, confined, having run nothing of the payload's.
     let verdict = handshake
         .try_clone()
         .and_then(|c| protocol::recv::<Verdict>(&mut BufReader::new(c)));
-    if !matches!(verdict, Ok(Some(Verdict::Go))) {
-        std::process::exit(EXIT_ABORTED);
-    }
+    let order = match verdict {
+        Ok(Some(Verdict::Go(order))) => order,
+        _ => std::process::exit(EXIT_ABORTED),
+    };
     // SAFETY: F_SETFD on the handshake fd this process owns; it then closes on execve.
     unsafe { libc::fcntl(handshake.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
-    let err = exec(request);
+    let err = exec(request, &order);
     let _ = writeln!(
         std::io::stderr(),
         "airlock-sandbox: cannot execute {}: {err}",
-        request.argv.first().map(String::as_str).unwrap_or("?")
+        order.argv.first().map(String::as_str).unwrap_or("?")
     );
     // As the shell reports them: found but not executable, or not found.
     let code = match err {
@@ -404,16 +433,16 @@ impl std::fmt::Display for ExecError {
     }
 }
 
-fn exec(request: &InitRequest) -> ExecError {
+fn exec(request: &InitRequest, order: &ExecOrder) -> ExecError {
     let to_c = |s: &str| CString::new(s).map_err(|_| "argument contains a NUL byte".to_string());
-    let argv: Result<Vec<CString>, String> = request.argv.iter().map(|a| to_c(a)).collect();
-    let env: Result<Vec<CString>, String> = request
-        .profile
-        .env
-        .iter()
-        .map(|(k, v)| to_c(&format!("{k}={v}")))
-        .collect();
-    let program = request.program.as_deref().map(to_c).transpose();
+    let argv: Result<Vec<CString>, String> = order.argv.iter().map(|a| to_c(a)).collect();
+    let mut env = request.profile.env.clone();
+    if order.set_pwd {
+        env.insert("PWD".into(), request.cwd.display().to_string());
+    }
+    let env: Result<Vec<CString>, String> =
+        env.iter().map(|(k, v)| to_c(&format!("{k}={v}"))).collect();
+    let program = order.program.as_deref().map(to_c).transpose();
     let (argv, env, program) = match (argv, env, program) {
         (Ok(a), Ok(e), Ok(p)) if !a.is_empty() => (a, e, p),
         (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return ExecError::Request(e),

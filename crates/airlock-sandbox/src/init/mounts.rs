@@ -7,7 +7,7 @@
 //! (`open_tree` + `mount_setattr` + `move_mount`), so the read-only flag is applied to the
 //! whole detached tree before it becomes visible.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
@@ -15,6 +15,7 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use super::sys;
 use super::InitError;
 use crate::mount_plan::{MountPlan, MountStep, NodeKind, RebindReason};
+use crate::protocol::FILE_FD;
 
 const STAGING: &str = "/tmp";
 const NEWROOT: &str = "/newroot";
@@ -181,18 +182,19 @@ pub fn build_root(plan: &MountPlan) -> Result<(), InitError> {
                 }
                 std::os::unix::fs::symlink(points_to, &dst).map_err(|e| err("symlink", &dst, e))?;
             }
-            MountStep::File { contents, mode, .. } => {
+            MountStep::File { len, mode, .. } => {
                 use std::os::unix::fs::OpenOptionsExt;
                 if let Some(parent) = dst.parent() {
                     mkdirs(parent)?;
                 }
+                let contents = passed_file(*len).map_err(|e| err("file", &dst, e))?;
                 let mut file = std::fs::OpenOptions::new()
                     .write(true)
                     .create_new(true)
                     .mode(*mode)
                     .open(&dst)
                     .map_err(|e| err("file", &dst, e))?;
-                std::io::Write::write_all(&mut file, contents.as_bytes())
+                std::io::Write::write_all(&mut file, &contents)
                     .map_err(|e| err("file", &dst, e))?;
             }
             MountStep::Rebind {
@@ -240,4 +242,23 @@ pub fn build_root(plan: &MountPlan) -> Result<(), InitError> {
     umount2(".", MntFlags::MNT_DETACH).map_err(|e| err("detach staging root", staging, e))?;
     nix::unistd::chdir(root).map_err(|e| err("chdir", root, e))?;
     Ok(())
+}
+
+/// The contents of the plan's file, from the sealed memory file the host passed on
+/// [`FILE_FD`]: exactly `len` bytes, or an error.
+fn passed_file(len: u64) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let size = usize::try_from(len).map_err(std::io::Error::other)?;
+    // SAFETY: FILE_FD is the descriptor the host passed for this step; it is only borrowed
+    // here (ManuallyDrop) and closed by PID 1 once the root is built.
+    let file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(FILE_FD) });
+    let mut contents = vec![0u8; size];
+    file.read_exact_at(&mut contents, 0)?;
+    let mut extra = [0u8; 1];
+    if file.read_at(&mut extra, len)? != 0 {
+        return Err(std::io::Error::other(format!(
+            "the host's file is longer than the {len} bytes the plan names"
+        )));
+    }
+    Ok(contents)
 }

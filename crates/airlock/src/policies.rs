@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use airlock_core::policy::{builtin_sources, PolicyEngine, PolicySource, Profile};
+use airlock_core::policy::{builtin_sources, CompiledPolicy, PolicyEngine, PolicySource, Profile};
 
 use crate::home::Home;
 
@@ -67,12 +67,66 @@ pub fn load(home: &Home, profile: Profile) -> anyhow::Result<LoadedPolicy> {
         });
     }
     let files = sources.iter().map(|s| s.name.clone()).collect();
-    let engine = PolicyEngine::load(&sources).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let engine = load_compiled(home, profile, &sources)?;
     Ok(LoadedPolicy {
         engine,
         files,
         profile,
     })
+}
+
+/// The engine for `sources`, from the compiled form kept in the config dir's `cache/` when
+/// it was made from exactly these sources; else parsed, validated and compiled anew (and
+/// the compiled form kept for the next run). The cache lives beside the policies because
+/// it is as trusted as they are: the state dir holds session workspaces, the config dir
+/// is never mounted into a sandbox.
+fn load_compiled(
+    home: &Home,
+    profile: Profile,
+    sources: &[PolicySource],
+) -> anyhow::Result<PolicyEngine> {
+    let path = compiled_path(home, profile);
+    let cached = std::fs::read(&path)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<CompiledPolicy>(&bytes).ok())
+        .and_then(|compiled| PolicyEngine::from_compiled(sources, compiled));
+    if let Some(engine) = cached {
+        return Ok(engine);
+    }
+    let (engine, compiled) = PolicyEngine::compile(sources).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // Only an optimisation: a cache that cannot be written costs the next run a parse.
+    let _ = store_compiled(&path, &compiled);
+    Ok(engine)
+}
+
+/// Where the compiled form of `profile`'s policies is kept.
+pub fn compiled_path(home: &Home, profile: Profile) -> PathBuf {
+    home.config
+        .join("cache")
+        .join(format!("policy-{}.json", profile.name()))
+}
+
+/// Write the compiled form atomically (a private temporary file renamed into place), so
+/// that concurrent runs never read half of one.
+fn store_compiled(path: &Path, compiled: &CompiledPolicy) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path
+        .parent()
+        .ok_or_else(|| anyhow::anyhow!("no parent directory"))?;
+    crate::home::create_private_dir(dir)?;
+    let tmp = dir.join(format!(".policy-{}.tmp", std::process::id()));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(&serde_json::to_vec(compiled)?))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    Ok(written?)
 }
 
 /// Resolve the profile: `--profile` beats `airlock.toml`.

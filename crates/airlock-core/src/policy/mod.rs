@@ -5,9 +5,11 @@
 //! `@ask`, a human must approve. Every decision names the deciding policies by their
 //! `@id` and gives their human reasons.
 
+mod compiled;
 mod errors;
 mod profiles;
 
+pub use compiled::{sources_key, CompiledPolicy};
 pub use errors::PolicyError;
 pub use profiles::{builtin_sources, Profile, SCHEMA_JSON, SCHEMA_SRC};
 
@@ -29,7 +31,8 @@ pub struct PolicySource {
 }
 
 /// What one deciding policy said.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct PolicyMeta {
     reason: String,
     ask: Option<String>,
@@ -123,12 +126,20 @@ impl PolicyEngine {
                     .map_err(|e| PolicyError::Parse(e.to_string()))?;
             }
         }
-        Ok(PolicyEngine {
+        Ok(PolicyEngine::assemble(schema, all, meta))
+    }
+
+    fn assemble(
+        schema: Schema,
+        policies: PolicySet,
+        meta: BTreeMap<String, PolicyMeta>,
+    ) -> PolicyEngine {
+        PolicyEngine {
             schema,
-            policies: all,
+            policies,
             meta,
             authorizer: Authorizer::new(),
-        })
+        }
     }
 
     /// Load a built-in profile.

@@ -122,19 +122,33 @@ impl AuditLog {
         };
         {
             let _lock = DirLock::acquire(&log.lock_path)?;
+            let mut sync_dir = false;
             for path in [&log.log_path, &log.cp_path] {
-                let file = OpenOptions::new()
-                    .append(true)
-                    .create(true)
-                    .mode(0o600)
-                    .open(path)
-                    .map_err(|e| AuditError::io("create", path, e))?;
-                ensure_regular(&file, path)?;
+                let file = match OpenOptions::new().append(true).open(path) {
+                    Ok(f) => f,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        sync_dir = true;
+                        OpenOptions::new()
+                            .append(true)
+                            .create(true)
+                            .mode(0o600)
+                            .open(path)
+                            .map_err(|e| AuditError::io("create", path, e))?
+                    }
+                    Err(e) => return Err(AuditError::io("open", path, e)),
+                };
+                // An empty file may be one whose creator died before syncing the
+                // directory below: sync it again until the first record is in.
+                sync_dir |= ensure_regular(&file, path)? == 0;
             }
-            // Make the new directory entries durable, or a crash could lose the files.
-            File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| AuditError::io("fsync", dir, e))?;
+            // Make new directory entries durable, or a crash could lose the files. Once
+            // both files hold something, their creator's sync is done (it happens under
+            // this lock, before any append), and every open need not pay for another.
+            if sync_dir {
+                File::open(dir)
+                    .and_then(|d| d.sync_all())
+                    .map_err(|e| AuditError::io("fsync", dir, e))?;
+            }
         }
         Ok(log)
     }
@@ -422,12 +436,13 @@ fn open_data_file(path: &Path) -> Result<File, AuditError> {
     Ok(file)
 }
 
-fn ensure_regular(file: &File, path: &Path) -> Result<(), AuditError> {
+/// The file's length, if it is a regular file.
+fn ensure_regular(file: &File, path: &Path) -> Result<u64, AuditError> {
     let meta = file
         .metadata()
         .map_err(|e| AuditError::io("inspect", path, e))?;
     if meta.is_file() {
-        Ok(())
+        Ok(meta.len())
     } else {
         Err(AuditError::NotAFile {
             path: path.to_path_buf(),

@@ -35,4 +35,4 @@ mod upstream_io;
 
 pub use approval::{ApprovalHook, ApprovalRequest, ChannelApprovals, NoApprovals, PendingApproval};
 pub use limits::Limits;
-pub use server::{Proxy, ProxyConfig, ProxyError, ProxyHandle};
+pub use server::{bind_unix_socket, Proxy, ProxyConfig, ProxyError, ProxyHandle};

@@ -209,16 +209,24 @@ impl Proxy {
     /// Listen on a UNIX socket at `path` (mode 0600; an old socket file is replaced).
     /// Must be called inside a tokio runtime.
     pub fn listen_unix(&self, path: &Path) -> Result<ProxyHandle, ProxyError> {
-        use std::os::unix::fs::PermissionsExt;
+        let listener = bind_unix_socket(path)?;
+        self.serve_unix(listener, path)
+    }
+
+    /// Serve on a socket bound earlier with [`bind_unix_socket`] (so that a sandbox can be
+    /// built around it before this proxy exists; connections wait in its backlog). Must be
+    /// called inside a tokio runtime.
+    pub fn serve_unix(
+        &self,
+        listener: std::os::unix::net::UnixListener,
+        path: &Path,
+    ) -> Result<ProxyHandle, ProxyError> {
         let err = |source| ProxyError::Listen {
             what: path.display().to_string(),
             source,
         };
-        if path.exists() {
-            std::fs::remove_file(path).map_err(err)?;
-        }
-        let listener = tokio::net::UnixListener::bind(path).map_err(err)?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+        listener.set_nonblocking(true).map_err(err)?;
+        let listener = tokio::net::UnixListener::from_std(listener).map_err(err)?;
         let inner = self.inner.clone();
         let task = tokio::spawn(async move {
             loop {
@@ -468,4 +476,20 @@ async fn pass_through(
         );
     });
     Response::new(full(""))
+}
+
+/// Bind the proxy's UNIX socket at `path` (mode 0600; an old socket file is replaced),
+/// for [`Proxy::serve_unix`].
+pub fn bind_unix_socket(path: &Path) -> Result<std::os::unix::net::UnixListener, ProxyError> {
+    use std::os::unix::fs::PermissionsExt;
+    let err = |source| ProxyError::Listen {
+        what: path.display().to_string(),
+        source,
+    };
+    if path.exists() {
+        std::fs::remove_file(path).map_err(err)?;
+    }
+    let listener = std::os::unix::net::UnixListener::bind(path).map_err(err)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+    Ok(listener)
 }

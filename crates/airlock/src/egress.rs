@@ -4,11 +4,15 @@
 //! * [`EgressSetup::load`] reads what the run needs from the config dir before anything is
 //!   decided: the interception CA (`ca.pem`/`ca.key`, made by `airlock init`, or here on
 //!   first use) and the secrets named with `--secret`.
-//! * [`Egress::start`] starts the proxy in `<state>/run/<session>/proxy.sock` (directory
-//!   0700, socket 0600 and owned by the sandbox uid, so only the relay the sandbox is
-//!   handed can use it), with the run's Gate, audit log and session.
-//! * [`Egress::configure`] points the profile's relay at that socket and writes the
-//!   payload's environment: the proxy variables and the CA variables common tools read.
+//! * [`EgressBinding::bind`] binds the proxy's socket `<state>/run/<session>/proxy.sock`
+//!   (directory 0700, socket 0600 and owned by the sandbox uid, so only the relay the
+//!   sandbox is handed can use it) before anything is decided, so that `airlock exec` can
+//!   build the sandbox around it while the Gate decides; [`EgressBinding::serve`] then
+//!   starts the proxy on it with the run's Gate, audit log and session.
+//!   [`Egress::start`] does both at once.
+//! * [`EgressBinding::configure`] and [`Egress::configure`] point the profile's relay at
+//!   that socket and write the payload's environment: the proxy variables and the CA
+//!   variables common tools read.
 //! * [`Egress::finish`] stops the proxy and waits until its audit records are written.
 //!
 //! Only the secrets named with `--secret` are loaded into the proxy: the payload gets each
@@ -167,9 +171,104 @@ impl EgressSetup {
     }
 }
 
-impl EgressSetup {
-    /// Hold *ask* requests in the store's approvals queue (see [`QueueApprovals`]) for up
-    /// to `timeout`, after which they are denied.
+/// A run's proxy socket, bound (with the run dir, the tokio runtime and the sandbox's CA
+/// bundle) before the Gate decides, so the sandbox can be built around it meanwhile.
+/// Connections wait in the socket's backlog until [`EgressBinding::serve`] starts the
+/// proxy; dropping the binding instead removes the run dir.
+pub struct EgressBinding {
+    /// These three are taken by [`EgressBinding::serve`].
+    setup: Option<EgressSetup>,
+    runtime: Option<tokio::runtime::Runtime>,
+    listener: Option<std::os::unix::net::UnixListener>,
+    dir: PathBuf,
+    relay: ProxyRelay,
+    placeholders: BTreeMap<String, String>,
+    secret_names: Vec<String>,
+}
+
+impl EgressBinding {
+    /// Bind the proxy socket for session `session_id` under `<state>/run/`. `sandbox_uid`
+    /// is the uid the sandbox runs as when Airlock runs as root (the socket is given to it).
+    pub fn bind(
+        setup: EgressSetup,
+        home: &Home,
+        session_id: &str,
+        sandbox_uid: u32,
+    ) -> Result<EgressBinding, EgressError> {
+        let dir = home.state.join("run").join(session_id);
+        create_private_dir(&home.state.join("run")).map_err(|e| start_err("run dir", &e))?;
+        // A fresh directory per run (creating it fails if anything is already there).
+        std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+            .create(&dir)
+            .map_err(|e| start_err(&dir.display().to_string(), &e))?;
+        let bound = Self::bind_in(setup, home, &dir, sandbox_uid);
+        if bound.is_err() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        bound
+    }
+
+    fn bind_in(
+        setup: EgressSetup,
+        home: &Home,
+        dir: &Path,
+        sandbox_uid: u32,
+    ) -> Result<EgressBinding, EgressError> {
+        let socket = dir.join("proxy.sock");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("airlock-egress")
+            .enable_all()
+            .build()
+            .map_err(|e| start_err("tokio runtime", &e))?;
+        // The sandbox's CA file: Airlock's CA plus the trusted roots, so pass-through hosts
+        // verify too; Airlock's CA alone while the bundle is over the sandbox's size limit.
+        let bundle = airlock_proxy::ensure_ca_bundle(&home.config, &setup.extra_roots_pem)
+            .map_err(|e| start_err("sandbox CA bundle", &e))?;
+        let sandbox_ca = match std::fs::metadata(&bundle) {
+            Ok(m) if m.len() <= airlock_sandbox::profile::MAX_CA_CERT_BYTES => bundle,
+            _ => setup.ca_cert.clone(),
+        };
+        let listener = airlock_proxy::bind_unix_socket(&socket).map_err(|e| {
+            start_err(
+                "listen",
+                &format!("{e} (a UNIX socket path is limited to 107 bytes; set AIRLOCK_HOME to a shorter directory)"),
+            )
+        })?;
+        // The socket belongs to whoever runs airlock. As root, the sandbox runs as
+        // `sandbox_uid` and must be allowed to connect; the 0700 directory keeps every
+        // other process of that uid on the host away from it.
+        use std::os::unix::fs::MetadataExt;
+        let owner = std::fs::metadata(&socket)
+            .map_err(|e| start_err("proxy socket", &e))?
+            .uid();
+        if owner == 0 {
+            std::os::unix::fs::chown(&socket, Some(sandbox_uid), Some(sandbox_uid))
+                .map_err(|e| start_err("chown proxy socket", &e))?;
+        }
+        let secret_names = setup.secrets.iter().map(|s| s.info.name.clone()).collect();
+        Ok(EgressBinding {
+            relay: ProxyRelay {
+                port: setup.relay_port,
+                socket,
+                ca_cert: Some(sandbox_ca),
+            },
+            placeholders: setup.placeholders.clone(),
+            setup: Some(setup),
+            runtime: Some(runtime),
+            listener: Some(listener),
+            dir: dir.to_path_buf(),
+            secret_names,
+        })
+    }
+
+    /// Route `profile` through this run's proxy: the relay, and the payload's environment.
+    pub fn configure(&self, profile: &mut SandboxProfile) -> Result<(), EgressError> {
+        route_through(&self.relay, &self.placeholders, &self.secret_names, profile)
+    }
+
+    /// Hold the proxy's *ask* requests in the store's approvals queue (see
+    /// [`QueueApprovals`]) for up to `timeout`, after which they are denied.
     pub fn queue_approvals(
         &mut self,
         home: &Home,
@@ -177,12 +276,90 @@ impl EgressSetup {
         limits: airlock_store::ApprovalLimits,
         timeout: Duration,
     ) -> Result<(), EgressError> {
+        let setup = self
+            .setup
+            .as_mut()
+            .ok_or_else(|| start_err("proxy", &"the binding was already served"))?;
         let hook = QueueApprovals::new(&home.state, audit, limits, timeout)
             .map_err(|e| EgressError::Start(format!("cannot open the approvals queue: {e}")))?;
-        self.approvals = Some(Arc::new(hook));
-        self.limits.ask_timeout = timeout;
+        setup.approvals = Some(Arc::new(hook));
+        setup.limits.ask_timeout = timeout;
         Ok(())
     }
+
+    /// The run dir (the kill switch registers the run there).
+    pub fn run_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Start the proxy on the bound socket, deciding with `gate` for `session` and
+    /// recording into `audit`.
+    pub fn serve(
+        mut self,
+        session: &Session,
+        gate: Arc<Gate>,
+        audit: Arc<Mutex<AuditLog>>,
+    ) -> Result<Egress, EgressError> {
+        let (Some(setup), Some(runtime), Some(listener)) =
+            (self.setup.take(), self.runtime.take(), self.listener.take())
+        else {
+            return Err(start_err("proxy", &"the binding was already served"));
+        };
+        let audit_holders = Arc::strong_count(&audit);
+        let mut cfg = ProxyConfig::new(session.clone(), gate, audit.clone(), setup.rules, setup.ca);
+        cfg.secrets = setup.secrets;
+        cfg.extra_roots_pem = setup.extra_roots_pem;
+        if let Some(r) = setup.resolver {
+            cfg.resolver = r;
+        }
+        if let Some(c) = setup.connector {
+            cfg.connector = c;
+        }
+        if let Some(a) = setup.approvals {
+            cfg.approvals = a;
+        }
+        cfg.limits = setup.limits;
+        // From here the Egress owns the run dir and the runtime: its drop cleans both.
+        let mut egress = Egress {
+            runtime: Some(runtime),
+            proxy: None,
+            handle: None,
+            audit,
+            audit_holders,
+            dir: self.dir.clone(),
+            relay: self.relay.clone(),
+            placeholders: std::mem::take(&mut self.placeholders),
+            secret_names: std::mem::take(&mut self.secret_names),
+        };
+        let proxy = Proxy::new(cfg).map_err(|e| start_err("proxy", &e));
+        let handle = proxy.as_ref().ok().map(|proxy| {
+            let _in_runtime = egress.runtime.as_ref().map(|rt| rt.enter());
+            proxy.serve_unix(listener, &self.relay.socket)
+        });
+        match (proxy, handle) {
+            (Ok(proxy), Some(Ok(handle))) => {
+                egress.proxy = Some(proxy);
+                egress.handle = Some(handle);
+                Ok(egress)
+            }
+            (Err(e), _) => Err(e),
+            (_, Some(Err(e))) => Err(start_err("listen", &e)),
+            (Ok(_), None) => Err(start_err("proxy", &"not started")),
+        }
+    }
+}
+
+impl Drop for EgressBinding {
+    fn drop(&mut self) {
+        // Never served: nothing else owns the run dir. (Once served, the Egress does.)
+        if self.runtime.is_some() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn start_err(what: &str, e: &dyn std::fmt::Display) -> EgressError {
+    EgressError::Start(format!("{what}: {e}"))
 }
 
 /// A run's running egress proxy.
@@ -210,117 +387,12 @@ impl Egress {
         audit: Arc<Mutex<AuditLog>>,
         sandbox_uid: u32,
     ) -> Result<Egress, EgressError> {
-        let start_err =
-            |what: &str, e: &dyn std::fmt::Display| EgressError::Start(format!("{what}: {e}"));
-        let dir = home.state.join("run").join(&session.id);
-        create_private_dir(&home.state.join("run")).map_err(|e| start_err("run dir", &e))?;
-        // A fresh directory per run (creating it fails if anything is already there).
-        std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
-            .create(&dir)
-            .map_err(|e| start_err(&dir.display().to_string(), &e))?;
-        let socket = dir.join("proxy.sock");
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("airlock-egress")
-            .enable_all()
-            .build()
-            .map_err(|e| start_err("tokio runtime", &e))?;
-        let audit_holders = Arc::strong_count(&audit);
-        let mut cfg = ProxyConfig::new(session.clone(), gate, audit.clone(), setup.rules, setup.ca);
-        cfg.secrets = setup.secrets;
-        // The sandbox's CA file: Airlock's CA plus the trusted roots, so pass-through hosts
-        // verify too; Airlock's CA alone while the bundle is over the sandbox's size limit.
-        let bundle = airlock_proxy::ensure_ca_bundle(&home.config, &setup.extra_roots_pem)
-            .map_err(|e| start_err("sandbox CA bundle", &e))?;
-        let sandbox_ca = match std::fs::metadata(&bundle) {
-            Ok(m) if m.len() <= airlock_sandbox::profile::MAX_CA_CERT_BYTES => bundle,
-            _ => setup.ca_cert,
-        };
-        cfg.extra_roots_pem = setup.extra_roots_pem;
-        if let Some(r) = setup.resolver {
-            cfg.resolver = r;
-        }
-        if let Some(c) = setup.connector {
-            cfg.connector = c;
-        }
-        if let Some(a) = setup.approvals {
-            cfg.approvals = a;
-        }
-        cfg.limits = setup.limits;
-        let secret_names = cfg.secrets.iter().map(|s| s.info.name.clone()).collect();
-        let proxy = Proxy::new(cfg).map_err(|e| start_err("proxy", &e))?;
-        let handle = {
-            let _in_runtime = runtime.enter();
-            proxy.listen_unix(&socket).map_err(|e| {
-                start_err(
-                    "listen",
-                    &format!("{e} (a UNIX socket path is limited to 107 bytes; set AIRLOCK_HOME to a shorter directory)"),
-                )
-            })?
-        };
-        let mut egress = Egress {
-            runtime: Some(runtime),
-            proxy: Some(proxy),
-            handle: Some(handle),
-            audit,
-            audit_holders,
-            dir,
-            relay: ProxyRelay {
-                port: setup.relay_port,
-                socket: socket.clone(),
-                ca_cert: Some(sandbox_ca),
-            },
-            placeholders: setup.placeholders,
-            secret_names,
-        };
-        // The socket belongs to whoever runs airlock. As root, the sandbox runs as
-        // `sandbox_uid` and must be allowed to connect; the 0700 directory keeps every
-        // other process of that uid on the host away from it.
-        use std::os::unix::fs::MetadataExt;
-        let owner = std::fs::metadata(&socket)
-            .map_err(|e| start_err("proxy socket", &e))?
-            .uid();
-        if owner == 0 {
-            if let Err(e) = std::os::unix::fs::chown(&socket, Some(sandbox_uid), Some(sandbox_uid))
-            {
-                egress.stop();
-                return Err(start_err("chown proxy socket", &e));
-            }
-        }
-        Ok(egress)
+        EgressBinding::bind(setup, home, &session.id, sandbox_uid)?.serve(session, gate, audit)
     }
 
     /// Route `profile` through this proxy: the relay, and the payload's environment.
     pub fn configure(&self, profile: &mut SandboxProfile) -> Result<(), EgressError> {
-        profile.network = NetworkPolicy::ProxyRelay(self.relay.clone());
-        let url = self.relay.proxy_url();
-        for var in PROXY_VARS {
-            profile.env.insert(var.to_string(), url.clone());
-        }
-        for var in NO_PROXY_VARS {
-            profile.env.insert(var.to_string(), String::new());
-        }
-        for var in CA_VARS {
-            profile
-                .env
-                .insert(var.to_string(), RELAY_CA_CERT.to_string());
-        }
-        for (var, placeholder) in &self.placeholders {
-            if profile.env.contains_key(var) {
-                let name = self
-                    .secret_names
-                    .iter()
-                    .find(|n| &secret_env_name(n) == var)
-                    .cloned()
-                    .unwrap_or_default();
-                return Err(EgressError::EnvClash {
-                    name,
-                    var: var.clone(),
-                });
-            }
-            profile.env.insert(var.clone(), placeholder.clone());
-        }
-        Ok(())
+        route_through(&self.relay, &self.placeholders, &self.secret_names, profile)
     }
 
     /// The proxy's socket on the host.
@@ -362,8 +434,9 @@ impl Egress {
                 drained = false;
                 break;
             }
-            // Short: this wait ends every sandboxed run, usually after a tick or two.
-            std::thread::sleep(Duration::from_millis(1));
+            // Short: this wait ends every sandboxed run, and the runtime's workers usually
+            // drop the aborted accept task within microseconds.
+            std::thread::sleep(Duration::from_micros(50));
         }
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_timeout(Duration::from_secs(2));
@@ -379,4 +452,42 @@ impl Drop for Egress {
             self.stop();
         }
     }
+}
+
+/// Point `profile`'s relay at `relay` and write the payload's environment: the proxy
+/// variables, the CA variables and the secrets' placeholders.
+fn route_through(
+    relay: &ProxyRelay,
+    placeholders: &BTreeMap<String, String>,
+    secret_names: &[String],
+    profile: &mut SandboxProfile,
+) -> Result<(), EgressError> {
+    profile.network = NetworkPolicy::ProxyRelay(relay.clone());
+    let url = relay.proxy_url();
+    for var in PROXY_VARS {
+        profile.env.insert(var.to_string(), url.clone());
+    }
+    for var in NO_PROXY_VARS {
+        profile.env.insert(var.to_string(), String::new());
+    }
+    for var in CA_VARS {
+        profile
+            .env
+            .insert(var.to_string(), RELAY_CA_CERT.to_string());
+    }
+    for (var, placeholder) in placeholders {
+        if profile.env.contains_key(var) {
+            let name = secret_names
+                .iter()
+                .find(|n| &secret_env_name(n) == var)
+                .cloned()
+                .unwrap_or_default();
+            return Err(EgressError::EnvClash {
+                name,
+                var: var.clone(),
+            });
+        }
+        profile.env.insert(var.clone(), placeholder.clone());
+    }
+    Ok(())
 }

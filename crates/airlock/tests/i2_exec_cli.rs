@@ -62,6 +62,16 @@ fn runs_in_the_sandbox_and_passes_the_exit_status() {
 #[test]
 fn a_denied_command_does_not_run() {
     let f = fixture();
+    // A first run leaves the compiled policy in the config dir's cache; the forbid written
+    // after it must still apply to the next run (the cache is keyed by the sources).
+    let o = exec(&f, &[], "touch before-the-policy");
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(f.home.join("config/cache/policy-default.json").exists());
     let local = f.home.join("config/policy/local");
     std::fs::create_dir_all(&local).unwrap();
     std::fs::write(
@@ -80,7 +90,21 @@ fn a_denied_command_does_not_run() {
     assert!(!f.ws.join("should-not-exist").exists());
     let recs = audit_records(&f.home);
     assert!(recs.iter().any(|r| r["decision"] == "deny"));
-    assert!(!recs.iter().any(|r| r["kind"] == "execution"));
+    assert_eq!(
+        recs.iter().filter(|r| r["kind"] == "execution").count(),
+        1,
+        "only the run before the policy executed"
+    );
+    // And without the file again, touch runs again.
+    std::fs::remove_file(local.join("no-touch.cedar")).unwrap();
+    let o = exec(&f, &[], "true && touch now-allowed");
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(f.ws.join("now-allowed").exists());
 }
 
 #[test]

@@ -4,6 +4,11 @@
 //! Every run gets its own egress proxy ([`crate::egress`]) sharing the command's Gate,
 //! audit log and session; the sandbox reaches it through the relay on
 //! `127.0.0.1:3128` and reaches nothing else.
+//!
+//! The sandbox is built while the Gate loads and decides: the proxy's socket is bound, and
+//! a thread prepares and attests the sandbox ([`Sandbox::prepare`]), which then waits,
+//! confined and empty, for the command. Only an authorized command is handed to it; a
+//! refusal drops it unused. This takes the sandbox's start-up off the critical path.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
@@ -12,14 +17,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::json;
 
 use crate::cmd::kill::{RunGuard, EXIT_KILLED};
-use crate::egress::{Egress, EgressSetup};
+use crate::egress::{Egress, EgressBinding, EgressSetup};
 use crate::home::Home;
 use crate::{config, policies, runtime};
 use airlock_audit::AuditEvent;
 use airlock_core::action::ExecAction;
 use airlock_core::gate::{Approval, Session, Verdict};
 use airlock_core::Authorized;
-use airlock_sandbox::{OutputMode, Sandbox, SandboxProfile};
+use airlock_sandbox::{OutputMode, PreparedRun, Sandbox, SandboxProfile};
 use airlock_store::{
     NewSession, SessionStatus, SessionStore, SqliteStore, StoreOptions, SyncMode, Timestamp,
 };
@@ -77,21 +82,56 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         .ok()
         .filter(|c| c.starts_with(&workspace))
         .unwrap_or_else(|| workspace.clone());
+    let session_id = runtime::session_id("exec");
+    let command = args.command.join(" ");
 
     // Loaded before deciding: a missing CA or an unknown secret stops the run here.
-    let mut egress_setup = EgressSetup::load(&home, &args.secrets)?;
+    let egress_setup = EgressSetup::load(&home, &args.secrets)?;
+    let mut profile_sb = sandbox_profile(
+        &cfg,
+        workspace.clone(),
+        cwd.clone(),
+        args.timeout.unwrap_or(cfg.sandbox.timeout_secs),
+    );
+    profile_sb.allow_broad_workspace = explicit_workspace;
+    // The proxy's socket and the sandbox around it are built while the Gate loads and
+    // decides: the sandbox is attested and then waits, confined and empty, for the
+    // authorized command (see `Sandbox::prepare`). A refusal tears it down unused.
+    let mut binding = EgressBinding::bind(egress_setup, &home, &session_id, cfg.sandbox.uid)?;
+    binding.configure(&mut profile_sb)?;
+    let guard = RunGuard::register(binding.run_dir()).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot register the run in {}: {e}",
+            binding.run_dir().display()
+        )
+    })?;
+    let preparing = {
+        let (profile_sb, cwd) = (profile_sb.clone(), cwd.display().to_string());
+        let hook = guard.spawn_hook();
+        std::thread::Builder::new()
+            .name("airlock-sandbox-prepare".into())
+            .spawn(move || -> anyhow::Result<PreparedRun> {
+                let sandbox = Sandbox::locate()?.on_spawn(hook);
+                Ok(sandbox.prepare(&profile_sb, &cwd, OutputMode::Inherit)?)
+            })?
+    };
+    let prepared = move || -> anyhow::Result<PreparedRun> {
+        preparing
+            .join()
+            .map_err(|_| anyhow::anyhow!("building the sandbox failed unexpectedly"))?
+    };
+
     let gate = Arc::new(runtime::gate_for(&home, &cfg, profile, &workspace)?);
     let log = Arc::new(Mutex::new(runtime::open_audit(&home, &cfg)?));
     // The run is a session in the store, so `airlock kill <id>` and `--all` find it.
     let store = open_run_store(&home)?;
     // The proxy's *ask* requests wait in the approvals queue (`airlock approvals`).
-    egress_setup.queue_approvals(
+    binding.queue_approvals(
         &home,
         &log,
         cfg.approvals,
         std::time::Duration::from_secs(cfg.agent.approval_timeout_secs),
     )?;
-    let session_id = runtime::session_id("exec");
     store
         .create_session(
             &NewSession {
@@ -103,7 +143,6 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         )
         .map_err(|e| anyhow::anyhow!("cannot record session `{session_id}`: {e}"))?;
     let mut session = Session::new(session_id, "owner");
-    let command = args.command.join(" ");
     // The operator typed this command: it is trusted input of the session.
     session.observe_trusted(&command);
     let action = ExecAction {
@@ -123,6 +162,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
             if !d.policies.is_empty() {
                 eprintln!("  decided by: {}", d.policies.join(", "));
             }
+            drop(prepared());
             close_log(log).ok();
             end_session(&store, &session.id);
             return Ok(EXIT_REFUSED);
@@ -141,6 +181,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
                     ),
                 );
                 eprintln!("airlock: not approved; the command did not run");
+                drop(prepared());
                 close_log(log).ok();
                 end_session(&store, &session.id);
                 return Ok(EXIT_REFUSED);
@@ -156,49 +197,33 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         }
     };
 
-    let mut profile_sb = sandbox_profile(
-        &cfg,
-        workspace.clone(),
-        cwd,
-        args.timeout.unwrap_or(cfg.sandbox.timeout_secs),
-    );
-    profile_sb.allow_broad_workspace = explicit_workspace;
-    let egress = Egress::start(
-        egress_setup,
-        &home,
-        &session,
-        gate.clone(),
-        log.clone(),
-        cfg.sandbox.uid,
-    )
-    .and_then(|e| e.configure(&mut profile_sb).map(|()| e));
-    let egress = match egress {
+    let egress = match binding.serve(&session, gate.clone(), log.clone()) {
         Ok(e) => e,
         Err(e) => {
+            drop(prepared());
             record_execution(&token, &session, &log, json!({"refused": e.to_string()}));
             close_log(log).ok();
             end_session(&store, &session.id);
             return Err(e.into());
         }
     };
-    let guard = match register_run(&egress, &store, &session.id) {
-        Ok(g) => g,
-        Err(e) => {
-            record_execution(&token, &session, &log, json!({"refused": e.to_string()}));
-            drop(egress);
-            close_log(log).ok();
-            end_session(&store, &session.id);
-            return Err(e);
-        }
-    };
-    let status = run_authorized(
+    // A kill that came before the session was in the store found no run to stop.
+    if let Err(e) = check_killed(&guard, &store, &session.id) {
+        drop(prepared());
+        record_execution(&token, &session, &log, json!({"refused": e.to_string()}));
+        drop(egress);
+        close_log(log).ok();
+        end_session(&store, &session.id);
+        return Err(e);
+    }
+    let status = run_prepared(
         &token,
         &profile_sb,
+        prepared(),
         &session,
         &log,
         &egress,
         &guard,
-        OutputMode::Inherit,
     )
     .map(|end| match end {
         RunEnd::Killed => EXIT_KILLED,
@@ -247,13 +272,20 @@ pub(crate) fn register_run(
         .ok_or_else(|| anyhow::anyhow!("the proxy socket has no run dir"))?;
     let guard = RunGuard::register(dir)
         .map_err(|e| anyhow::anyhow!("cannot register the run in {}: {e}", dir.display()))?;
+    check_killed(&guard, store, id)?;
+    Ok(guard)
+}
+
+/// Mark the run killed when the store says its session was (a kill that came before the
+/// run dir existed).
+fn check_killed(guard: &RunGuard, store: &SqliteStore, id: &str) -> anyhow::Result<()> {
     let record = store
         .get_session(id)
         .map_err(|e| anyhow::anyhow!("cannot read session `{id}`: {e}"))?;
     if record.status == SessionStatus::Killed {
         guard.mark_killed();
     }
-    Ok(guard)
+    Ok(())
 }
 
 /// The store for one run's session record. That record lives no longer than this process
@@ -307,11 +339,37 @@ pub(crate) fn run_authorized(
     guard: &RunGuard,
     mode: OutputMode,
 ) -> anyhow::Result<RunEnd> {
+    let prepared = if guard.was_killed() {
+        Err(anyhow::anyhow!("the session was killed"))
+    } else {
+        Sandbox::locate()
+            .map_err(anyhow::Error::from)
+            .and_then(|s| {
+                Ok(s.on_spawn(guard.spawn_hook())
+                    .prepare(profile, &token.action().cwd, mode)?)
+            })
+    };
+    run_prepared(token, profile, prepared, session, log, egress, guard)
+}
+
+/// Run an authorized command in its prepared sandbox (built from `profile`) and append
+/// its execution record (attestation, status). A failure to prepare is recorded as the
+/// run's refusal; a kill, as its outcome.
+pub(crate) fn run_prepared(
+    token: &Authorized<ExecAction>,
+    profile: &SandboxProfile,
+    prepared: anyhow::Result<PreparedRun>,
+    session: &Session,
+    log: &Mutex<airlock_audit::AuditLog>,
+    egress: &Egress,
+    guard: &RunGuard,
+) -> anyhow::Result<RunEnd> {
     let egress_detail = || {
         json!({"proxy": egress.proxy_url(), "socket": egress.socket_path(),
         "secrets": egress.secret_names(), "request_bytes": egress.egress_bytes()})
     };
     if guard.was_killed() {
+        drop(prepared);
         record_execution(
             token,
             session,
@@ -324,10 +382,7 @@ pub(crate) fn run_authorized(
         );
         return Ok(RunEnd::Killed);
     }
-    let sandbox = Sandbox::locate()
-        .map_err(|e| anyhow::anyhow!("{e}"))?
-        .on_spawn(guard.spawn_hook());
-    let outcome = sandbox.run(token, profile, mode);
+    let outcome = prepared.and_then(|p| Ok(p.run(token)?));
     guard.run_ended();
     if guard.was_killed() {
         // The helper was SIGKILLed, so the launcher may report a broken protocol rather

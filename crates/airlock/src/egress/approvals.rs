@@ -9,8 +9,8 @@
 //! it; on a timeout the entry is marked denied by `airlock`, so it never lingers as
 //! pending. A standing grant for the same payload (`approve --for`) answers at once.
 
-use std::path::Path;
-use std::sync::{Arc, Mutex, Weak};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use airlock_audit::{AuditEvent, AuditLog};
@@ -39,10 +39,12 @@ pub struct QueueApprovals {
 }
 
 struct Shared {
-    /// The hook's own connection, open for the whole run. It sees the operator's commits
-    /// from other processes as long as nothing in this process closes a descriptor of the
-    /// database file behind SQLite's back (see `airlock_store`'s `SqliteStore::open_with`).
-    store: SqliteStore,
+    /// The hook's own connection, opened at the first *ask* (most runs have none) and
+    /// then kept for the whole run. It sees the operator's commits from other processes
+    /// as long as nothing in this process closes a descriptor of the database file behind
+    /// SQLite's back (see `airlock_store`'s `SqliteStore::open_with`).
+    store: OnceLock<Result<SqliteStore, String>>,
+    state_dir: PathBuf,
     /// Weak, so that a run's proxy can tell when every audit record it queued is written
     /// (it counts the log's strong holders).
     audit: Weak<Mutex<AuditLog>>,
@@ -62,7 +64,8 @@ impl QueueApprovals {
     ) -> Result<QueueApprovals, StoreError> {
         Ok(QueueApprovals {
             shared: Arc::new(Shared {
-                store: SqliteStore::open(state_dir)?,
+                store: OnceLock::new(),
+                state_dir: state_dir.to_path_buf(),
                 audit: Arc::downgrade(audit),
                 limits,
                 timeout,
@@ -84,6 +87,15 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 }
 
 impl Shared {
+    /// The queue's store, opened on first use. A store that cannot be opened refuses
+    /// every request (nothing is held without a queue entry).
+    fn store(&self) -> Result<&SqliteStore, String> {
+        self.store
+            .get_or_init(|| SqliteStore::open(&self.state_dir).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| format!("cannot open the approvals queue: {e}"))
+    }
+
     fn audit(&self, ev: AuditEvent) {
         if let Some(log) = self.audit.upgrade() {
             let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
@@ -121,7 +133,12 @@ impl Shared {
             tokio::time::sleep(POLL_INTERVAL).await;
             let this = self.clone();
             let id = request_id.clone();
-            let current = match blocking(move || this.store.get_approval(&id)).await {
+            let current = match blocking(move || {
+                this.store()
+                    .and_then(|s| s.get_approval(&id).map_err(|e| e.to_string()))
+            })
+            .await
+            {
                 Some(Ok(current)) => current,
                 // Unreadable: keep waiting, the proxy's timeout ends the hold; say so once.
                 Some(Err(e)) => {
@@ -176,7 +193,21 @@ impl Shared {
             action_hash: &req.action_hash,
             patterns: &[],
         };
-        if let Ok(Some(grant)) = self.store.find_grant(&lookup, now) {
+        let store = match self.store() {
+            Ok(store) => store,
+            Err(e) => {
+                self.audit(
+                    AuditEvent::new("approval_unavailable", req.session.as_str(), "airlock")
+                        .with_action(
+                            serde_json::to_value(action).unwrap_or_default(),
+                            req.action_hash.clone(),
+                        )
+                        .with_detail(json!({"reason": e, "via": "egress proxy"})),
+                );
+                return None;
+            }
+        };
+        if let Ok(Some(grant)) = store.find_grant(&lookup, now) {
             let approver = format!("{} (grant {})", grant.created_by, grant.id);
             return Some(Created::Granted(
                 self.approval(approver, req.action_hash.clone()),
@@ -203,7 +234,7 @@ impl Shared {
                 )
                 .with_detail(detail)
         };
-        let created = match self.store.create_approval(&new, &self.limits, now) {
+        let created = match store.create_approval(&new, &self.limits, now) {
             Ok(r) => r,
             Err(e) => {
                 // Not held, so refused: rate limits, a killed session, a store error.
@@ -220,7 +251,7 @@ impl Shared {
         };
         if created.payload_hash != req.action_hash {
             // The queue would show a different payload than the one held: never ask.
-            let _ = self.store.deny(
+            let _ = store.deny(
                 &created.id,
                 TIMEOUT_DECIDER,
                 Some("payload hash mismatch"),
@@ -251,10 +282,13 @@ impl Shared {
             "no answer within the approval timeout ({} s)",
             self.timeout.as_secs()
         );
-        let status = match self.store.deny(id, TIMEOUT_DECIDER, Some(&note), now) {
+        let Ok(store) = self.store() else {
+            return; // nothing was queued without a store
+        };
+        let status = match store.deny(id, TIMEOUT_DECIDER, Some(&note), now) {
             Ok(_) => "denied",
             Err(ApprovalError::Expired { .. }) => {
-                let _ = self.store.expire_due(now);
+                let _ = store.expire_due(now);
                 "expired"
             }
             // Answered at the last moment, after the proxy gave up: the request stays

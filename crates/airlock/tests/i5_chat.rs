@@ -14,9 +14,8 @@ use airlock_proxy::{NetRule, NetRules};
 use airlock_store::{ApprovalStatus, ApprovalStore, SqliteStore};
 use serde_json::Value;
 
-#[allow(dead_code)]
 mod exec_fixture;
-use exec_fixture::{airlock_bin, fixture};
+use exec_fixture::{airlock_bin, fixture, scripted_command};
 
 /// A loopback HTTP server that records `METHOD path` of each request and answers
 /// `status page`.
@@ -81,19 +80,8 @@ fn allow_with_ask(home: &Path, port: u16) {
 
 /// Run `airlock chat` with `stdin` piped in, lines written with a pause between them.
 async fn chat(home: &Path, model: &ScriptedModel, args: &[&str], stdin: &[&str]) -> Output {
-    let mut cmd = std::process::Command::new(airlock_bin());
-    cmd.env("AIRLOCK_HOME", home)
-        .env("AIRLOCK_PROVIDER", "openai")
-        .env(
-            "AIRLOCK_MODEL",
-            airlock_agent::scripted::SCRIPTED_MODEL_NAME,
-        )
-        .env(
-            "AIRLOCK_BASE_URL",
-            model.base_url(airlock_agent::provider::ProviderKind::Openai),
-        )
-        .env("AIRLOCK_API_KEY", "sk-scripted-test-key")
-        .arg("chat")
+    let mut cmd = scripted_command(home, model);
+    cmd.arg("chat")
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

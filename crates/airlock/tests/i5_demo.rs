@@ -9,7 +9,6 @@ use std::process::{Output, Stdio};
 use airlock_store::{ApprovalStatus, ApprovalStore, SqliteStore};
 use serde_json::Value;
 
-#[allow(dead_code)]
 mod exec_fixture;
 use exec_fixture::{airlock_bin, fixture};
 

@@ -11,7 +11,6 @@ use airlock_agent::scripted::{ScriptedModel, Step};
 use airlock_store::{SessionStore, SqliteStore};
 use serde_json::Value;
 
-#[allow(dead_code)]
 mod exec_fixture;
 mod https_run_fixture;
 use exec_fixture::{airlock_bin, fixture};

@@ -6,7 +6,6 @@
 //! scripted one.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,9 +15,8 @@ use airlock_store::{
 };
 use serde_json::Value;
 
-#[allow(dead_code)]
 mod exec_fixture;
-use exec_fixture::{airlock_bin, fixture};
+use exec_fixture::{airlock, airlock_run, fixture, report};
 
 /// A session whose workspace holds a page that will taint it.
 fn tainting_session(home: &Path) -> String {
@@ -34,47 +32,6 @@ fn tainting_session(home: &Path) -> String {
     )
     .unwrap();
     s.id().to_string()
-}
-
-fn airlock(home: &Path, args: &[&str]) -> Output {
-    Command::new(airlock_bin())
-        .env("AIRLOCK_HOME", home)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-async fn airlock_run(home: &Path, model: &ScriptedModel, args: &[&str]) -> Output {
-    let mut cmd = Command::new(airlock_bin());
-    cmd.env("AIRLOCK_HOME", home)
-        .env("AIRLOCK_PROVIDER", "openai")
-        .env(
-            "AIRLOCK_MODEL",
-            airlock_agent::scripted::SCRIPTED_MODEL_NAME,
-        )
-        .env(
-            "AIRLOCK_BASE_URL",
-            model.base_url(airlock_agent::provider::ProviderKind::Openai),
-        )
-        .env("AIRLOCK_API_KEY", "sk-scripted-test-key")
-        .arg("run")
-        .arg("--json")
-        .args(args)
-        .stdin(Stdio::null());
-    tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap()
-}
-
-fn report(o: &Output) -> Value {
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {stdout}\nstderr: {}",
-            String::from_utf8_lossy(&o.stderr)
-        )
-    })
 }
 
 fn message(id: &str, to: &str, text: &str) -> Step {

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use airlock_agent::scripted::{ScriptedModel, Step};
@@ -17,91 +17,18 @@ use airlock_store::{
 };
 use serde_json::Value;
 
-#[allow(dead_code)]
 mod exec_fixture;
-use exec_fixture::{airlock_bin, fixture};
-
-fn airlock(home: &Path, args: &[&str]) -> Output {
-    Command::new(airlock_bin())
-        .env("AIRLOCK_HOME", home)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
+mod proc_tree;
+use exec_fixture::{airlock, fixture, scripted_command};
+use proc_tree::*;
 
 fn start_run(home: &Path, model: &ScriptedModel, session: &str) -> Child {
-    Command::new(airlock_bin())
-        .env("AIRLOCK_HOME", home)
-        .env("AIRLOCK_PROVIDER", "openai")
-        .env(
-            "AIRLOCK_MODEL",
-            airlock_agent::scripted::SCRIPTED_MODEL_NAME,
-        )
-        .env(
-            "AIRLOCK_BASE_URL",
-            model.base_url(airlock_agent::provider::ProviderKind::Openai),
-        )
-        .env("AIRLOCK_API_KEY", "sk-scripted-test-key")
+    scripted_command(home, model)
         .args(["run", "--json", "--session", session, "Run the long job"])
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
-}
-
-/// `(state, ppid, starttime)` from `/proc/<pid>/stat`.
-fn stat(pid: u32) -> Option<(char, u32, u64)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest: Vec<&str> = s[s.rfind(')')? + 1..].split_whitespace().collect();
-    Some((
-        rest.first()?.chars().next()?,
-        rest.get(1)?.parse().ok()?,
-        rest.get(19)?.parse().ok()?,
-    ))
-}
-
-fn comm(pid: u32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .unwrap_or_default()
-        .trim()
-        .to_string()
-}
-
-fn live(pid: u32) -> bool {
-    matches!(stat(pid), Some((s, _, _)) if s != 'Z' && s != 'X')
-}
-
-fn all_pids() -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
-        .collect()
-}
-
-/// `root` and every descendant, with start times.
-fn process_tree(root: u32) -> BTreeMap<u32, u64> {
-    let parents: Vec<(u32, u32, u64)> = all_pids()
-        .into_iter()
-        .filter_map(|p| stat(p).map(|(_, ppid, st)| (p, ppid, st)))
-        .collect();
-    let mut tree = BTreeMap::new();
-    if let Some((_, _, st)) = stat(root) {
-        tree.insert(root, st);
-    }
-    loop {
-        let before = tree.len();
-        for (pid, ppid, st) in &parents {
-            if tree.contains_key(ppid) {
-                tree.insert(*pid, *st);
-            }
-        }
-        if tree.len() == before {
-            return tree;
-        }
-    }
 }
 
 /// Live processes whose PID namespace is `ns` (as `readlink /proc/<pid>/ns/pid` says).
@@ -239,7 +166,7 @@ async fn kill_during_a_long_command_stops_the_run_and_leaves_nothing_behind() {
     // No process of the sandbox is left: not in the helper's tree, not in its namespace.
     let left: Vec<_> = tree
         .iter()
-        .filter(|(p, st)| matches!(stat(**p), Some((s, _, t)) if t == **st && s != 'Z' && s != 'X'))
+        .filter(|(p, st)| still_running(**p, **st))
         .map(|(p, _)| (*p, comm(*p)))
         .collect();
     assert!(

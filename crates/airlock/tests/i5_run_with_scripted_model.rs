@@ -9,9 +9,8 @@ use airlock_agent::scripted::{ScriptedModel, Step};
 use airlock_store::{ApprovalStore, NewSession, SessionStore, SqliteStore, Timestamp};
 use serde_json::Value;
 
-#[allow(dead_code)]
 mod exec_fixture;
-use exec_fixture::{airlock_bin, fixture};
+use exec_fixture::{airlock_bin, airlock_run, fixture, report};
 
 /// A session created ahead of the run, so its workspace can hold files for the task.
 fn session_with_files(home: &Path, files: &[(&str, &str)]) -> (String, PathBuf) {
@@ -29,39 +28,6 @@ fn session_with_files(home: &Path, files: &[(&str, &str)]) -> (String, PathBuf) 
         std::fs::set_permissions(ws.join(name), std::fs::Permissions::from_mode(0o644)).unwrap();
     }
     (s.id().to_string(), ws)
-}
-
-/// Run `airlock run --json` against `model` in a child process, off the async runtime.
-async fn airlock_run(home: &Path, model: &ScriptedModel, args: &[&str]) -> Output {
-    let mut cmd = std::process::Command::new(airlock_bin());
-    cmd.env("AIRLOCK_HOME", home)
-        .env("AIRLOCK_PROVIDER", "openai")
-        .env(
-            "AIRLOCK_MODEL",
-            airlock_agent::scripted::SCRIPTED_MODEL_NAME,
-        )
-        .env(
-            "AIRLOCK_BASE_URL",
-            model.base_url(airlock_agent::provider::ProviderKind::Openai),
-        )
-        .env("AIRLOCK_API_KEY", "sk-scripted-test-key")
-        .arg("run")
-        .arg("--json")
-        .args(args)
-        .stdin(Stdio::null());
-    tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap()
-}
-
-fn report(o: &Output) -> Value {
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {stdout}\nstderr: {}",
-            String::from_utf8_lossy(&o.stderr)
-        )
-    })
 }
 
 /// I4: opening the session workspace to the sandbox uid (under root) must not open the

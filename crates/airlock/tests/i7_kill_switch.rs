@@ -14,16 +14,9 @@ use airlock_store::{
 };
 
 mod exec_fixture;
-use exec_fixture::{airlock_bin, fixture, Fixture};
-
-fn airlock(home: &Path, args: &[&str]) -> Output {
-    Command::new(airlock_bin())
-        .env("AIRLOCK_HOME", home)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
+mod proc_tree;
+use exec_fixture::{airlock, airlock_bin, fixture, Fixture};
+use proc_tree::*;
 
 fn start_exec(f: &Fixture, cmd: &str) -> Child {
     Command::new(airlock_bin())
@@ -35,56 +28,6 @@ fn start_exec(f: &Fixture, cmd: &str) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
-}
-
-/// `(state, ppid, starttime)` of a process from `/proc/<pid>/stat`.
-fn stat(pid: u32) -> Option<(char, u32, u64)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest: Vec<&str> = s[s.rfind(')')? + 1..].split_whitespace().collect();
-    Some((
-        rest.first()?.chars().next()?,
-        rest.get(1)?.parse().ok()?,
-        rest.get(19)?.parse().ok()?,
-    ))
-}
-
-fn comm(pid: u32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .unwrap_or_default()
-        .trim()
-        .to_string()
-}
-
-/// Every descendant of `root` (and `root`), with its start time, by scanning /proc.
-fn process_tree(root: u32) -> BTreeMap<u32, u64> {
-    let mut parents = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        if let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) {
-            if let Some((_, ppid, start)) = stat(pid) {
-                parents.push((pid, ppid, start));
-            }
-        }
-    }
-    let mut tree = BTreeMap::new();
-    if let Some((_, _, start)) = stat(root) {
-        tree.insert(root, start);
-    }
-    loop {
-        let before = tree.len();
-        for (pid, ppid, start) in &parents {
-            if tree.contains_key(ppid) {
-                tree.insert(*pid, *start);
-            }
-        }
-        if tree.len() == before {
-            return tree;
-        }
-    }
-}
-
-/// Still a live process (same pid and start time, not a zombie)?
-fn still_running(pid: u32, start: u64) -> bool {
-    matches!(stat(pid), Some((s, _, st)) if st == start && s != 'Z' && s != 'X')
 }
 
 /// Wait until the run dir of a started exec names its sandbox helper; returns the session

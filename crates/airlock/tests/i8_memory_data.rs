@@ -4,7 +4,6 @@
 //! The real `airlock` binary and store, with the scripted model on loopback.
 
 use std::path::Path;
-use std::process::{Output, Stdio};
 
 use airlock_agent::scripted::{ScriptedModel, Step};
 use airlock_store::{
@@ -13,51 +12,13 @@ use airlock_store::{
 };
 use serde_json::Value;
 
-#[allow(dead_code)]
 mod exec_fixture;
-use exec_fixture::{airlock_bin, fixture};
+use exec_fixture::{airlock, fixture, report_ok};
 
+/// `airlock run --json PROMPT` against `model`, which must succeed; its report.
 async fn airlock_run(home: &Path, model: &ScriptedModel, prompt: &str) -> Value {
-    let mut cmd = std::process::Command::new(airlock_bin());
-    cmd.env("AIRLOCK_HOME", home)
-        .env("AIRLOCK_PROVIDER", "openai")
-        .env(
-            "AIRLOCK_MODEL",
-            airlock_agent::scripted::SCRIPTED_MODEL_NAME,
-        )
-        .env(
-            "AIRLOCK_BASE_URL",
-            model.base_url(airlock_agent::provider::ProviderKind::Openai),
-        )
-        .env("AIRLOCK_API_KEY", "sk-scripted-test-key")
-        .args(["run", "--json", "--approval-timeout", "1", prompt])
-        .stdin(Stdio::null());
-    let o = tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    let r: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {stdout}\nstderr: {}",
-            String::from_utf8_lossy(&o.stderr)
-        )
-    });
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{r:#}\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    r
-}
-
-fn airlock(home: &Path, args: &[&str]) -> Output {
-    std::process::Command::new(airlock_bin())
-        .env("AIRLOCK_HOME", home)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+    let args = ["--approval-timeout", "1", prompt];
+    report_ok(&exec_fixture::airlock_run(home, model, &args).await)
 }
 
 /// The JSON body of the first `<memory-data>` block in a tool result.

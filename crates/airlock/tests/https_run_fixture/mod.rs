@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 
 use airlock_agent::scripted::ScriptedModel;
 use airlock_proxy::{NetRule, NetRules};
-use serde_json::Value;
 
-use crate::exec_fixture::airlock_bin;
+pub use crate::exec_fixture::report;
+use crate::exec_fixture::scripted_command;
 
 /// A loopback HTTPS server whose certificate (for the IP 127.0.0.1) comes from a fresh
 /// test CA. It records `METHOD path` of every request it receives.
@@ -140,19 +140,8 @@ pub async fn airlock_run(
     approval_timeout_secs: u64,
 ) -> Output {
     let timeout = approval_timeout_secs.to_string();
-    let mut cmd = std::process::Command::new(airlock_bin());
-    cmd.env("AIRLOCK_HOME", home)
-        .env("AIRLOCK_PROVIDER", "openai")
-        .env(
-            "AIRLOCK_MODEL",
-            airlock_agent::scripted::SCRIPTED_MODEL_NAME,
-        )
-        .env(
-            "AIRLOCK_BASE_URL",
-            model.base_url(airlock_agent::provider::ProviderKind::Openai),
-        )
-        .env("AIRLOCK_API_KEY", "sk-scripted-test-key")
-        .env_remove("AIRLOCK_DEBUG_UPSTREAM_ROOTS")
+    let mut cmd = scripted_command(home, model);
+    cmd.env_remove("AIRLOCK_DEBUG_UPSTREAM_ROOTS")
         .args([
             "run",
             "--json",
@@ -167,15 +156,4 @@ pub async fn airlock_run(
     tokio::task::spawn_blocking(move || cmd.output().unwrap())
         .await
         .unwrap()
-}
-
-/// The run's JSON report.
-pub fn report(o: &Output) -> Value {
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {stdout}\nstderr: {}",
-            String::from_utf8_lossy(&o.stderr)
-        )
-    })
 }

@@ -31,6 +31,17 @@ fn put(id: Option<&str>, tier: Tier, record: MemoryRecord) -> MemoryWrite {
     }
 }
 
+/// One agent write that must succeed.
+fn write(
+    s: &SqliteStore,
+    ns: &Namespace,
+    w: MemoryWrite,
+    by: &WriteProvenance,
+    t: Timestamp,
+) -> MemoryVersion {
+    s.memory_write(ns, &w, by, t).unwrap()
+}
+
 fn forget(id: &str, tier: Tier) -> MemoryWrite {
     MemoryWrite {
         id: Some(id.into()),
@@ -51,29 +62,26 @@ fn versions_carry_provenance_and_forget_is_undoable() {
     let dir = tempfile::tempdir().unwrap();
     let s = open(dir.path());
     let a = ns("owner");
-    let v1 = s
-        .memory_write(
-            &a,
-            &put(None, Tier::Recall, note("first")),
-            &by("s-1", false),
-            at(0),
-        )
-        .unwrap();
+    let v1 = write(
+        &s,
+        &a,
+        put(None, Tier::Recall, note("first")),
+        &by("s-1", false),
+        at(0),
+    );
     let id = v1.record_id.clone();
-    let v2 = s
-        .memory_write(
-            &a,
-            &put(Some(&id), Tier::Recall, note("second")),
-            &by("s-2", true),
-            at(1),
-        )
-        .unwrap();
+    let v2 = write(
+        &s,
+        &a,
+        put(Some(&id), Tier::Recall, note("second")),
+        &by("s-2", true),
+        at(1),
+    );
     assert_eq!((v1.version, v2.version), (1, 2));
     assert!(v2.untrusted() && !v1.untrusted());
     assert_eq!(text_of(&s.memory_get(&a, &id).unwrap()), "second");
 
-    s.memory_write(&a, &forget(&id, Tier::Recall), &by("s-2", true), at(2))
-        .unwrap();
+    write(&s, &a, forget(&id, Tier::Recall), &by("s-2", true), at(2));
     assert!(matches!(
         s.memory_get(&a, &id),
         Err(StoreError::NotFound { .. })
@@ -94,10 +102,18 @@ fn versions_carry_provenance_and_forget_is_undoable() {
     assert_eq!(back.version, 4);
     assert_eq!(back.origin, VersionOrigin::Rollback);
     assert_eq!(text_of(&s.memory_get(&a, &id).unwrap()), "second");
+    // A tainted session wrote "second": restored by the operator, it is still untrusted
+    // (reading it must taint the reader), while the untainted "first" is trusted.
+    assert!(
+        back.untrusted(),
+        "a rollback does not vouch for what it restores"
+    );
+    assert!(s.memory_get(&a, &id).unwrap().untrusted());
     let first = s
         .operator_memory_rollback(&id, Some(1), "owner", at(4))
         .unwrap();
     assert_eq!(text_of(&first), "first");
+    assert!(!first.untrusted());
     assert!(s
         .operator_memory_rollback(&id, Some(99), "owner", at(5))
         .is_err());
@@ -270,13 +286,13 @@ fn held_changes_apply_only_when_approved() {
             at(5),
         )
         .unwrap();
-    s.memory_write(
+    write(
+        &s,
         &a,
-        &put(Some(&v.record_id), Tier::Pinned, note("water")),
+        put(Some(&v.record_id), Tier::Pinned, note("water")),
         &by("s-4", false),
         at(6),
-    )
-    .unwrap();
+    );
     let err = s
         .operator_memory_approve(&c3.id, "owner", at(7))
         .unwrap_err();
@@ -288,24 +304,23 @@ fn rollback_session_undoes_every_write_of_that_session() {
     let dir = tempfile::tempdir().unwrap();
     let s = open(dir.path());
     let a = ns("owner");
-    let good = s
-        .memory_write(
-            &a,
-            &put(None, Tier::Pinned, note("likes tea")),
-            &by("s-good", false),
-            at(0),
-        )
-        .unwrap();
+    let good = write(
+        &s,
+        &a,
+        put(None, Tier::Pinned, note("likes tea")),
+        &by("s-good", false),
+        at(0),
+    );
     // The poisoned session: changes an existing record, creates one, gets one approved,
     // and leaves one pending.
     let bad = by("s-bad", true);
-    s.memory_write(
+    write(
+        &s,
         &a,
-        &put(Some(&good.record_id), Tier::Pinned, note("likes poison")),
+        put(Some(&good.record_id), Tier::Pinned, note("likes poison")),
         &by("s-bad", false),
         at(1),
-    )
-    .unwrap();
+    );
     let created = s
         .memory_write(
             &a,
@@ -342,14 +357,13 @@ fn rollback_session_undoes_every_write_of_that_session() {
         )
         .unwrap();
     // Another session's write stays.
-    let other = s
-        .memory_write(
-            &a,
-            &put(None, Tier::Recall, note("unrelated")),
-            &by("s-other", false),
-            at(6),
-        )
-        .unwrap();
+    let other = write(
+        &s,
+        &a,
+        put(None, Tier::Recall, note("unrelated")),
+        &by("s-other", false),
+        at(6),
+    );
 
     let report = s
         .operator_memory_rollback_session("s-bad", "owner", at(7))
@@ -371,6 +385,59 @@ fn rollback_session_undoes_every_write_of_that_session() {
         .operator_memory_rollback_session("s-bad", "owner", at(8))
         .unwrap();
     assert_eq!(again, SessionRollback::default());
+}
+
+/// A hijacked session that rewrites a record more often than the retention limit keeps
+/// cannot push the owner's content out of reach of `rollback --session`.
+#[test]
+fn rollback_session_survives_a_session_that_outwrites_the_retention_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    let a = ns("owner");
+    let owners = write(
+        &s,
+        &a,
+        put(None, Tier::Pinned, note("likes tea")),
+        &by("s-owner", false),
+        at(0),
+    );
+    let bad = by("s-flood", false);
+    let created = write(
+        &s,
+        &a,
+        put(None, Tier::Recall, note("flood 0")),
+        &bad,
+        at(1),
+    );
+    for i in 1..=(MAX_VERSIONS_PER_RECORD + 5) {
+        for id in [&owners.record_id, &created.record_id] {
+            let tier = if id == &owners.record_id {
+                Tier::Pinned
+            } else {
+                Tier::Recall
+            };
+            write(
+                &s,
+                &a,
+                put(Some(id), tier, note(&format!("flood {i}"))),
+                &bad,
+                at(2),
+            );
+        }
+    }
+    // The retention limit did prune the flood's early versions.
+    let history = s.operator_memory_history(&owners.record_id).unwrap().items;
+    assert!(history.len() < MAX_VERSIONS_PER_RECORD as usize + 5);
+    let report = s
+        .operator_memory_rollback_session("s-flood", "owner", at(3))
+        .unwrap();
+    assert_eq!(report.restored.len(), 2, "{report:?}");
+    assert_eq!(
+        text_of(&s.memory_get(&a, &owners.record_id).unwrap()),
+        "likes tea"
+    );
+    // The record the flood created is forgotten, not left with flood content.
+    assert!(s.memory_get(&a, &created.record_id).is_err());
 }
 
 #[test]

@@ -113,8 +113,10 @@ pub struct MemoryVersion {
 
 impl MemoryVersion {
     /// True when the content came from a tainted session and no operator vouched for it.
+    /// Only an approved review vouches: a rollback restores content as it was, so content
+    /// a tainted session wrote stays untrusted when an operator brings it back.
     pub fn untrusted(&self) -> bool {
-        self.provenance.tainted && self.actor.is_none()
+        self.provenance.tainted && self.origin != VersionOrigin::Review
     }
 }
 

@@ -325,6 +325,8 @@ impl MemoryOperator for SqliteStore {
                     )
                     .optional()?
                     .flatten();
+                // No earlier version: the session created the record (retention keeps the
+                // version before each session's first write), and undoing it forgets it.
                 let target = match before {
                     Some(v) => version_at(tx, &record_id, v)?,
                     None => None,

@@ -153,8 +153,21 @@ pub(crate) fn append(
             params![rowid, r.search_text(), ns_key],
         )?;
     }
+    // Past the retention limit, old versions go, except each session's anchor: the version
+    // just before that session's first remaining write. `rollback --session` restores the
+    // anchor, so a session that writes a record more often than the limit allows cannot
+    // push the content it replaced out of reach; a session with no anchor created the
+    // record, and undoing it forgets the record.
     tx.execute(
-        "DELETE FROM memory_versions WHERE record_id = ?1 AND version <= ?2",
+        "DELETE FROM memory_versions WHERE record_id = ?1 AND version <= ?2
+           AND version NOT IN (
+             SELECT anchor FROM (
+               SELECT (SELECT max(p.version) FROM memory_versions p
+                       WHERE p.record_id = ?1 AND p.version < s.first) AS anchor
+               FROM (SELECT min(version) AS first FROM memory_versions
+                     WHERE record_id = ?1 AND origin <> 'rollback'
+                     GROUP BY session_id) s)
+             WHERE anchor IS NOT NULL)",
         params![new.record_id, version - MAX_VERSIONS_PER_RECORD],
     )?;
     Ok(MemoryVersion {

@@ -158,6 +158,14 @@ fn target_shape(action: &Action, config: &GateConfig) -> Result<(Value, String),
         }
         Action::NetRequest(n) => {
             let url = parse_url(&n.url).map_err(|e| not_scopable(e.to_string()))?;
+            // An encoded `/`, `\` or `.` may be decoded by the server into another path than
+            // the directory the pattern names (`/v1/items/..%2F..%2Fadmin`).
+            let lower = url.path.to_ascii_lowercase();
+            if ["%2f", "%5c", "%2e"].iter().any(|e| lower.contains(e)) {
+                return Err(not_scopable(
+                    "the path has an encoded `/`, `\\` or `.`".to_string(),
+                ));
+            }
             let dir = match url.path.rfind('/') {
                 Some(i) => url.path[..=i].to_string(),
                 None => "/".to_string(),
@@ -217,8 +225,13 @@ fn plain_argv(facts: &ShellFacts) -> Option<Vec<String>> {
         || cmd.dynamic_program
         || cmd.basename.is_empty()
         || !cmd.via.is_empty()
-        // A word that kept its source text has an expansion: its value is not known.
-        || cmd.args.iter().any(|a| a.contains('$') || a.contains('`'))
+        // A word that kept its source text has an expansion: its value is not known. Glob,
+        // brace and tilde characters are kept as written whether quoted or not, so `rm '*'`
+        // and `rm *` would look alike: such a command keeps its exact text instead.
+        || cmd
+            .args
+            .iter()
+            .any(|a| a.contains(['$', '`', '*', '?', '[', ']', '{', '}', '~']))
     {
         return None;
     }
@@ -325,6 +338,18 @@ mod tests {
             ASK
         )
         .is_err());
+        // A last segment that a server may decode into another directory is not scoped.
+        for encoded in [
+            "..%2F..%2Fadmin",
+            "..%2f..%2fadmin",
+            "x%5C..%5Cadmin",
+            "a%2E%2E",
+        ] {
+            let url = format!(
+                r#"{{"type":"net.request","method":"GET","url":"https://api.example.com/v1/items/{encoded}"}}"#
+            );
+            assert!(pattern(&url, ASK).is_err(), "{encoded}");
+        }
     }
 
     #[test]
@@ -383,6 +408,23 @@ mod tests {
             r#"{"type":"exec","command":"git push origin main > out","cwd":""}"#,
         ] {
             assert_ne!(base, pattern(other, ASK).unwrap(), "{other}");
+        }
+        // A quoted glob (or brace, or tilde) is not the expanding one.
+        let exec = |command: &str| {
+            pattern(
+                &serde_json::json!({"type": "exec", "command": command, "cwd": ""}).to_string(),
+                ASK,
+            )
+            .unwrap()
+        };
+        for (quoted, expanding) in [
+            ("rm '*'", "rm *"),
+            ("rm \\*.txt", "rm *.txt"),
+            ("ls '{a,b}'", "ls {a,b}"),
+            ("cat '~/x'", "cat ~/x"),
+            ("rm 'f?'", "rm f?"),
+        ] {
+            assert_ne!(exec(quoted), exec(expanding), "{quoted}");
         }
         // Structured commands keep their exact text.
         let piped = pattern(r#"{"type":"exec","command":"cat a | wc -l","cwd":""}"#, ASK).unwrap();

@@ -28,8 +28,6 @@ pub const MEMORY_TOOL_NAMES: [&str; 4] = [
 
 /// Results a search returns when the model does not say.
 const DEFAULT_SEARCH_LIMIT: usize = 5;
-/// Hex digits of the record's SHA-256 in a save's action key (`<id or new>#<digest>`).
-const KEY_DIGEST_CHARS: usize = 16;
 /// Longest search query kept in the Gate's action.
 const MAX_QUERY_BYTES: usize = 512;
 
@@ -166,14 +164,15 @@ pub fn plan(tool: &str, args: Value) -> Result<MemoryPlan, String> {
                     record_help(kind)
                 )
             })?;
-            // The key binds the content: two saves of different records are different
-            // actions (for the repeat breaker and the audit log), the same save is the same.
+            // The key binds the content (its whole SHA-256, so approvals and the repeat
+            // breaker cannot be collided): two saves of different records are different
+            // actions, the same save is the same. A create (`new#…`) and an overwrite of
+            // the record named `new` (`id:new#…`) never share a key.
             let digest = sha256_hex(body.as_bytes());
-            let key = format!(
-                "{}#{}",
-                a.id.as_deref().unwrap_or("new"),
-                &digest[..KEY_DIGEST_CHARS]
-            );
+            let key = match a.id.as_deref() {
+                Some(id) => format!("id:{id}#{digest}"),
+                None => format!("new#{digest}"),
+            };
             Ok(MemoryPlan::Save(MemoryWriteCall {
                 action: MemoryAction {
                     scope: tier.as_str().into(),
@@ -329,6 +328,14 @@ mod tests {
             ("pinned", "note")
         );
         assert!(w.action.key.starts_with("new#"), "{}", w.action.key);
+        // The whole digest, and an overwrite of a record named `new` is another action.
+        assert_eq!(w.action.key.len(), "new#".len() + 64);
+        let named_new = plan(
+            "memory_save",
+            json!({"id": "new", "tier": "pinned", "kind": "note", "record": {"text": "hi"}}),
+        )
+        .unwrap();
+        assert_ne!(named_new.action(), MemoryPlan::Save(w.clone()).action());
         let other = plan(
             "memory_save",
             json!({"tier": "pinned", "kind": "note", "record": {"text": "other"}}),

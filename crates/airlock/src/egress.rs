@@ -275,13 +275,13 @@ impl EgressBinding {
         audit: &Arc<Mutex<AuditLog>>,
         limits: airlock_store::ApprovalLimits,
         timeout: Duration,
+        gate_config: airlock_core::facts::GateConfig,
     ) -> Result<(), EgressError> {
         let setup = self
             .setup
             .as_mut()
             .ok_or_else(|| start_err("proxy", &"the binding was already served"))?;
-        let hook = QueueApprovals::new(&home.state, audit, limits, timeout)
-            .map_err(|e| EgressError::Start(format!("cannot open the approvals queue: {e}")))?;
+        let hook = QueueApprovals::new(&home.state, audit, limits, timeout, gate_config);
         setup.approvals = Some(Arc::new(hook));
         setup.limits.ask_timeout = timeout;
         Ok(())

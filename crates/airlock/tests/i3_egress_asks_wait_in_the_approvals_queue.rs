@@ -253,6 +253,53 @@ fn an_approved_request_goes_through_and_the_record_names_who_decided() {
     assert_verifies(&e.home);
 }
 
+/// A rule-scoped grant made on a proxy's ask lets a later run's request of the same shape
+/// (method, host, port, directory) through without asking; another directory still asks.
+#[test]
+fn a_rule_scoped_grant_answers_later_proxy_asks_of_the_same_shape() {
+    let e = env(60);
+    let mut child = e.exec_curl("/v1/first");
+    let req = e.pending(&mut child);
+    let ok = e.airlock(&[
+        "approvals",
+        "approve",
+        &req.id,
+        "--hash",
+        &req.payload_hash,
+        "--for",
+        "10m",
+        "--scope",
+        "rule",
+    ]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let (code, out, err) = finish(child);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    // Another run (another session), same directory: answered by the grant.
+    let (code, out, err) = finish(e.exec_curl("/v1/second"));
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(
+        out.contains("GET /v1/second") && out.contains("HTTP 200"),
+        "{out}\n{err}"
+    );
+    let asked = e
+        .audit()
+        .into_iter()
+        .filter(|r| r["kind"] == "approval_requested")
+        .count();
+    assert_eq!(asked, 1, "only the first request was queued");
+    // Another directory is another shape: it is held again.
+    let mut other = e.exec_curl("/v2/third");
+    let held = e.pending(&mut other);
+    assert!(held.payload.contains("/v2/third"), "{}", held.payload);
+    let _ = other.kill();
+    let _ = other.wait();
+    assert_verifies(&e.home);
+}
+
 #[test]
 fn no_answer_within_the_timeout_denies_with_a_403_naming_it() {
     let e = env(2);

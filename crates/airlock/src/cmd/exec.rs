@@ -105,21 +105,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
             binding.run_dir().display()
         )
     })?;
-    let preparing = {
-        let (profile_sb, cwd) = (profile_sb.clone(), cwd.display().to_string());
-        let hook = guard.spawn_hook();
-        std::thread::Builder::new()
-            .name("airlock-sandbox-prepare".into())
-            .spawn(move || -> anyhow::Result<PreparedRun> {
-                let sandbox = Sandbox::locate()?.on_spawn(hook);
-                Ok(sandbox.prepare(&profile_sb, &cwd, OutputMode::Inherit)?)
-            })?
-    };
-    let prepared = move || -> anyhow::Result<PreparedRun> {
-        preparing
-            .join()
-            .map_err(|_| anyhow::anyhow!("building the sandbox failed unexpectedly"))?
-    };
+    let mut preparing = Preparing::start(&profile_sb, &cwd, guard.spawn_hook())?;
 
     let gate = Arc::new(runtime::gate_for(&home, &cfg, profile, &workspace)?);
     let log = Arc::new(Mutex::new(runtime::open_audit(&home, &cfg)?));
@@ -131,6 +117,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         &log,
         cfg.approvals,
         std::time::Duration::from_secs(cfg.agent.approval_timeout_secs),
+        gate.config().clone(),
     )?;
     store
         .create_session(
@@ -162,7 +149,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
             if !d.policies.is_empty() {
                 eprintln!("  decided by: {}", d.policies.join(", "));
             }
-            drop(prepared());
+            drop(preparing.finish());
             close_log(log).ok();
             end_session(&store, &session.id);
             return Ok(EXIT_REFUSED);
@@ -181,7 +168,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
                     ),
                 );
                 eprintln!("airlock: not approved; the command did not run");
-                drop(prepared());
+                drop(preparing.finish());
                 close_log(log).ok();
                 end_session(&store, &session.id);
                 return Ok(EXIT_REFUSED);
@@ -200,7 +187,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
     let egress = match binding.serve(&session, gate.clone(), log.clone()) {
         Ok(e) => e,
         Err(e) => {
-            drop(prepared());
+            drop(preparing.finish());
             record_execution(&token, &session, &log, json!({"refused": e.to_string()}));
             close_log(log).ok();
             end_session(&store, &session.id);
@@ -209,7 +196,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
     };
     // A kill that came before the session was in the store found no run to stop.
     if let Err(e) = check_killed(&guard, &store, &session.id) {
-        drop(prepared());
+        drop(preparing.finish());
         record_execution(&token, &session, &log, json!({"refused": e.to_string()}));
         drop(egress);
         close_log(log).ok();
@@ -219,7 +206,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
     let status = run_prepared(
         &token,
         &profile_sb,
-        prepared(),
+        preparing.finish(),
         &session,
         &log,
         &egress,
@@ -236,6 +223,43 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
     close_log(log)?;
     end_session(&store, &session.id);
     status
+}
+
+/// The sandbox being built on its own thread while the Gate decides. Whichever way the run
+/// ends (an early error included), the thread is joined and an unused sandbox is torn
+/// down before the run's registration and proxy go away.
+struct Preparing(Option<std::thread::JoinHandle<anyhow::Result<PreparedRun>>>);
+
+impl Preparing {
+    fn start(
+        profile: &SandboxProfile,
+        cwd: &std::path::Path,
+        hook: impl Fn(u32) + Send + Sync + 'static,
+    ) -> std::io::Result<Preparing> {
+        let (profile, cwd) = (profile.clone(), cwd.display().to_string());
+        let handle = std::thread::Builder::new()
+            .name("airlock-sandbox-prepare".into())
+            .spawn(move || -> anyhow::Result<PreparedRun> {
+                let sandbox = Sandbox::locate()?.on_spawn(hook);
+                Ok(sandbox.prepare(&profile, &cwd, OutputMode::Inherit)?)
+            })?;
+        Ok(Preparing(Some(handle)))
+    }
+
+    /// Wait for the sandbox. A thread that panicked is an error, never a run.
+    fn finish(&mut self) -> anyhow::Result<PreparedRun> {
+        self.0
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("the sandbox was already taken"))?
+            .join()
+            .map_err(|_| anyhow::anyhow!("building the sandbox failed unexpectedly"))?
+    }
+}
+
+impl Drop for Preparing {
+    fn drop(&mut self) {
+        drop(self.finish());
+    }
 }
 
 /// The sandbox profile for a command in `workspace`, run from `cwd`, under the operator's

@@ -13,13 +13,15 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
+use airlock_agent::agent::grant_pattern;
 use airlock_audit::{AuditEvent, AuditLog};
+use airlock_core::facts::GateConfig;
 use airlock_core::gate::Approval;
 use airlock_core::Action;
 use airlock_proxy::{ApprovalHook, ApprovalRequest, BoxFuture};
 use airlock_store::{
     ApprovalError, ApprovalLimits, ApprovalPreview, ApprovalStatus, ApprovalStore, GrantLookup,
-    GrantStore, NewApproval, SqliteStore, StoreError, Timestamp,
+    GrantStore, NewApproval, SqliteStore, Timestamp,
 };
 use serde_json::json;
 
@@ -51,6 +53,9 @@ struct Shared {
     limits: ApprovalLimits,
     /// Lifetime of a queue entry; the proxy's ask timeout should be the same.
     timeout: Duration,
+    /// The run's Gate configuration, to find scoped grants (`approve --scope`) by the
+    /// same pattern the operator's grant was made with.
+    gate_config: GateConfig,
 }
 
 impl QueueApprovals {
@@ -61,16 +66,18 @@ impl QueueApprovals {
         audit: &Arc<Mutex<AuditLog>>,
         limits: ApprovalLimits,
         timeout: Duration,
-    ) -> Result<QueueApprovals, StoreError> {
-        Ok(QueueApprovals {
+        gate_config: GateConfig,
+    ) -> QueueApprovals {
+        QueueApprovals {
             shared: Arc::new(Shared {
                 store: OnceLock::new(),
                 state_dir: state_dir.to_path_buf(),
                 audit: Arc::downgrade(audit),
                 limits,
                 timeout,
+                gate_config,
             }),
-        })
+        }
     }
 }
 
@@ -187,11 +194,16 @@ impl Shared {
     /// A standing grant, or a new queue entry (audited as requested).
     fn create(&self, req: &ApprovalRequest, action: &Action) -> Option<Created> {
         let now = Timestamp::now();
+        // A grant for this exact payload, or a scoped one whose pattern this request has
+        // (as the agent loop looks them up).
+        let patterns: Vec<String> = grant_pattern(action, &req.policies, &self.gate_config)
+            .map(|p| vec![p.pattern])
+            .unwrap_or_default();
         let lookup = GrantLookup {
             session_id: &req.session,
             action_kind: action.kind(),
             action_hash: &req.action_hash,
-            patterns: &[],
+            patterns: &patterns,
         };
         let store = match self.store() {
             Ok(store) => store,

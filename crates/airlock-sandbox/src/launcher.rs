@@ -126,14 +126,16 @@ impl Sandbox {
     ) -> Result<PreparedRun, SandboxError> {
         let workspace = profile.validate()?;
         let cwd = profile.resolve_cwd(&workspace, cwd)?;
-        let plan = MountPlan::for_profile(profile, &workspace)?;
+        let mut plan = MountPlan::for_profile(profile, &workspace)?;
+        // The file's contents travel in the sealed memory file, not with the request.
+        let file_contents = plan.file_contents.take();
         let relay_socket = open_relay_socket(profile)?;
         let mut host = host_view(profile);
         host.relay_socket = relay_socket.as_ref().map(|(_, id)| *id);
         let (cgroup, cgroup_report) = RunCgroup::create(&profile.cgroup);
         let request = InitRequest {
             profile: profile.clone(),
-            plan: plan.clone(),
+            plan,
             workspace: workspace.clone(),
             cwd,
             cgroup: cgroup_report,
@@ -142,7 +144,7 @@ impl Sandbox {
         let (control, control_child) = UnixStream::pair()?;
         let (handshake, handshake_child) = UnixStream::pair()?;
         let relay_fd = relay_socket.as_ref().map(|(fd, _)| fd);
-        let file = plan.file_contents.as_deref().map(sealed_file).transpose()?;
+        let file = file_contents.as_deref().map(sealed_file).transpose()?;
         let mut child = self.spawn(
             profile,
             &control_child,
@@ -183,7 +185,7 @@ impl Sandbox {
             cgroup,
             status: None,
         };
-        match running.attest(&request, profile, &plan, &host) {
+        match running.attest(&request, profile, &request.plan, &host) {
             Ok(attestation) => Ok(PreparedRun::new(running, request, attestation)),
             Err(e) => {
                 running.abandon();

@@ -50,13 +50,11 @@ pub struct ExecOrder {
     /// Program and arguments; `argv[0]` is the absolute path executed unless `program`
     /// says otherwise.
     pub argv: Vec<String>,
-    /// Absolute path executed, when `argv[0]` is the name as typed (a command run without
-    /// the shell, see [`crate::direct_exec`]).
+    /// Absolute path executed, when `argv[0]` is the name as typed: a command run without
+    /// the shell (see [`crate::direct_exec`]), which also gets the `PWD` the shell would
+    /// have set.
     #[serde(default)]
     pub program: Option<String>,
-    /// Set `PWD` to the working directory, as the shell would have (a direct run).
-    #[serde(default)]
-    pub set_pwd: bool,
 }
 
 /// Host -> first stage.

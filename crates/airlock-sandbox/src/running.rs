@@ -106,12 +106,10 @@ impl PreparedRun {
             Some(direct) => ExecOrder {
                 argv: direct.argv,
                 program: Some(direct.program.display().to_string()),
-                set_pwd: true,
             },
             None => ExecOrder {
                 argv: vec!["/bin/sh".into(), "-c".into(), action.command.clone()],
                 program: None,
-                set_pwd: false,
             },
         };
         let mut running = self

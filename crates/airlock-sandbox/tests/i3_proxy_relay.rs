@@ -165,6 +165,40 @@ fn only_the_certificate_is_copied_in_read_only() {
     }
 }
 
+/// The proxy socket (fd 5) and the sealed file holding the CA bundle (fd 6) reach the
+/// relay and PID 1 only: the payload of a run that has both holds nothing but 0-2.
+#[test]
+fn the_payload_inherits_neither_the_proxy_socket_nor_the_ca_file() {
+    let (_d, ws) = workspace();
+    let proxy = echo_proxy();
+    let profile = relay_profile(&ws, &proxy);
+    // A plain command runs directly (no shell in between): `ls` lists its own descriptors,
+    // where the only one above 2 is the directory it is reading.
+    let out = run_in(&ws, &profile, "ls -l /proc/self/fd").unwrap();
+    assert_eq!(out.status, 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let fds: Vec<(u32, &str)> = text
+        .lines()
+        .filter_map(|l| {
+            let (name, target) = l.split_once(" -> ")?;
+            Some((name.rsplit(' ').next()?.parse().ok()?, target))
+        })
+        .collect();
+    assert!(fds.len() >= 3, "{text}");
+    for (fd, target) in &fds {
+        if *fd > 2 {
+            assert!(
+                target.starts_with("/proc/"),
+                "descriptor {fd} ({target}) leaked into the payload: {text}"
+            );
+        }
+        assert!(
+            !target.contains("memfd") && !target.contains("socket"),
+            "{fd} -> {target}: {text}"
+        );
+    }
+}
+
 #[test]
 fn a_socket_inside_the_workspace_or_missing_is_refused() {
     let (_d, ws) = workspace();

@@ -437,7 +437,7 @@ fn exec(request: &InitRequest, order: &ExecOrder) -> ExecError {
     let to_c = |s: &str| CString::new(s).map_err(|_| "argument contains a NUL byte".to_string());
     let argv: Result<Vec<CString>, String> = order.argv.iter().map(|a| to_c(a)).collect();
     let mut env = request.profile.env.clone();
-    if order.set_pwd {
+    if order.program.is_some() {
         env.insert("PWD".into(), request.cwd.display().to_string());
     }
     let env: Result<Vec<CString>, String> =

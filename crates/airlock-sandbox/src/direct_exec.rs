@@ -171,17 +171,24 @@ fn lookup(name: &str, path: &str) -> Option<PathBuf> {
     None
 }
 
-/// A regular executable file that starts with the ELF magic or `#!`.
+/// A regular executable file that starts with the ELF magic or `#!`. Opened first
+/// (non-blocking) and checked through the descriptor, so a FIFO swapped in after the
+/// lookup can never block the host.
 fn is_kernel_executable(file: &Path) -> bool {
     use std::io::Read;
-    match std::fs::metadata(file) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(file)
+    else {
+        return false;
+    };
+    match f.metadata() {
         Ok(meta) if meta.is_file() && meta.permissions().mode() & 0o111 != 0 => {}
         _ => return false,
     }
     let mut head = [0u8; 4];
-    let Ok(mut f) = std::fs::File::open(file) else {
-        return false;
-    };
     match f.read_exact(&mut head) {
         Ok(()) => head == *b"\x7fELF" || head.starts_with(b"#!"),
         Err(_) => false,
@@ -283,5 +290,17 @@ mod tests {
         assert!(!is_kernel_executable(&not_executable));
         assert!(is_kernel_executable(&with_shebang));
         assert!(is_kernel_executable(Path::new("/bin/true")));
+    }
+
+    /// A FIFO where a program was looked up is not executable, and checking it does not
+    /// block (it is opened non-blocking before anything else).
+    #[test]
+    fn a_fifo_is_not_a_program_and_does_not_block() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("prog");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o755)).unwrap();
+        std::fs::set_permissions(&fifo, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(!is_kernel_executable(&fifo));
     }
 }

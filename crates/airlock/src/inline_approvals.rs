@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use airlock_audit::{AuditEvent, AuditLog};
-use airlock_store::{ApprovalPreview, ApprovalRequest, ApprovalStore, ApproveRequest, Timestamp};
+use airlock_store::{
+    ApprovalPreview, ApprovalRequest, ApprovalStatus, ApprovalStore, ApproveRequest, Timestamp,
+};
 
 use crate::cmd::approvals::{escape_line, open_store, OPERATOR};
 use crate::home::Home;
@@ -31,13 +33,20 @@ const POLL: Duration = Duration::from_millis(100);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
     Approve,
-    Deny { reason: String },
+    Deny {
+        reason: String,
+    },
+    /// The request stopped waiting before an answer came (the session was killed, it was
+    /// decided elsewhere, or the watcher is stopping): nothing is recorded.
+    Withdrawn,
 }
 
 /// Whoever answers: a person at the terminal, or a fixed answer given on the command line.
 pub trait Approver: Send {
-    /// Answer `request`. Called on the watcher's thread while the loop waits.
-    fn answer(&mut self, request: &ApprovalRequest) -> Answer;
+    /// Answer `request`. Called on the watcher's thread while the loop waits. `waiting`
+    /// says whether the request still waits for this answer; an approver that takes time
+    /// asks it now and then and gives [`Answer::Withdrawn`] once it does not.
+    fn answer(&mut self, request: &ApprovalRequest, waiting: &dyn Fn() -> bool) -> Answer;
     /// How the answer was given, for the audit record (`terminal`, `command line`).
     fn via(&self) -> &'static str;
 }
@@ -86,7 +95,20 @@ impl InlineApprovals {
                         if req.session_id != session || !seen.insert(req.id.clone()) {
                             continue;
                         }
-                        let answer = approver.answer(&req);
+                        // Still pending and still watched: a kill cancels the request, and
+                        // the prompt for it must end rather than outlive the turn.
+                        let waiting = || {
+                            !stop2.load(Ordering::Acquire)
+                                && matches!(store.get_approval(&req.id),
+                                    Ok(r) if r.status == ApprovalStatus::Pending)
+                        };
+                        if !waiting() {
+                            continue;
+                        }
+                        let answer = approver.answer(&req, &waiting);
+                        if matches!(answer, Answer::Withdrawn) {
+                            continue;
+                        }
                         let via = approver.via();
                         answered.push(record(&store, &audit, &req, &answer, via));
                     }
@@ -155,6 +177,13 @@ fn record(
             "approval-denied",
             Some(reason.clone()),
         ),
+        Answer::Withdrawn => {
+            return Answered {
+                id: req.id.clone(),
+                approved: false,
+                error: Some("the request was withdrawn before an answer".into()),
+            }
+        }
     };
     let error = match result {
         Ok(()) => {
@@ -317,7 +346,7 @@ pub struct TerminalApprover {
 }
 
 impl Approver for TerminalApprover {
-    fn answer(&mut self, req: &ApprovalRequest) -> Answer {
+    fn answer(&mut self, req: &ApprovalRequest, waiting: &dyn Fn() -> bool) -> Answer {
         use std::io::Write;
         for l in describe(req) {
             say(&l);
@@ -333,14 +362,19 @@ impl Approver for TerminalApprover {
                 + Duration::from_millis(
                     (req.expires_at.as_unix_ms() - Timestamp::now().as_unix_ms()).max(0) as u64,
                 );
-            let line = match self.lines.next_line_before(Some(deadline)) {
-                Line::Text(l) => l,
-                Line::End => {
+            let line = match self.next_line_while(deadline, waiting) {
+                None => {
+                    say("");
+                    say("  (no longer waiting for an answer)");
+                    return Answer::Withdrawn;
+                }
+                Some(Line::Text(l)) => l,
+                Some(Line::End) => {
                     return Answer::Deny {
                         reason: "no answer: the terminal input ended".into(),
                     };
                 }
-                Line::TimedOut => {
+                Some(Line::TimedOut) => {
                     say("");
                     return Answer::Deny {
                         reason: "no answer before the request expired".into(),
@@ -377,6 +411,27 @@ impl Approver for TerminalApprover {
     }
 }
 
+impl TerminalApprover {
+    /// How often a prompt checks that its request still waits.
+    const RECHECK: Duration = Duration::from_millis(200);
+
+    /// The next line before `deadline`, or `None` as soon as `waiting` says the request
+    /// no longer waits.
+    fn next_line_while(&self, deadline: Instant, waiting: &dyn Fn() -> bool) -> Option<Line> {
+        loop {
+            let slice = (Instant::now() + Self::RECHECK).min(deadline);
+            match self.lines.next_line_before(Some(slice)) {
+                Line::TimedOut if slice < deadline => {
+                    if !waiting() {
+                        return None;
+                    }
+                }
+                line => return Some(line),
+            }
+        }
+    }
+}
+
 /// One line on stdout. A closed stdout (`airlock chat | head`) must not stop the watcher
 /// mid-answer, so write errors are ignored here; the main thread reports them.
 fn say(line: &str) {
@@ -391,7 +446,7 @@ pub struct FixedApprover {
 }
 
 impl Approver for FixedApprover {
-    fn answer(&mut self, req: &ApprovalRequest) -> Answer {
+    fn answer(&mut self, req: &ApprovalRequest, _waiting: &dyn Fn() -> bool) -> Answer {
         for l in describe(req) {
             say(&l);
         }
@@ -415,9 +470,8 @@ impl Approver for FixedApprover {
 mod tests {
     use super::*;
 
-    #[test]
-    fn what_the_operator_sees_cannot_carry_terminal_controls() {
-        let req = ApprovalRequest {
+    fn request(expires_in_ms: i64) -> ApprovalRequest {
+        ApprovalRequest {
             id: "a-1".into(),
             session_id: "s-1".into(),
             action_kind: "message.send".into(),
@@ -431,17 +485,60 @@ mod tests {
             reasons: vec!["after untrusted content".into()],
             policies: vec!["default.message.untraced-after-taint".into()],
             created_at: Timestamp::from_unix_ms(0),
-            expires_at: Timestamp::from_unix_ms(1000),
+            expires_at: Timestamp::from_unix_ms(Timestamp::now().as_unix_ms() + expires_in_ms),
             status: airlock_store::ApprovalStatus::Pending,
             decided_by: None,
             decided_at: None,
             note: None,
-        };
+        }
+    }
+
+    #[test]
+    fn what_the_operator_sees_cannot_carry_terminal_controls() {
+        let req = request(1000);
         let lines = describe(&req);
         let all = lines.join("\n");
         assert!(!all.contains('\u{1b}') && !all.contains('\r') && !all.contains('\u{202e}'));
         assert!(all.contains("to:      mallory\\u{1b}[2K\\rowner"), "{all}");
         assert!(all.contains("text:    line one\\nline two"), "{all}");
         assert!(all.contains("why held: after untrusted content"), "{all}");
+    }
+
+    /// A terminal with no answer coming, and the lines to feed one.
+    fn terminal() -> (TerminalApprover, std::sync::mpsc::Sender<String>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let lines = Arc::new(StdinLines {
+            rx: Mutex::new(rx),
+            echo: false,
+        });
+        (TerminalApprover { lines }, tx)
+    }
+
+    /// A kill (or any other end of the wait) ends the prompt at once, without an answer,
+    /// instead of holding the watcher until the request would have expired.
+    #[test]
+    fn a_prompt_ends_when_its_request_stops_waiting() {
+        let (mut approver, _keep_open) = terminal();
+        let req = request(60_000);
+        let withdrawn_at = Instant::now() + Duration::from_millis(300);
+        let started = Instant::now();
+        let answer = approver.answer(&req, &|| Instant::now() < withdrawn_at);
+        assert!(matches!(answer, Answer::Withdrawn));
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn a_prompt_still_waiting_takes_the_answer_typed() {
+        let (mut approver, tx) = terminal();
+        let req = request(60_000);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(450));
+            let _ = tx.send("y".into());
+        });
+        assert!(matches!(approver.answer(&req, &|| true), Answer::Approve));
     }
 }

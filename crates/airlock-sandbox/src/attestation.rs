@@ -416,6 +416,22 @@ impl Attestation {
             }
         }
         for m in &self.mounts {
+            // A copy, file or symlink of the plan is part of the root tmpfs: a mount there
+            // (say a bind of the host's /etc/passwd instead of the copy) is never expected.
+            let not_mounted = plan.steps.iter().find(|s| {
+                !s.is_mount()
+                    && s.target() == m.mount_point
+                    && !plan.mounts().any(|p| p.target() == m.mount_point)
+            });
+            if let Some(step) = not_mounted {
+                bad(format!(
+                    "{} is a mount ({}), but the plan puts a {} there in the read-only root and mounts nothing",
+                    m.mount_point.display(),
+                    m.fs_type,
+                    step.kind_name()
+                ));
+                continue;
+            }
             let covering = plan
                 .mounts()
                 .filter(|s| m.mount_point.starts_with(s.target()))

@@ -1,12 +1,12 @@
 //! The host side of a run: start the helper, send the request, check the attestation, give
 //! the go-ahead, enforce the timeout, collect the output and the exit status.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+pub(crate) mod spawn;
+
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use airlock_core::action::ExecAction;
 use airlock_core::Authorized;
@@ -15,12 +15,14 @@ use crate::attestation::{namespace_ids, HostView};
 use crate::cgroup::RunCgroup;
 use crate::error::SandboxError;
 use crate::host_support::usable_landlock_abi;
+use crate::init::{IDENTITY_GID_FLAG, IDENTITY_UID_FLAG};
 use crate::mount_plan::MountPlan;
 use crate::output::{pump, OutputCap, OutputMode, Stream};
 use crate::profile::SandboxProfile;
 use crate::protocol::{InitRequest, CONTROL_FD, FILE_FD, HANDSHAKE_FD, RELAY_FD};
 use crate::running::Running;
 pub use crate::running::{PreparedRun, RunOutcome};
+use spawn::{SpawnSpec, SpawnedChild};
 
 /// Name of the helper binary.
 pub const INIT_BINARY: &str = "airlock-sandbox-init";
@@ -201,65 +203,42 @@ impl Sandbox {
         handshake: &UnixStream,
         relay: Option<&OwnedFd>,
         file: Option<&OwnedFd>,
-    ) -> Result<std::process::Child, SandboxError> {
-        // Keep the helper and the sockets on descriptors >= 10 so that placing the sockets on
-        // 3 and 4 in the child never overwrites one of them.
+    ) -> Result<SpawnedChild, SandboxError> {
         let init = std::fs::File::open(&self.init).map_err(|e| SandboxError::Helper {
             message: format!("{}: {e}", self.init.display()),
             help: format!("check that {} is readable", self.init.display()),
         })?;
-        let init_fd = dup_high(init.as_raw_fd())?;
-        let control_fd = dup_high(control.as_raw_fd())?;
-        let handshake_fd = dup_high(handshake.as_raw_fd())?;
-        let relay_fd = relay.map(|r| dup_high(r.as_raw_fd())).transpose()?;
-        let file_fd = file.map(|f| dup_high(f.as_raw_fd())).transpose()?;
-        // Executed through /proc/self/fd so that a helper in a directory the sandbox uid
-        // cannot traverse (e.g. /root/.cargo/bin) still starts after the uid switch.
-        let mut cmd = Command::new(format!("/proc/self/fd/{}", init_fd.as_raw_fd()));
-        cmd.arg0(INIT_BINARY)
-            .env_clear()
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .current_dir("/");
+        let mut argv = vec![INIT_BINARY.to_string()];
         if nix::unistd::geteuid().is_root() {
-            // Root never runs the sandbox: the helper starts as the sandbox uid, with no
-            // supplementary groups (std drops them when switching away from root).
-            cmd.uid(profile.sandbox_uid).gid(profile.sandbox_gid);
+            // Root never runs the sandbox. posix_spawn cannot switch users, so the helper
+            // switches to these ids (and drops its supplementary groups) before it does
+            // anything else, and refuses to run as root without them.
+            for (flag, id) in [
+                (IDENTITY_UID_FLAG, profile.sandbox_uid),
+                (IDENTITY_GID_FLAG, profile.sandbox_gid),
+            ] {
+                argv.extend([flag.to_string(), id.to_string()]);
+            }
         }
-        let (c, h) = (control_fd.as_raw_fd(), handshake_fd.as_raw_fd());
-        let r = relay_fd.as_ref().map(|f| f.as_raw_fd());
-        let f = file_fd.as_ref().map(|f| f.as_raw_fd());
-        // SAFETY: the closure only calls dup2, which is async-signal-safe, and allocates
-        // nothing.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::dup2(c, CONTROL_FD) < 0 || libc::dup2(h, HANDSHAKE_FD) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if let Some(r) = r {
-                    if libc::dup2(r, RELAY_FD) < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                if let Some(f) = f {
-                    if libc::dup2(f, FILE_FD) < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                Ok(())
-            });
-        }
-        let child = cmd.spawn().map_err(|e| SandboxError::Helper {
+        let mut passed = vec![
+            (control.as_fd(), CONTROL_FD),
+            (handshake.as_fd(), HANDSHAKE_FD),
+        ];
+        passed.extend(relay.map(|r| (r.as_fd(), RELAY_FD)));
+        passed.extend(file.map(|f| (f.as_fd(), FILE_FD)));
+        spawn::spawn(&SpawnSpec {
+            program: &init,
+            argv,
+            passed,
+        })
+        .map_err(|e| SandboxError::Helper {
             message: format!("{}: {e}", self.init.display()),
             help: format!(
                 "check that {} is executable by uid {}",
                 self.init.display(),
-                host_uid(profile)
+                nix::unistd::geteuid()
             ),
-        })?;
-        drop((init_fd, control_fd, handshake_fd, relay_fd, file_fd, init));
-        Ok(child)
+        })
     }
 }
 
@@ -316,16 +295,6 @@ fn sealed_file(contents: &[u8]) -> Result<OwnedFd, SandboxError> {
         return Err(std::io::Error::last_os_error().into());
     }
     Ok(OwnedFd::from(file))
-}
-
-fn dup_high(fd: RawFd) -> Result<OwnedFd, SandboxError> {
-    // SAFETY: F_DUPFD_CLOEXEC on a live descriptor returns a new one we then own.
-    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };
-    if new < 0 {
-        return Err(std::io::Error::last_os_error().into());
-    }
-    // SAFETY: `new` was just created and is owned by nothing else.
-    Ok(unsafe { OwnedFd::from_raw_fd(new) })
 }
 
 pub(crate) fn setup_error(stage: String, message: String) -> SandboxError {

@@ -4,8 +4,12 @@
 //! prints it, `airlock-sandbox-init` executes it step by step, and the host checks the
 //! sandbox's `/proc/self/mountinfo` against it. Nothing about the filesystem layout lives
 //! anywhere else.
+//!
+//! Most host paths are read-only binds; small regular files of `/etc` are copies written
+//! into the sandbox's own root tmpfs instead ([`MountStep::Copy`], bounded by
+//! [`COPY_MAX_LEN`] and [`COPY_BUDGET`]), which saves a mount each. Copies are not mounts,
+//! and the attestation refuses a mount found at a copy's path.
 
-use std::fmt;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
@@ -14,50 +18,10 @@ use serde::{Deserialize, Serialize};
 use crate::error::SandboxError;
 use crate::profile::SandboxProfile;
 
-/// Entries of the host's `/etc` that ordinary programs need: user and group names, name
-/// resolution, the dynamic linker cache, TLS trust roots, locale and time zone, shell
-/// start-up files. Everything else in `/etc` (shadow, sudoers, ssh keys, service
-/// credentials) stays out.
-pub const ETC_ENTRIES: &[&str] = &[
-    "passwd",
-    "group",
-    "hosts",
-    "host.conf",
-    "resolv.conf",
-    "nsswitch.conf",
-    "gai.conf",
-    "ld.so.cache",
-    "ld.so.conf",
-    "ld.so.conf.d",
-    "ssl",
-    "ca-certificates",
-    "ca-certificates.conf",
-    "pki",
-    "crypto-policies",
-    "alternatives",
-    "localtime",
-    "timezone",
-    "locale.alias",
-    "locale.conf",
-    "default/locale",
-    "protocols",
-    "services",
-    "mime.types",
-    "magic",
-    "magic.mime",
-    "inputrc",
-    "bash.bashrc",
-    "profile",
-    "profile.d",
-    "shells",
-    "terminfo",
-    "os-release",
-    "lsb-release",
-    "debian_version",
-    "gitconfig",
-    "python3",
-    "perl",
-];
+mod display;
+mod etc;
+
+pub use etc::{COPY_BUDGET, COPY_MAX_LEN, COPY_MODE, ETC_ENTRIES, ROOT_TMPFS_BASE, ROOT_TMPFS_MAX};
 
 /// Top-level directories that are symlinks into `/usr` on merged-usr systems, and real
 /// directories (bound read-only) elsewhere.
@@ -124,6 +88,27 @@ pub enum MountStep {
         len: u64,
         mode: u32,
     },
+    /// A small host file copied into the sandbox's own (later read-only) root tmpfs instead
+    /// of being bound: the regular files among [`ETC_ENTRIES`].
+    ///
+    /// Not a mount: the attestation expects *no* mount at `target`. `airlock-sandbox-init`
+    /// makes the copy, inside its user namespace as the sandbox uid, so it reads only what
+    /// the sandbox uid may read (never the host process, which may be root). It resolves
+    /// `source` inside the host root like a read-only bind (absolute symlinks such as
+    /// `/etc/localtime -> /usr/share/zoneinfo/...` stay in the host root, magic links are
+    /// refused), opens it non-blocking without taking a controlling terminal, and accepts
+    /// only a regular file of at most `max_len` bytes: anything else refuses the run (the
+    /// helper never waits on a FIFO nor reads a device). An entry the sandbox uid cannot
+    /// read, or that vanished since the plan was made, is left out, as if the host had
+    /// none: a bind would have shown a file that fails with `EACCES`, and programs treat
+    /// an unreadable `/etc` file like a missing one. The copy gets `mode` (no write bits)
+    /// on a root that is read-only once built, so writes fail with `EACCES`/`EROFS`.
+    Copy {
+        source: PathBuf,
+        target: PathBuf,
+        max_len: u64,
+        mode: u32,
+    },
     /// `anchor/relative` bound onto itself, resolved below `anchor` without following any
     /// symlink and without leaving the anchor's mount.
     Rebind {
@@ -143,16 +128,34 @@ impl MountStep {
             | MountStep::Proc { target }
             | MountStep::Devpts { target }
             | MountStep::Symlink { target, .. }
-            | MountStep::File { target, .. } => target.clone(),
+            | MountStep::File { target, .. }
+            | MountStep::Copy { target, .. } => target.clone(),
             MountStep::Rebind {
                 anchor, relative, ..
             } => anchor.join(relative),
         }
     }
 
-    /// Whether this step produces a mount (symlinks and files do not).
+    /// The step's kind as `airlock doctor` prints it (`bind`, `copy`, …).
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            MountStep::Tmpfs { .. } => "tmpfs",
+            MountStep::Bind { .. } => "bind",
+            MountStep::Proc { .. } => "proc",
+            MountStep::Devpts { .. } => "devpts",
+            MountStep::Symlink { .. } => "symlink",
+            MountStep::File { .. } => "file",
+            MountStep::Copy { .. } => "copy",
+            MountStep::Rebind { .. } => "rebind",
+        }
+    }
+
+    /// Whether this step produces a mount (symlinks, files and copies do not).
     pub fn is_mount(&self) -> bool {
-        !matches!(self, MountStep::Symlink { .. } | MountStep::File { .. })
+        !matches!(
+            self,
+            MountStep::Symlink { .. } | MountStep::File { .. } | MountStep::Copy { .. }
+        )
     }
 
     /// Whether the mount this step produces must end up read-only.
@@ -164,7 +167,8 @@ impl MountStep {
             MountStep::Proc { .. }
             | MountStep::Devpts { .. }
             | MountStep::Symlink { .. }
-            | MountStep::File { .. } => false,
+            | MountStep::File { .. }
+            | MountStep::Copy { .. } => false,
         }
     }
 
@@ -203,15 +207,19 @@ impl MountPlan {
         Self::for_host_root(profile, workspace, Path::new("/"))
     }
 
+    /// [`MountPlan::for_profile`] for a host whose root directory is `host_root` (tests
+    /// build a fake one).
     fn for_host_root(
         profile: &SandboxProfile,
         workspace: &Path,
         host_root: &Path,
     ) -> Result<MountPlan, SandboxError> {
         let host = |p: &str| host_root.join(p.trim_start_matches('/'));
+        // The root tmpfs holds the /etc copies too: its size comes with them.
+        let etc = etc::etc_steps(host_root);
         let mut steps = vec![MountStep::Tmpfs {
             target: "/".into(),
-            size_bytes: 1 << 20,
+            size_bytes: etc.root_tmpfs_bytes,
             mode: 0o755,
             read_only: true,
         }];
@@ -230,16 +238,7 @@ impl MountPlan {
                 _ => {}
             }
         }
-        for entry in ETC_ENTRIES {
-            if let Ok(m) = std::fs::metadata(host(&format!("etc/{entry}"))) {
-                let node = if m.is_dir() {
-                    NodeKind::Dir
-                } else {
-                    NodeKind::File
-                };
-                steps.push(ro_bind(&format!("/etc/{entry}"), node));
-            }
-        }
+        steps.extend(etc.steps);
         steps.push(MountStep::Tmpfs {
             target: "/dev".into(),
             size_bytes: 64 << 10,
@@ -368,7 +367,7 @@ impl MountPlan {
     }
 }
 
-fn ro_bind(path: &str, node: NodeKind) -> MountStep {
+pub(crate) fn ro_bind(path: &str, node: NodeKind) -> MountStep {
     MountStep::Bind {
         source: path.into(),
         target: path.into(),
@@ -459,67 +458,6 @@ fn protected_steps(
         reason: RebindReason::Protected,
     }));
     Ok(steps)
-}
-
-impl fmt::Display for MountPlan {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{:<28} {:<10} {:<4} details", "path", "kind", "mode")?;
-        for step in &self.steps {
-            let target = step.target().display().to_string();
-            let mode = if !step.is_mount() {
-                "-"
-            } else if step.read_only() {
-                "ro"
-            } else {
-                "rw"
-            };
-            let (kind, details) = match step {
-                MountStep::Tmpfs {
-                    size_bytes, mode, ..
-                } => (
-                    "tmpfs",
-                    format!("size={size_bytes} mode={mode:o} nosuid,nodev"),
-                ),
-                MountStep::Bind {
-                    source,
-                    recursive,
-                    devices,
-                    ..
-                } => (
-                    "bind",
-                    format!(
-                        "from host {}{}{}",
-                        source.display(),
-                        if *recursive { ", recursive" } else { "" },
-                        if *devices {
-                            ", nosuid,noexec (device)"
-                        } else {
-                            ", nosuid,nodev"
-                        }
-                    ),
-                ),
-                MountStep::Proc { .. } => ("proc", "new instance for the pid namespace".into()),
-                MountStep::Devpts { .. } => ("devpts", "newinstance, ptmxmode=0666".into()),
-                MountStep::Symlink { points_to, .. } => {
-                    ("symlink", format!("-> {}", points_to.display()))
-                }
-                MountStep::File { len, mode, .. } => (
-                    "file",
-                    format!("{len} bytes, mode {mode:o}, in the read-only root"),
-                ),
-                MountStep::Rebind { reason, .. } => (
-                    "rebind",
-                    match reason {
-                        RebindReason::Protected => "protected path, no symlinks followed".into(),
-                        RebindReason::Pin => "pinned (cannot be renamed or removed)".into(),
-                        RebindReason::KernelInterface => "kernel interface".into(),
-                    },
-                ),
-            };
-            writeln!(f, "{target:<28} {kind:<10} {mode:<4} {details}")?;
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use crate::attestation::{Attestation, HostView};
 use crate::cgroup::RunCgroup;
 use crate::error::SandboxError;
 use crate::launcher::setup_error;
+use crate::launcher::spawn::SpawnedChild;
 use crate::mount_plan::MountPlan;
 use crate::output::OutputCap;
 use crate::profile::SandboxProfile;
@@ -154,7 +155,7 @@ pub(crate) struct Ended {
 
 /// A started helper: its channels, its output pumps and its cgroup.
 pub(crate) struct Running {
-    pub(crate) child: std::process::Child,
+    pub(crate) child: SpawnedChild,
     pub(crate) control: UnixStream,
     pub(crate) handshake: UnixStream,
     pub(crate) pumps: [Option<JoinHandle<Vec<u8>>>; 2],

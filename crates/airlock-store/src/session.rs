@@ -59,6 +59,10 @@ pub struct NewSession {
     pub principal: String,
     /// `owner` or `user`.
     pub role: String,
+    /// An existing directory the session works in, recorded as given: an `airlock exec`
+    /// run works in the operator's workspace and needs no directory of its own. `None`
+    /// creates a private `<state>/sessions/<id>/workspace`. Must be absolute.
+    pub workspace: Option<PathBuf>,
 }
 
 impl NewSession {
@@ -68,6 +72,7 @@ impl NewSession {
             id: None,
             principal: "owner".into(),
             role: "owner".into(),
+            workspace: None,
         }
     }
 }
@@ -80,7 +85,8 @@ pub struct SessionRecord {
     pub status: SessionStatus,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
-    /// `<state>/sessions/<id>/workspace`, created with mode 0700.
+    /// `<state>/sessions/<id>/workspace`, created with mode 0700, or the directory the
+    /// session was created with ([`NewSession::workspace`]).
     pub workspace: PathBuf,
 }
 

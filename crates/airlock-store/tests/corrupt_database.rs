@@ -17,6 +17,7 @@ fn two_sessions(dir: &std::path::Path) -> (SqliteStore, String, String) {
                     id: Some(id.into()),
                     principal: "owner".into(),
                     role: "owner".into(),
+                    workspace: None,
                 },
                 T0,
             )

@@ -129,6 +129,7 @@ fn workspace_is_created_private_under_the_state_dir() {
                 id: Some("work-1".into()),
                 principal: "owner".into(),
                 role: "owner".into(),
+                workspace: None,
             },
             T0,
         )
@@ -150,6 +151,7 @@ fn workspace_is_created_private_under_the_state_dir() {
             id: Some("work-1".into()),
             principal: "owner".into(),
             role: "owner".into(),
+            workspace: None,
         },
         T0,
     );
@@ -157,6 +159,60 @@ fn workspace_is_created_private_under_the_state_dir() {
         matches!(dup, Err(StoreError::SessionExists { .. })),
         "{dup:?}"
     );
+}
+
+#[test]
+fn a_named_workspace_is_recorded_as_given_and_nothing_is_created_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let operator = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let named = |id: &str, workspace: &std::path::Path| NewSession {
+        id: Some(id.into()),
+        principal: "owner".into(),
+        role: "owner".into(),
+        workspace: Some(workspace.to_path_buf()),
+    };
+    let rec = store
+        .create_session(&named("exec-1", operator.path()), T0)
+        .unwrap();
+    assert_eq!(rec.workspace, operator.path());
+    assert_eq!(
+        store.get_session("exec-1").unwrap().workspace,
+        operator.path()
+    );
+    assert!(
+        !dir.path().join("sessions/exec-1").exists(),
+        "a session with a named workspace needs no directory under the state dir"
+    );
+    assert_eq!(
+        std::fs::read_dir(operator.path()).unwrap().count(),
+        0,
+        "nothing is created in the operator's workspace"
+    );
+    store.finish_session("exec-1", T0).unwrap();
+    assert!(
+        operator.path().is_dir(),
+        "finishing leaves the workspace alone"
+    );
+
+    let err = store
+        .create_session(&named("exec-2", std::path::Path::new("relative/ws")), T0)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::InvalidInput {
+                field: "session workspace",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("absolute"), "{err}");
+    assert!(matches!(
+        store.get_session("exec-2"),
+        Err(StoreError::NotFound { .. })
+    ));
 }
 
 #[test]
@@ -169,6 +225,7 @@ fn session_ids_that_would_leave_the_sessions_directory_are_refused() {
                 id: Some(bad.into()),
                 principal: "owner".into(),
                 role: "owner".into(),
+                workspace: None,
             },
             T0,
         );

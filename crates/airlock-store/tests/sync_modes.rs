@@ -55,3 +55,44 @@ fn the_default_mode_still_syncs_every_commit() {
     // Closing the last default connection checkpoints and removes the log.
     assert!(!state.join(format!("{DATABASE_FILE}-wal")).exists());
 }
+
+/// Every process that opens the database first reads the whole write-ahead log to rebuild
+/// its index, and process-lifetime connections never checkpoint on close: the log must be
+/// checkpointed while it is still small, or each `airlock exec` reads more than the last.
+#[test]
+fn the_log_left_by_many_process_lifetime_runs_stays_small() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let wal = state.join(format!("{DATABASE_FILE}-wal"));
+    let mut ids = Vec::new();
+    for _ in 0..150 {
+        // One run: open, record the session, finish it, close.
+        let mut options = StoreOptions::new(&state);
+        options.sync = SyncMode::ProcessLifetime;
+        let store = SqliteStore::open_with(options).unwrap();
+        let s = store
+            .create_session(&NewSession::owner(), Timestamp::now())
+            .unwrap();
+        store.finish_session(&s.gate.id, Timestamp::now()).unwrap();
+        ids.push(s.gate.id);
+        drop(store);
+        let len = std::fs::metadata(&wal).unwrap().len();
+        assert!(
+            len < 512 * 1024,
+            "after {} runs the write-ahead log is {len} bytes",
+            ids.len()
+        );
+    }
+    // Nothing was lost to the checkpoints.
+    let store = SqliteStore::open(&state).unwrap();
+    for id in &ids {
+        assert_eq!(
+            store.get_session(id).unwrap().status,
+            SessionStatus::Finished
+        );
+    }
+    assert_eq!(
+        pragma(&state.join(DATABASE_FILE), "PRAGMA integrity_check"),
+        "ok"
+    );
+}

@@ -171,8 +171,8 @@ impl EgressSetup {
     }
 }
 
-/// A run's proxy socket, bound (with the run dir, the tokio runtime and the sandbox's CA
-/// bundle) before the Gate decides, so the sandbox can be built around it meanwhile.
+/// A run's proxy socket, bound (with the run dir and the sandbox's CA bundle) before the
+/// Gate decides, so the sandbox can be built around it meanwhile.
 /// Connections wait in the socket's backlog until [`EgressBinding::serve`] starts the
 /// proxy; dropping the binding instead removes the run dir.
 pub struct EgressBinding {
@@ -215,12 +215,6 @@ impl EgressBinding {
         sandbox_uid: u32,
     ) -> Result<EgressBinding, EgressError> {
         let socket = dir.join("proxy.sock");
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("airlock-egress")
-            .enable_all()
-            .build()
-            .map_err(|e| start_err("tokio runtime", &e))?;
         // The sandbox's CA file: Airlock's CA plus the trusted roots, so pass-through hosts
         // verify too; Airlock's CA alone while the bundle is over the sandbox's size limit.
         let bundle = airlock_proxy::ensure_ca_bundle(&home.config, &setup.extra_roots_pem)
@@ -255,7 +249,7 @@ impl EgressBinding {
             },
             placeholders: setup.placeholders.clone(),
             setup: Some(setup),
-            runtime: Some(runtime),
+            runtime: None,
             listener: Some(listener),
             dir: dir.to_path_buf(),
             secret_names,
@@ -265,6 +259,16 @@ impl EgressBinding {
     /// Route `profile` through this run's proxy: the relay, and the payload's environment.
     pub fn configure(&self, profile: &mut SandboxProfile) -> Result<(), EgressError> {
         route_through(&self.relay, &self.placeholders, &self.secret_names, profile)
+    }
+
+    /// Start the proxy's runtime (its worker threads) before [`EgressBinding::serve`],
+    /// which otherwise starts it: `airlock exec` does so once the sandbox is being built,
+    /// so that building the sandbox does not wait for the threads.
+    pub fn start_runtime(&mut self) -> Result<(), EgressError> {
+        if self.runtime.is_none() {
+            self.runtime = Some(proxy_runtime()?);
+        }
+        Ok(())
     }
 
     /// Hold the proxy's *ask* requests in the store's approvals queue (see
@@ -300,9 +304,12 @@ impl EgressBinding {
         gate: Arc<Gate>,
         audit: Arc<Mutex<AuditLog>>,
     ) -> Result<Egress, EgressError> {
-        let (Some(setup), Some(runtime), Some(listener)) =
-            (self.setup.take(), self.runtime.take(), self.listener.take())
-        else {
+        // Before the listener is taken: a binding that fails here still removes its dir.
+        let runtime = match self.runtime.take() {
+            Some(runtime) => runtime,
+            None => proxy_runtime()?,
+        };
+        let (Some(setup), Some(listener)) = (self.setup.take(), self.listener.take()) else {
             return Err(start_err("proxy", &"the binding was already served"));
         };
         let audit_holders = Arc::strong_count(&audit);
@@ -352,10 +359,20 @@ impl EgressBinding {
 impl Drop for EgressBinding {
     fn drop(&mut self) {
         // Never served: nothing else owns the run dir. (Once served, the Egress does.)
-        if self.runtime.is_some() {
+        if self.listener.is_some() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// The runtime one run's proxy serves on.
+fn proxy_runtime() -> Result<tokio::runtime::Runtime, EgressError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("airlock-egress")
+        .enable_all()
+        .build()
+        .map_err(|e| start_err("tokio runtime", &e))
 }
 
 fn start_err(what: &str, e: &dyn std::fmt::Display) -> EgressError {

@@ -60,6 +60,30 @@ fn runs_in_the_sandbox_and_passes_the_exit_status() {
 }
 
 #[test]
+fn the_run_is_a_session_working_in_the_operators_workspace_and_leaves_nothing_behind() {
+    let f = fixture();
+    // An empty workspace: finishing the run must not take it for a directory of its own.
+    let o = exec(&f, &[], "true");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(f.ws.is_dir(), "the operator's workspace is still there");
+    assert_eq!(std::fs::read_dir(&f.ws).unwrap().count(), 0);
+    let recs = audit_records(&f.home);
+    let exec_rec = recs.iter().find(|r| r["kind"] == "execution").unwrap();
+    let id = exec_rec["session"]
+        .as_str()
+        .expect("the record names its session");
+    let store = airlock_store::SqliteStore::open(f.home.join("state")).unwrap();
+    let session = airlock_store::SessionStore::get_session(&store, id).unwrap();
+    assert_eq!(session.workspace, f.ws.canonicalize().unwrap());
+    assert_eq!(session.status, airlock_store::SessionStatus::Finished);
+    let sessions_dir = f.home.join("state/sessions");
+    let leftovers: Vec<_> = std::fs::read_dir(&sessions_dir)
+        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
 fn a_denied_command_does_not_run() {
     let f = fixture();
     // A first run leaves the compiled policy in the config dir's cache; the forbid written

@@ -1,4 +1,5 @@
 use super::*;
+use crate::mount_plan::MountStep;
 use crate::profile::SandboxProfile;
 
 fn ids(id: u32) -> Ids {
@@ -191,6 +192,34 @@ fn recursive_binds_may_carry_read_only_submounts_only() {
     assert_eq!(att.verify(&profile, &plan, &host), vec![]);
     att.mounts.last_mut().unwrap().read_only = false;
     assert!(features(&att, &profile, &plan, &host).contains(&"mounts".to_string()));
+}
+
+#[test]
+fn a_mount_where_the_plan_copies_a_file_is_refused() {
+    let (_d, profile, plan, host, mut att) = fixture();
+    let copied = plan
+        .steps
+        .iter()
+        .find(|s| matches!(s, MountStep::Copy { .. }))
+        .expect("this host has small /etc files the plan copies")
+        .target();
+    assert!(plan.mounts().all(|s| s.target() != copied));
+    // What the plan used to do: a read-only bind of the host's file at the same place.
+    att.mounts.push(MountEntry {
+        mount_point: copied.clone(),
+        root: copied.clone(),
+        fs_type: "ext4".into(),
+        read_only: true,
+        options: "ro".into(),
+    });
+    let found = att.verify(&profile, &plan, &host);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].feature, "mounts");
+    let expected = format!(
+        "{} is a mount (ext4), but the plan puts a copy there",
+        copied.display()
+    );
+    assert!(found[0].detail.contains(&expected), "{found:?}");
 }
 
 #[test]

@@ -3,10 +3,12 @@
 //! Single-threaded by construction (nothing here spawns a thread): the kernel refuses
 //! `unshare(CLONE_NEWUSER)` to multi-threaded processes. Three processes:
 //!
-//! 1. **stage 0** (started by the host, in the host's namespaces): creates the user
-//!    namespace with a one-id identity map, unshares mount, pid, net, ipc, uts and cgroup
-//!    namespaces, forks PID 1, then relays: the host's kill command to PID 1, and PID 1's
-//!    exit status to the host.
+//! 1. **stage 0** (started by the host, in the host's namespaces): first resets what the
+//!    host's `posix_spawn` could not (module `clean_start`) and, when started as root,
+//!    switches to the sandbox's uid and gid or refuses to start (module `identity`); then
+//!    creates the user namespace with a one-id identity map, unshares mount, pid, net,
+//!    ipc, uts and cgroup namespaces, forks PID 1, then relays: the host's kill command to
+//!    PID 1, and PID 1's exit status to the host.
 //! 2. **PID 1** (the reaper): cannot be ptraced (not dumpable), dies with stage 0
 //!    (parent-death signal), brings up loopback, executes the mount plan and pivots, drops
 //!    every capability (bounding and ambient too) and sets no_new_privs, forks the payload
@@ -18,7 +20,9 @@
 //!    attestation to the host and waits for the host's verdict, which carries the command
 //!    to `execve`.
 
+mod clean_start;
 mod confine;
+mod identity;
 mod mounts;
 mod relay;
 mod sys;
@@ -33,11 +37,11 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult, Pid};
 
-use crate::attestation::RelayReport;
 use crate::protocol::{
     self, ExecOrder, HostCommand, InitRequest, PayloadMessage, StageMessage, Verdict, CONTROL_FD,
     FILE_FD, HANDSHAKE_FD, RELAY_FD,
 };
+pub use identity::{IDENTITY_GID_FLAG, IDENTITY_UID_FLAG};
 
 /// A failed setup step.
 #[derive(Debug)]
@@ -64,6 +68,16 @@ const EXIT_NOT_EXECUTABLE: i32 = 126;
 
 /// Entry point of the `airlock-sandbox-init` binary.
 pub fn main() -> ! {
+    // Nothing the host leaked may reach the sandbox (fd 5 is the proxy socket of a relay,
+    // fd 6 the contents of the plan's file; each is closed later when not needed).
+    if let Err(e) = clean_start::clean_start() {
+        eprintln!("airlock-sandbox-init: {e}");
+        std::process::exit(EXIT_SETUP_FAILED);
+    }
+    // Then: never go on as root (see [`identity`]).
+    if let Err(refusal) = identity::settle(std::env::args_os().skip(1)) {
+        refuse(refusal);
+    }
     // SAFETY: fcntl(F_GETFD) on integer fds only queries flags.
     let have_fds = unsafe {
         libc::fcntl(CONTROL_FD, libc::F_GETFD) >= 0 && libc::fcntl(HANDSHAKE_FD, libc::F_GETFD) >= 0
@@ -77,13 +91,29 @@ pub fn main() -> ! {
     std::process::exit(stage0())
 }
 
-fn stage0() -> i32 {
-    // Nothing the host leaked may reach the sandbox (fd 5 is the proxy socket of a relay,
-    // fd 6 the contents of the plan's file; each is closed below when not needed).
-    if let Err(e) = sys::close_from(FILE_FD as u32 + 1) {
-        eprintln!("airlock-sandbox-init: close_range: {e}");
-        return EXIT_SETUP_FAILED;
+/// Say why the helper does not start, on stderr and (when the host passed it) on the
+/// control channel, and exit without having read the request.
+fn refuse(refusal: identity::Refusal) -> ! {
+    let (message, help, code) = match refusal {
+        identity::Refusal::Usage(message) => (
+            message,
+            "this helper is started by the airlock sandbox library; run commands with `airlock exec -- <command>`".to_string(),
+            2,
+        ),
+        identity::Refusal::Identity { message, help } => (message, help, EXIT_SETUP_FAILED),
+    };
+    eprintln!("airlock-sandbox-init: refusing to start: {message}\nhelp: {help}");
+    // SAFETY: fcntl(F_GETFD) on an integer fd only queries flags.
+    if unsafe { libc::fcntl(CONTROL_FD, libc::F_GETFD) } >= 0 {
+        // SAFETY: fd 3 is the control socket the host passed; nothing else in this process
+        // owns it, and the process exits right after.
+        let mut control = unsafe { UnixStream::from_raw_fd(CONTROL_FD) };
+        report_stage_failure(&mut control, InitError::new("identity", message));
     }
+    std::process::exit(code)
+}
+
+fn stage0() -> i32 {
     // SAFETY: fd 3 is the control socket the host passed (checked in `main`); this is its
     // only owner in this process.
     let mut control = unsafe { UnixStream::from_raw_fd(CONTROL_FD) };
@@ -261,9 +291,11 @@ fn pid1(request: &InitRequest) -> ! {
         report_payload_failure(&mut handshake, e);
         std::process::exit(EXIT_SETUP_FAILED);
     }
-    let relay = match request.profile.relay() {
+    // The relay sets itself up while the payload confines itself; the payload reads its
+    // report before attesting.
+    let mut relay = match request.profile.relay() {
         Some(r) => match relay::start(request, r.port) {
-            Ok((_pid, report)) => Some(report),
+            Ok(pending) => Some(pending),
             Err(e) => {
                 report_payload_failure(&mut handshake, e);
                 std::process::exit(EXIT_SETUP_FAILED);
@@ -276,7 +308,7 @@ fn pid1(request: &InitRequest) -> ! {
     unsafe { libc::close(RELAY_FD) };
     // SAFETY: single-threaded process.
     let payload = match unsafe { fork() } {
-        Ok(ForkResult::Child) => run_payload(request, handshake, relay),
+        Ok(ForkResult::Child) => run_payload(request, handshake, relay.take()),
         Ok(ForkResult::Parent { child }) => child,
         Err(e) => {
             report_payload_failure(
@@ -286,7 +318,7 @@ fn pid1(request: &InitRequest) -> ! {
             std::process::exit(EXIT_SETUP_FAILED);
         }
     };
-    drop(handshake);
+    drop((handshake, relay));
     // Reap everything; leave when the payload is done (the kernel then kills the rest).
     loop {
         match waitpid(None::<Pid>, None) {
@@ -360,13 +392,17 @@ fn report_payload_failure(handshake: &mut UnixStream, e: InitError) {
 }
 
 /// The payload process. Never returns.
-fn run_payload(request: &InitRequest, mut handshake: UnixStream, relay: Option<RelayReport>) -> ! {
-    let attestation = confine_payload(request);
+fn run_payload(
+    request: &InitRequest,
+    mut handshake: UnixStream,
+    relay: Option<relay::PendingRelay>,
+) -> ! {
+    let attestation = confine_payload(request).and_then(|mut a| {
+        a.relay = relay.map(relay::PendingRelay::wait).transpose()?;
+        Ok(a)
+    });
     let attestation = match attestation {
-        Ok(mut a) => {
-            a.relay = relay;
-            a
-        }
+        Ok(a) => a,
         Err(e) => {
             report_payload_failure(&mut handshake, e);
             std::process::exit(EXIT_SETUP_FAILED);
@@ -449,6 +485,19 @@ fn exec(request: &InitRequest, order: &ExecOrder) -> ExecError {
         _ => return ExecError::Request("empty argv".into()),
     };
     let program = program.as_ref().unwrap_or(&argv[0]);
+    // The Rust runtime ignores SIGPIPE in this helper, and an ignored signal stays ignored
+    // across execve: give the command the default, so that a writer into a closed pipe
+    // ends as it would anywhere else.
+    // SAFETY: setting a signal's disposition to SIG_DFL installs no handler; this process
+    // is single-threaded and calls execve next.
+    if let Err(e) = unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGPIPE,
+            nix::sys::signal::SigHandler::SigDfl,
+        )
+    } {
+        return ExecError::Os(e);
+    }
     match nix::unistd::execve(program, &argv, &env) {
         Ok(never) => match never {},
         Err(e) => ExecError::Os(e),

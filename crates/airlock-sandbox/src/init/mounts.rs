@@ -5,7 +5,10 @@
 //! `/oldroot`, so absolute symlinks on the host (`/etc/resolv.conf -> /run/...`) resolve
 //! inside the host root and never in the staging area. Binds use the fd-based mount API
 //! (`open_tree` + `mount_setattr` + `move_mount`), so the read-only flag is applied to the
-//! whole detached tree before it becomes visible.
+//! whole detached tree before it becomes visible. Small `/etc` files are copied into the
+//! root tmpfs rather than bound ([`copy`]), through the same host-root resolution.
+
+mod copy;
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -111,6 +114,7 @@ pub fn build_root(plan: &MountPlan) -> Result<(), InitError> {
     )
     .map_err(|e| err("open", Path::new("/oldroot"), e))?;
 
+    let umask = copy::current_umask();
     let mut read_only_later: Vec<PathBuf> = Vec::new();
     for step in &plan.steps {
         let dst = at_newroot(&step.target());
@@ -196,6 +200,32 @@ pub fn build_root(plan: &MountPlan) -> Result<(), InitError> {
                     .map_err(|e| err("file", &dst, e))?;
                 std::io::Write::write_all(&mut file, &contents)
                     .map_err(|e| err("file", &dst, e))?;
+            }
+            MountStep::Copy {
+                source,
+                max_len,
+                mode,
+                ..
+            } => {
+                let stage = |e: &dyn std::fmt::Display| {
+                    InitError::new("copy host file", format!("{}: {e}", source.display()))
+                };
+                // Left out when the sandbox uid may not read it (see `MountStep::Copy`).
+                if let Some(file) =
+                    copy::open_host_file(&oldroot, source, *max_len).map_err(|e| stage(&e))?
+                {
+                    // The parent directory is made only when the create finds it missing
+                    // (the first copy into /etc): no `stat` of it for every other copy.
+                    let mut copied = file.copy_to(&dst, *mode, umask);
+                    if matches!(&copied, Err(copy::CopyError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound)
+                    {
+                        if let Some(parent) = dst.parent() {
+                            mkdirs(parent)?;
+                        }
+                        copied = file.copy_to(&dst, *mode, umask);
+                    }
+                    copied.map_err(|e| stage(&e))?;
+                }
             }
             MountStep::Rebind {
                 anchor,

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
-use nix::unistd::{fork, ForkResult, Pid};
+use nix::unistd::{fork, ForkResult};
 
 use super::{confine, InitError};
 use crate::attestation::{self, RelayReport};
@@ -31,13 +31,41 @@ pub const RELAY_NAME: &std::ffi::CStr = c"airlock-relay";
 const MAX_CONNECTIONS: usize = 256;
 /// Bytes buffered per direction of one connection.
 const BUFFER: usize = 64 << 10;
-/// How long PID 1 waits for the relay to report.
+/// How long the payload waits for the relay to report.
 const REPORT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Fork the relay and wait for its report. Called by PID 1 after the root is built and
-/// capabilities are dropped; the caller closes [`RELAY_FD`] afterwards.
-pub fn start(request: &InitRequest, port: u16) -> Result<(Pid, RelayReport), InitError> {
-    let (mut report_rx, report_tx) = UnixStream::pair()
+/// A relay that was forked and is setting itself up. Its report is read by the payload
+/// process, after the payload's own confinement, so that the two set up side by side
+/// rather than one after the other.
+pub struct PendingRelay {
+    report: UnixStream,
+}
+
+impl PendingRelay {
+    /// Wait for the relay's report: what it applied to itself, or why it could not start.
+    pub fn wait(self) -> Result<RelayReport, InitError> {
+        let mut report = self.report;
+        report
+            .set_read_timeout(Some(REPORT_TIMEOUT))
+            .map_err(|e| InitError::new("egress relay", e.to_string()))?;
+        let mut reader = BufReader::new(&mut report);
+        match protocol::recv::<Result<RelayReport, String>>(&mut reader) {
+            Ok(Some(Ok(report))) => Ok(report),
+            Ok(Some(Err(message))) => Err(InitError::new("egress relay", message)),
+            Ok(None) => Err(InitError::new(
+                "egress relay",
+                "the relay ended before reporting",
+            )),
+            Err(e) => Err(InitError::new("egress relay", format!("report: {e}"))),
+        }
+    }
+}
+
+/// Fork the relay. Called by PID 1 after the root is built and capabilities are dropped,
+/// before the payload is forked; the caller closes [`RELAY_FD`] afterwards. The report
+/// channel is close-on-exec, so it never reaches the payload's program.
+pub fn start(request: &InitRequest, port: u16) -> Result<PendingRelay, InitError> {
+    let (report_rx, report_tx) = UnixStream::pair()
         .map_err(|e| InitError::new("egress relay", format!("socketpair: {e}")))?;
     // SAFETY: the helper is single-threaded, so the child may run any code.
     match unsafe { fork() } {
@@ -45,21 +73,9 @@ pub fn start(request: &InitRequest, port: u16) -> Result<(Pid, RelayReport), Ini
             drop(report_rx);
             run(request, port, report_tx)
         }
-        Ok(ForkResult::Parent { child }) => {
+        Ok(ForkResult::Parent { .. }) => {
             drop(report_tx);
-            report_rx
-                .set_read_timeout(Some(REPORT_TIMEOUT))
-                .map_err(|e| InitError::new("egress relay", e.to_string()))?;
-            let mut reader = BufReader::new(&mut report_rx);
-            match protocol::recv::<Result<RelayReport, String>>(&mut reader) {
-                Ok(Some(Ok(report))) => Ok((child, report)),
-                Ok(Some(Err(message))) => Err(InitError::new("egress relay", message)),
-                Ok(None) => Err(InitError::new(
-                    "egress relay",
-                    "the relay ended before reporting",
-                )),
-                Err(e) => Err(InitError::new("egress relay", format!("report: {e}"))),
-            }
+            Ok(PendingRelay { report: report_rx })
         }
         Err(e) => Err(InitError::new("egress relay", format!("fork: {e}"))),
     }

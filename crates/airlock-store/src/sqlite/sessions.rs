@@ -170,7 +170,17 @@ impl SessionStore for SqliteStore {
         check_name("principal", &new.principal)?;
         check_name("role", &new.role)?;
         let session_dir = self.state_dir.join("sessions").join(&id);
-        let workspace = session_dir.join("workspace");
+        let workspace = match &new.workspace {
+            Some(dir) if dir.is_absolute() => dir.clone(),
+            Some(dir) => {
+                return Err(StoreError::invalid(
+                    "session workspace",
+                    format!("{} is not an absolute path", dir.display()),
+                    "give the workspace as an absolute path",
+                ))
+            }
+            None => session_dir.join("workspace"),
+        };
         let workspace_text = workspace.to_str().ok_or_else(|| {
             StoreError::invalid(
                 "state directory",
@@ -196,10 +206,13 @@ impl SessionStore for SqliteStore {
                 params![id, new.principal, new.role, now.as_unix_ms(), workspace_text, taint],
             )?;
             tx.execute("INSERT INTO session_budget (session_id) VALUES (?1)", [&id])?;
-            // Directories last: if they cannot be made, the insert rolls back.
-            ensure_private_dir(&self.state_dir.join("sessions"))?;
-            ensure_private_dir(&session_dir)?;
-            ensure_private_dir(&workspace)?;
+            // Directories last: if they cannot be made, the insert rolls back. A workspace
+            // the caller named is theirs: nothing is created or changed there.
+            if new.workspace.is_none() {
+                ensure_private_dir(&self.state_dir.join("sessions"))?;
+                ensure_private_dir(&session_dir)?;
+                ensure_private_dir(&workspace)?;
+            }
             Ok(())
         })?;
         Ok(SessionRecord {

@@ -106,11 +106,30 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         )
     })?;
     let mut preparing = Preparing::start(&profile_sb, &cwd, guard.spawn_hook())?;
+    binding.start_runtime()?;
+    preparing.wait_started();
 
-    let gate = Arc::new(runtime::gate_for(&home, &cfg, profile, &workspace)?);
-    let log = Arc::new(Mutex::new(runtime::open_audit(&home, &cfg)?));
-    // The run is a session in the store, so `airlock kill <id>` and `--all` find it.
-    let store = open_run_store(&home)?;
+    // The run is a session in the store, so `airlock kill <id>` and `--all` find it. The
+    // store is opened and the session recorded on a second thread while the Gate loads.
+    let recording = std::thread::Builder::new()
+        .name("airlock-session".into())
+        .spawn({
+            let (home, id, workspace) = (home.clone(), session_id.clone(), workspace.clone());
+            move || record_run_session(&home, id, workspace)
+        })?;
+    let loaded = runtime::gate_for(&home, &cfg, profile, &workspace)
+        .and_then(|gate| Ok((gate, runtime::open_audit(&home, &cfg)?)));
+    let store = recording
+        .join()
+        .map_err(|_| anyhow::anyhow!("recording the session failed unexpectedly"))??;
+    let (gate, log) = match loaded {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            end_session(&store, &session_id);
+            return Err(e);
+        }
+    };
+    let (gate, log) = (Arc::new(gate), Arc::new(Mutex::new(log)));
     // The proxy's *ask* requests wait in the approvals queue (`airlock approvals`).
     binding.queue_approvals(
         &home,
@@ -119,16 +138,6 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         std::time::Duration::from_secs(cfg.agent.approval_timeout_secs),
         gate.config().clone(),
     )?;
-    store
-        .create_session(
-            &NewSession {
-                id: Some(session_id.clone()),
-                principal: "owner".into(),
-                role: "owner".into(),
-            },
-            Timestamp::now(),
-        )
-        .map_err(|e| anyhow::anyhow!("cannot record session `{session_id}`: {e}"))?;
     let mut session = Session::new(session_id, "owner");
     // The operator typed this command: it is trusted input of the session.
     session.observe_trusted(&command);
@@ -183,7 +192,6 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
                 .map_err(|e| anyhow::anyhow!("{e}"))?
         }
     };
-
     let egress = match binding.serve(&session, gate.clone(), log.clone()) {
         Ok(e) => e,
         Err(e) => {
@@ -203,32 +211,74 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         end_session(&store, &session.id);
         return Err(e);
     }
-    let status = run_prepared(
+    let run = run_sandboxed(
         &token,
         &profile_sb,
         preparing.finish(),
         &session,
-        &log,
         &egress,
         &guard,
-    )
-    .map(|end| match end {
-        RunEnd::Killed => EXIT_KILLED,
-        RunEnd::Finished(o) => o.status,
-    });
+    );
     drop(guard);
-    if !egress.finish() {
+    // The process tree is gone, so nothing more can reach the proxy: it stops, and the
+    // session is marked finished, while the execution record is written and synced.
+    let (store, session_id) = (&store, &session.id);
+    let drained = std::thread::scope(|s| {
+        let finishing = s.spawn(move || {
+            let drained = egress.finish();
+            end_session(store, session_id);
+            drained
+        });
+        record_execution(&token, &session, &log, run.detail);
+        finishing.join().unwrap_or(false)
+    });
+    if !drained {
         eprintln!("airlock: warning: some egress records were still pending when the run ended");
     }
     close_log(log)?;
-    end_session(&store, &session.id);
-    status
+    run.end.map(|end| match end {
+        RunEnd::Killed => EXIT_KILLED,
+        RunEnd::Finished(o) => o.status,
+    })
 }
 
 /// The sandbox being built on its own thread while the Gate decides. Whichever way the run
 /// ends (an early error included), the thread is joined and an unused sandbox is torn
 /// down before the run's registration and proxy go away.
-struct Preparing(Option<std::thread::JoinHandle<anyhow::Result<PreparedRun>>>);
+struct Preparing {
+    thread: Option<std::thread::JoinHandle<anyhow::Result<PreparedRun>>>,
+    started: Arc<Started>,
+}
+
+/// Whether the sandbox's helper process was started (or the attempt is over).
+#[derive(Default)]
+struct Started {
+    done: Mutex<bool>,
+    changed: std::sync::Condvar,
+}
+
+impl Started {
+    fn set(&self) {
+        *self.done.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.changed.notify_all();
+    }
+
+    fn wait(&self) {
+        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        while !*done {
+            done = self.changed.wait(done).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// Marks [`Started`] when dropped: the thread's attempt is over, however it ended.
+struct StartedOnExit(Arc<Started>);
+
+impl Drop for StartedOnExit {
+    fn drop(&mut self) {
+        self.0.set();
+    }
+}
 
 impl Preparing {
     fn start(
@@ -237,18 +287,35 @@ impl Preparing {
         hook: impl Fn(u32) + Send + Sync + 'static,
     ) -> std::io::Result<Preparing> {
         let (profile, cwd) = (profile.clone(), cwd.display().to_string());
-        let handle = std::thread::Builder::new()
+        let started = Arc::new(Started::default());
+        let on_exit = StartedOnExit(started.clone());
+        let on_spawn = started.clone();
+        let thread = std::thread::Builder::new()
             .name("airlock-sandbox-prepare".into())
             .spawn(move || -> anyhow::Result<PreparedRun> {
-                let sandbox = Sandbox::locate()?.on_spawn(hook);
+                let _on_exit = on_exit;
+                let sandbox = Sandbox::locate()?.on_spawn(move |pid| {
+                    hook(pid);
+                    on_spawn.set();
+                });
                 Ok(sandbox.prepare(&profile, &cwd, OutputMode::Inherit)?)
             })?;
-        Ok(Preparing(Some(handle)))
+        Ok(Preparing {
+            thread: Some(thread),
+            started,
+        })
+    }
+
+    /// Wait until the helper process was started (or could not be). Starting it is the
+    /// step of the sandbox's build that suffers most from sharing the CPU: a process
+    /// created while both cores are busy can wait a whole time slice for one.
+    fn wait_started(&self) {
+        self.started.wait();
     }
 
     /// Wait for the sandbox. A thread that panicked is an error, never a run.
     fn finish(&mut self) -> anyhow::Result<PreparedRun> {
-        self.0
+        self.thread
             .take()
             .ok_or_else(|| anyhow::anyhow!("the sandbox was already taken"))?
             .join()
@@ -312,6 +379,25 @@ fn check_killed(guard: &RunGuard, store: &SqliteStore, id: &str) -> anyhow::Resu
     Ok(())
 }
 
+/// Open the run's store and record its session, working in the operator's `workspace`.
+fn record_run_session(home: &Home, id: String, workspace: PathBuf) -> anyhow::Result<SqliteStore> {
+    let store = open_run_store(home)?;
+    let new = NewSession {
+        id: Some(id),
+        principal: "owner".into(),
+        role: "owner".into(),
+        // The run works in the operator's workspace; it needs no directory of its own.
+        workspace: Some(workspace),
+    };
+    store.create_session(&new, Timestamp::now()).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot record session `{}`: {e}",
+            new.id.as_deref().unwrap_or("")
+        )
+    })?;
+    Ok(store)
+}
+
 /// The store for one run's session record. That record lives no longer than this process
 /// (it is how `airlock kill` finds the run), so its commits need not each wait for the
 /// disk: see [`SyncMode::ProcessLifetime`].
@@ -326,22 +412,13 @@ fn open_run_store(home: &Home) -> anyhow::Result<SqliteStore> {
     })
 }
 
-/// Mark the run's session finished (a killed one stays killed), and remove the session's
-/// workspace directory, which an exec run never uses (it runs in the operator's
-/// workspace); `remove_dir` leaves it alone should anything be in it.
+/// Mark the run's session finished (a killed one stays killed).
 pub(crate) fn end_session(store: &SqliteStore, id: &str) {
     match store.finish_session(id, Timestamp::now()) {
         Err(e) if !matches!(e, airlock_store::StoreError::SessionKilled { .. }) => {
             eprintln!("airlock: warning: session `{id}` could not be marked finished: {e}");
         }
         _ => {}
-    }
-    if let Ok(record) = store.get_session(id) {
-        if std::fs::remove_dir(&record.workspace).is_ok() {
-            if let Some(session_dir) = record.workspace.parent() {
-                let _ = std::fs::remove_dir(session_dir);
-            }
-        }
     }
 }
 
@@ -388,23 +465,41 @@ pub(crate) fn run_prepared(
     egress: &Egress,
     guard: &RunGuard,
 ) -> anyhow::Result<RunEnd> {
+    let run = run_sandboxed(token, profile, prepared, session, egress, guard);
+    record_execution(token, session, log, run.detail);
+    run.end
+}
+
+/// A sandboxed run that ended, with the detail of its execution record (not yet written).
+pub(crate) struct SandboxedRun {
+    pub detail: serde_json::Value,
+    pub end: anyhow::Result<RunEnd>,
+}
+
+/// Run an authorized command in its prepared sandbox (built from `profile`) and describe
+/// how it ended for its execution record, which the caller appends.
+pub(crate) fn run_sandboxed(
+    token: &Authorized<ExecAction>,
+    profile: &SandboxProfile,
+    prepared: anyhow::Result<PreparedRun>,
+    session: &Session,
+    egress: &Egress,
+    guard: &RunGuard,
+) -> SandboxedRun {
     let egress_detail = || {
         json!({"proxy": egress.proxy_url(), "socket": egress.socket_path(),
         "secrets": egress.secret_names(), "request_bytes": egress.egress_bytes()})
     };
     if guard.was_killed() {
         drop(prepared);
-        record_execution(
-            token,
-            session,
-            log,
-            json!({"outcome": "killed", "ran": false, "egress": egress_detail()}),
-        );
         eprintln!(
             "airlock: session {} was killed; the command did not run",
             session.id
         );
-        return Ok(RunEnd::Killed);
+        return SandboxedRun {
+            detail: json!({"outcome": "killed", "ran": false, "egress": egress_detail()}),
+            end: Ok(RunEnd::Killed),
+        };
     }
     let outcome = prepared.and_then(|p| Ok(p.run(token)?));
     guard.run_ended();
@@ -412,41 +507,38 @@ pub(crate) fn run_prepared(
         // The helper was SIGKILLed, so the launcher may report a broken protocol rather
         // than a status: the kill is the outcome either way.
         let status = outcome.as_ref().ok().map(|o| o.status);
-        record_execution(
-            token,
-            session,
-            log,
-            json!({"outcome": "killed", "killed_by": "operator", "status": status,
-                "egress": egress_detail()}),
-        );
         eprintln!(
             "airlock: session {} was killed by the operator; its whole process tree was killed",
             session.id
         );
-        return Ok(RunEnd::Killed);
+        return SandboxedRun {
+            detail: json!({"outcome": "killed", "killed_by": "operator", "status": status,
+                "egress": egress_detail()}),
+            end: Ok(RunEnd::Killed),
+        };
     }
-    let (detail, result) = match outcome {
+    match outcome {
         Ok(o) => {
-            let detail = json!({
-                "status": o.status, "timed_out": o.timed_out, "truncated": o.truncated,
-                "elapsed_ms": o.elapsed.as_millis() as u64, "attestation": o.attestation,
-                "weakened": profile.weakened.map(|w| w.name()), "egress": egress_detail(),
-            });
             if o.timed_out {
                 eprintln!(
                     "airlock: timed out after {} s; the whole process tree was killed",
                     profile.timeout_secs
                 );
             }
-            (detail, Ok(RunEnd::Finished(Box::new(o))))
+            SandboxedRun {
+                detail: json!({
+                    "status": o.status, "timed_out": o.timed_out, "truncated": o.truncated,
+                    "elapsed_ms": o.elapsed.as_millis() as u64, "attestation": o.attestation,
+                    "weakened": profile.weakened.map(|w| w.name()), "egress": egress_detail(),
+                }),
+                end: Ok(RunEnd::Finished(Box::new(o))),
+            }
         }
-        Err(e) => (
-            json!({"refused": e.to_string(), "egress": egress_detail()}),
-            Err(anyhow::anyhow!("{e}")),
-        ),
-    };
-    record_execution(token, session, log, detail);
-    result
+        Err(e) => SandboxedRun {
+            detail: json!({"refused": e.to_string(), "egress": egress_detail()}),
+            end: Err(anyhow::anyhow!("{e}")),
+        },
+    }
 }
 
 /// Append the execution record of an authorized command.

@@ -107,6 +107,8 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
     })?;
     let mut preparing = Preparing::start(&profile_sb, &cwd, guard.spawn_hook())?;
     binding.start_runtime()?;
+    // The Gate loads once the helper process has started, not beside its start (see
+    // `Preparing::wait_started`).
     preparing.wait_started();
 
     // The run is a session in the store, so `airlock kill <id>` and `--all` find it. The

@@ -14,11 +14,11 @@
 //!    every capability (bounding and ambient too) and sets no_new_privs, forks the payload
 //!    and reaps until the payload exits; its exit ends every process in the namespace.
 //!    When the profile has a relay to the egress proxy, PID 1 first forks it (see
-//!    [`relay`]) and waits for its report, which joins the payload's attestation.
+//!    [`relay`]); the relay sets itself up while the payload confines itself.
 //! 3. **the payload**: `setsid`, parent-death signal, working directory, rlimits, Landlock,
-//!    seccomp (last), then reads back its confinement from the kernel, sends the
-//!    attestation to the host and waits for the host's verdict, which carries the command
-//!    to `execve`.
+//!    seccomp (last), then reads back its confinement from the kernel, adds the relay's
+//!    report to it, sends the attestation to the host and waits for the host's verdict,
+//!    which carries the command to `execve` (with SIGPIPE back at its default).
 
 mod clean_start;
 mod confine;

@@ -13,7 +13,7 @@ pub(crate) fn write_private_atomic(path: &Path, bytes: &[u8]) -> std::io::Result
 
 /// Write `bytes` to `path` atomically with `mode`. The temporary name is unique per
 /// process and call, so concurrent writers (runs starting together) never share one.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;

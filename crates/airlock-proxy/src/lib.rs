@@ -4,6 +4,7 @@
 //! `docs/` and [`server::Proxy`] for how a run starts one.
 pub mod cedar;
 mod fsutil;
+pub use fsutil::write_atomic;
 pub mod rules;
 
 pub use cedar::{rules_to_cedar, RULES_POLICY_NAME};

@@ -210,6 +210,7 @@ impl Sandbox {
         })?;
         let mut argv = vec![INIT_BINARY.to_string()];
         if nix::unistd::geteuid().is_root() {
+            check_root_may_run(&init, &self.init)?;
             // Root never runs the sandbox. posix_spawn cannot switch users, so the helper
             // switches to these ids (and drops its supplementary groups) before it does
             // anything else, and refuses to run as root without them.
@@ -240,6 +241,30 @@ impl Sandbox {
             ),
         })
     }
+}
+
+/// A root host starts the helper as root (it switches to the sandbox uid itself), so the
+/// file it executes must be root's alone: owned by root, writable by no one else, and
+/// without set-id bits. The descriptor checked is the one executed (`/proc/self/fd/N`).
+fn check_root_may_run(init: &std::fs::File, path: &Path) -> Result<(), SandboxError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = init.metadata()?;
+    let mode = meta.mode();
+    if meta.uid() != 0 || mode & 0o022 != 0 || mode & 0o6000 != 0 {
+        return Err(SandboxError::Helper {
+            message: format!(
+                "{} is owned by uid {} with mode {:o}: a root host runs only a helper that root owns and no one else can write",
+                path.display(),
+                meta.uid(),
+                mode & 0o7777
+            ),
+            help: format!(
+                "chown root:root {p} && chmod 0755 {p}",
+                p = path.display()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The proxy socket's `O_PATH` descriptor with its device and inode.

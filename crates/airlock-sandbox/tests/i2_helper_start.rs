@@ -224,7 +224,46 @@ fn a_root_callers_helper_holds_nothing_of_root() {
         .flat_map(|a| [a.as_bytes(), b"\0"].concat())
         .collect();
     assert_eq!(cmdline, expected);
+    // Not dumpable: its /proc entries belong to root, so no host process of the sandbox's
+    // uid can ptrace it or take the control channel from it.
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::metadata(format!("/proc/{pid}/fd")).unwrap().uid();
+    assert_eq!(owner, 0, "/proc/{pid}/fd belongs to uid {owner}");
     drop(prepared);
+}
+
+/// A root host starts the helper as root (it switches itself), so it runs only a helper
+/// file that root owns and no one else can write.
+#[test]
+fn a_root_host_refuses_a_helper_someone_else_could_have_written() {
+    if !common::is_root() {
+        return;
+    }
+    use std::os::unix::fs::chown;
+    let (_d, ws) = common::workspace();
+    let dir = tempfile::tempdir().unwrap();
+    let helper = dir.path().join("airlock-sandbox-init");
+    std::fs::copy(env!("CARGO_BIN_EXE_airlock-sandbox-init"), &helper).unwrap();
+    let prepare = |helper: &Path| {
+        Sandbox::with_init(helper.to_path_buf()).unwrap().prepare(
+            &SandboxProfile::new(&ws),
+            "",
+            OutputMode::Capture,
+        )
+    };
+    std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    drop(prepare(&helper).expect("a root-owned 0755 helper runs"));
+    for (owner, mode) in [(65534, 0o755), (0, 0o775), (0, 0o757), (0, 0o4755)] {
+        chown(&helper, Some(owner), Some(0)).unwrap();
+        std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(mode)).unwrap();
+        match prepare(&helper) {
+            Err(SandboxError::Helper { message, help }) => {
+                assert!(message.contains("no one else can write"), "{message}");
+                assert!(help.contains("chown root:root"), "{help}");
+            }
+            other => panic!("owner {owner} mode {mode:o}: expected a refusal, got {other:?}"),
+        }
+    }
 }
 
 /// An ignored signal stays ignored across fork and exec. glibc's `posix_spawn` leaves its

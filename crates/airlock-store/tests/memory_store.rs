@@ -441,6 +441,60 @@ fn rollback_session_survives_a_session_that_outwrites_the_retention_limit() {
 }
 
 #[test]
+fn a_record_every_session_touches_once_keeps_a_bounded_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    let a = ns("owner");
+    let first = write(
+        &s,
+        &a,
+        put(None, Tier::Recall, note("start")),
+        &by("s-owner", false),
+        at(0),
+    );
+    let id = first.record_id.clone();
+    write(
+        &s,
+        &a,
+        put(Some(&id), Tier::Recall, note("old")),
+        &by("s-old", false),
+        at(1),
+    );
+    // Each session writes once: each keeps an anchor, until the hard bound.
+    let sessions = MAX_KEPT_VERSIONS_PER_RECORD + 50;
+    for i in 0..sessions {
+        let session = format!("s-{i}");
+        write(
+            &s,
+            &a,
+            put(Some(&id), Tier::Recall, note(&format!("by {session}"))),
+            &by(&session, false),
+            at(2),
+        );
+    }
+    let kept = s.operator_memory_history(&id).unwrap().items.len() as i64;
+    assert!(
+        kept <= MAX_KEPT_VERSIONS_PER_RECORD,
+        "{kept} versions kept after {sessions} sessions"
+    );
+    // A recent session still rolls back to what it replaced.
+    let last = format!("s-{}", sessions - 1);
+    let report = s
+        .operator_memory_rollback_session(&last, "owner", at(3))
+        .unwrap();
+    assert_eq!(report.restored.len(), 1, "{report:?}");
+    let previous = format!("by s-{}", sessions - 2);
+    assert_eq!(text_of(&s.memory_get(&a, &id).unwrap()), previous);
+    // The old session was overwritten by everything since and has nothing left to undo;
+    // rolling it back changes nothing (and never forgets the record).
+    let report = s
+        .operator_memory_rollback_session("s-old", "owner", at(4))
+        .unwrap();
+    assert_eq!(report, SessionRollback::default());
+    assert_eq!(text_of(&s.memory_get(&a, &id).unwrap()), previous);
+}
+
+#[test]
 fn old_versions_go_past_the_retention_limit() {
     let dir = tempfile::tempdir().unwrap();
     let s = open(dir.path());

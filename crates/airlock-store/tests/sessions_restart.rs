@@ -194,6 +194,23 @@ fn a_named_workspace_is_recorded_as_given_and_nothing_is_created_for_it() {
         operator.path().is_dir(),
         "finishing leaves the workspace alone"
     );
+    // Resuming it would hand an agent the operator's own directory.
+    let err = store.resume_session("exec-1", T0).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::InvalidInput {
+                field: "session",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("cannot be resumed"), "{err}");
+    assert_eq!(
+        store.get_session("exec-1").unwrap().status,
+        SessionStatus::Finished
+    );
 
     let err = store
         .create_session(&named("exec-2", std::path::Path::new("relative/ws")), T0)

@@ -96,11 +96,15 @@ impl InlineApprovals {
                             continue;
                         }
                         // Still pending and still watched: a kill cancels the request, and
-                        // the prompt for it must end rather than outlive the turn.
+                        // the prompt for it must end rather than outlive the turn. A read
+                        // that fails otherwise (a busy database) proves nothing: keep asking.
                         let waiting = || {
                             !stop2.load(Ordering::Acquire)
-                                && matches!(store.get_approval(&req.id),
-                                    Ok(r) if r.status == ApprovalStatus::Pending)
+                                && match store.get_approval(&req.id) {
+                                    Ok(r) => r.status == ApprovalStatus::Pending,
+                                    Err(airlock_store::StoreError::NotFound { .. }) => false,
+                                    Err(_) => true,
+                                }
                         };
                         if !waiting() {
                             continue;

@@ -86,16 +86,18 @@ fn load_compiled(
     sources: &[PolicySource],
 ) -> anyhow::Result<PolicyEngine> {
     let path = compiled_path(home, profile);
+    let build = build_stamp();
     let cached = std::fs::read(&path)
         .ok()
-        .and_then(|bytes| serde_json::from_slice::<CompiledPolicy>(&bytes).ok())
-        .and_then(|compiled| PolicyEngine::from_compiled(sources, compiled));
+        .and_then(|bytes| serde_json::from_slice::<CachedPolicy>(&bytes).ok())
+        .filter(|cached| !build.is_empty() && cached.build == build)
+        .and_then(|cached| PolicyEngine::from_compiled(sources, cached.compiled));
     if let Some(engine) = cached {
         return Ok(engine);
     }
     let (engine, compiled) = PolicyEngine::compile(sources).map_err(|e| anyhow::anyhow!("{e}"))?;
     // Only an optimisation: a cache that cannot be written costs the next run a parse.
-    let _ = store_compiled(&path, &compiled);
+    let _ = store_compiled(&path, &CachedPolicy { build, compiled });
     Ok(engine)
 }
 
@@ -106,27 +108,34 @@ pub fn compiled_path(home: &Home, profile: Profile) -> PathBuf {
         .join(format!("policy-{}.json", profile.name()))
 }
 
-/// Write the compiled form atomically (a private temporary file renamed into place), so
-/// that concurrent runs never read half of one.
-fn store_compiled(path: &Path, compiled: &CompiledPolicy) -> anyhow::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+/// Write the compiled form atomically, so that concurrent runs never read half of one.
+fn store_compiled(path: &Path, cached: &CachedPolicy) -> anyhow::Result<()> {
     let dir = path
         .parent()
         .ok_or_else(|| anyhow::anyhow!("no parent directory"))?;
     crate::home::create_private_dir(dir)?;
-    let tmp = dir.join(format!(".policy-{}.tmp", std::process::id()));
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(&serde_json::to_vec(compiled)?))
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    Ok(written?)
+    airlock_proxy::write_atomic(path, &serde_json::to_vec(cached)?, 0o600)?;
+    Ok(())
+}
+
+/// The compiled policies as kept on disk, with the binary that compiled them.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CachedPolicy {
+    /// [`build_stamp`] of the binary that validated and wrote them.
+    build: String,
+    compiled: CompiledPolicy,
+}
+
+/// What tells this binary from another build of the same version: the size and the
+/// modification time of the executable. A cache written by another build (whose
+/// validation, or Cedar, may differ) is never used; the policies are validated again.
+fn build_stamp() -> String {
+    use std::os::unix::fs::MetadataExt;
+    std::env::current_exe()
+        .and_then(std::fs::metadata)
+        .map(|m| format!("{}:{}.{}", m.size(), m.mtime(), m.mtime_nsec()))
+        .unwrap_or_default()
 }
 
 /// Resolve the profile: `--profile` beats `airlock.toml`.
@@ -135,4 +144,44 @@ pub fn pick_profile(flag: Option<&str>, configured: &str) -> anyhow::Result<Prof
     Profile::parse(name).ok_or_else(|| {
         anyhow::anyhow!("unknown profile {name:?}\nhelp: use --profile default or --profile strict")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    fn home() -> (tempfile::TempDir, Home) {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home {
+            config: dir.path().join("config"),
+            state: dir.path().join("state"),
+        };
+        (dir, home)
+    }
+
+    fn cached(home: &Home) -> serde_json::Value {
+        let path = compiled_path(home, Profile::Default);
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_cache_is_used_only_by_the_build_that_wrote_it() {
+        let (_d, home) = home();
+        let path = compiled_path(&home, Profile::Default);
+        load(&home, Profile::Default).unwrap();
+        assert_eq!(cached(&home)["build"], build_stamp());
+        // Same build, same sources: read, not written again.
+        let inode = std::fs::metadata(&path).unwrap().ino();
+        load(&home, Profile::Default).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().ino(), inode);
+        // Written by another build: validated again and replaced.
+        let mut other = cached(&home);
+        other["build"] = "another build".into();
+        std::fs::write(&path, serde_json::to_vec(&other).unwrap()).unwrap();
+        let inode = std::fs::metadata(&path).unwrap().ino();
+        load(&home, Profile::Default).unwrap();
+        assert_ne!(std::fs::metadata(&path).unwrap().ino(), inode);
+        assert_eq!(cached(&home)["build"], build_stamp());
+    }
 }

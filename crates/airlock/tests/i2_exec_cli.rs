@@ -113,7 +113,18 @@ fn a_denied_command_does_not_run() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("local.no-touch"));
     assert!(!f.ws.join("should-not-exist").exists());
     let recs = audit_records(&f.home);
-    assert!(recs.iter().any(|r| r["decision"] == "deny"));
+    let denial = recs.iter().find(|r| r["decision"] == "deny").unwrap();
+    // The sandbox built while the Gate decided is gone with its run dir, and the run's
+    // session is over.
+    let runs: Vec<_> = std::fs::read_dir(f.home.join("state/run"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(runs.is_empty(), "{runs:?}");
+    let store = airlock_store::SqliteStore::open(f.home.join("state")).unwrap();
+    let id = denial["session"].as_str().unwrap();
+    let session = airlock_store::SessionStore::get_session(&store, id).unwrap();
+    assert_eq!(session.status, airlock_store::SessionStatus::Finished);
     assert_eq!(
         recs.iter().filter(|r| r["kind"] == "execution").count(),
         1,

@@ -210,6 +210,10 @@ fn create_namespaces() -> Result<(), InitError> {
     write("/proc/self/setgroups", "deny".into())?;
     write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
     write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
+    // Dumpable until here only so that the maps above could be written. Stage 0 holds the
+    // control channel (and, until PID 1 exists, the handshake): no other process of the
+    // sandbox's uid on the host may ptrace it or take its descriptors. PID 1 inherits this.
+    nix::sys::prctl::set_dumpable(false).map_err(|e| InitError::new("dumpable", e.to_string()))?;
     let flags = CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWPID
         | CloneFlags::CLONE_NEWNET

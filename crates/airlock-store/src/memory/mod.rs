@@ -39,7 +39,7 @@ pub use record::{
     TaskState, MAX_ADDRESSES, MAX_RECORD_BYTES, MAX_SHORT_BYTES, MAX_TEXT_BYTES,
 };
 pub use schemas::MAX_SCHEMA_BYTES;
-pub use sqlite::{MAX_PENDING_PER_SESSION, MAX_VERSIONS_PER_RECORD};
+pub use sqlite::{MAX_KEPT_VERSIONS_PER_RECORD, MAX_PENDING_PER_SESSION, MAX_VERSIONS_PER_RECORD};
 pub use traits::{MemoryOperator, MemoryStore, MAX_SEARCH_RESULTS};
 pub use types::{
     MemoryChange, MemoryEntry, MemoryVersion, MemoryWrite, PendingChange, ReviewStatus, SearchHit,

@@ -1,6 +1,6 @@
 //! Sessions and transcripts in SQLite.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use airlock_core::gate::Session;
 use airlock_core::provenance::TaintState;
@@ -256,8 +256,24 @@ impl SessionStore for SqliteStore {
     }
 
     fn resume_session(&self, id: &str, now: Timestamp) -> Result<ResumedSession, StoreError> {
+        // Compared by its last components, so that a state dir reached by another path
+        // (moved, or through a link) still resumes its sessions.
+        let own_workspace = Path::new("sessions").join(id).join("workspace");
         let r = self.write(|tx| {
             let mut record = load_session(tx, id)?;
+            // A session recorded with the caller's workspace (an `airlock exec` run) worked
+            // in the operator's own directory; an agent resuming it would get tools on that
+            // directory, which no one granted. Only a session's private workspace resumes.
+            if !record.workspace.ends_with(&own_workspace) {
+                return Err(StoreError::invalid(
+                    "session",
+                    format!(
+                        "`{id}` worked in {}, not in a workspace of its own (it was an `airlock exec` run), so it cannot be resumed",
+                        record.workspace.display()
+                    ),
+                    "start a new session instead",
+                ));
+            }
             match record.status {
                 SessionStatus::Killed => {
                     return Err(StoreError::SessionKilled { id: id.to_string() })

@@ -170,7 +170,8 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
                 &ticket.action().command,
                 &ticket.action_hash,
                 &ticket.reasons,
-            )?;
+            )
+            .inspect_err(|_| end_session(&store, &session.id))?;
             if !approved {
                 let _ = lock(&log).append(
                     AuditEvent::new("approval-denied", &session.id, "owner").with_action(
@@ -191,7 +192,10 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
                 expires_at: runtime::now_unix() + APPROVAL_TTL_SECS,
             };
             gate.approve(ticket, &approval, runtime::now_unix(), &mut *lock(&log))
-                .map_err(|e| anyhow::anyhow!("{e}"))?
+                .map_err(|e| {
+                    end_session(&store, &session.id);
+                    anyhow::anyhow!("{e}")
+                })?
         }
     };
     let egress = match binding.serve(&session, gate.clone(), log.clone()) {

@@ -14,4 +14,4 @@ mod search;
 mod versions;
 
 pub use agent::MAX_PENDING_PER_SESSION;
-pub use versions::MAX_VERSIONS_PER_RECORD;
+pub use versions::{MAX_KEPT_VERSIONS_PER_RECORD, MAX_VERSIONS_PER_RECORD};

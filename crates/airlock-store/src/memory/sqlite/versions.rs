@@ -16,6 +16,16 @@ use super::decode::{check_task_state, decode_version, load_schema, TOMBSTONE, VE
 /// Versions kept per record; older ones are dropped as new ones are written.
 pub const MAX_VERSIONS_PER_RECORD: i64 = 50;
 
+/// How far back sessions keep their rollback anchors. Anchors keep one version per session
+/// that wrote a record, so without a window a record that every session touches once would
+/// keep its whole history. A session none of whose versions is among the newest
+/// `ANCHOR_WINDOW` has been overwritten by everything since and loses its anchor.
+const ANCHOR_WINDOW: i64 = 4 * MAX_VERSIONS_PER_RECORD;
+
+/// The most versions a record keeps: the newest [`ANCHOR_WINDOW`], and at most one anchor
+/// for each session that wrote one of them.
+pub const MAX_KEPT_VERSIONS_PER_RECORD: i64 = 2 * ANCHOR_WINDOW;
+
 /// The current version of `id`, within `ns` when given. `None` if there is no such record.
 pub(crate) fn current(
     tx: &Transaction<'_>,
@@ -169,6 +179,20 @@ pub(crate) fn append(
                      GROUP BY session_id) s)
              WHERE anchor IS NOT NULL)",
         params![new.record_id, version - MAX_VERSIONS_PER_RECORD],
+    )?;
+    // Past the anchor window, only the anchors of sessions that still wrote one of the
+    // newest versions stay (see [`ANCHOR_WINDOW`]).
+    tx.execute(
+        "DELETE FROM memory_versions WHERE record_id = ?1 AND version <= ?2
+           AND version NOT IN (
+             SELECT anchor FROM (
+               SELECT (SELECT max(p.version) FROM memory_versions p
+                       WHERE p.record_id = ?1 AND p.version < s.first) AS anchor
+               FROM (SELECT min(version) AS first FROM memory_versions
+                     WHERE record_id = ?1 AND origin <> 'rollback'
+                     GROUP BY session_id HAVING max(version) > ?2) s)
+             WHERE anchor IS NOT NULL)",
+        params![new.record_id, version - ANCHOR_WINDOW],
     )?;
     Ok(MemoryVersion {
         record_id: new.record_id.to_string(),

@@ -355,6 +355,22 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// A path that passes [`ambiguous_path`] is not changed by normalization: the
+        /// path a prefix is compared with, the path forwarded and the path a server that
+        /// does not normalize sees are one and the same.
+        #[test]
+        fn unambiguous_paths_are_their_own_normal_form(
+            segs in proptest::collection::vec("[a.;%2eEfF5c0/\\\\]{0,6}", 1..6)
+        ) {
+            let path = format!("/{}", segs.join("/"));
+            if ambiguous_path(&path).is_none() {
+                let f = parse_url(&format!("http://h.example{path}")).unwrap();
+                proptest::prop_assert_eq!(f.path, path);
+            }
+        }
+    }
+
     #[test]
     fn other_schemes_are_refused() {
         assert!(matches!(

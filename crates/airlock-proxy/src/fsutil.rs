@@ -65,7 +65,6 @@ pub struct FileLock {
 impl FileLock {
     /// Block until this process holds the exclusive lock for `target`.
     pub fn acquire(target: &Path) -> std::io::Result<FileLock> {
-        use rustix::fs::{flock, FlockOperation};
         let dir = target.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir)?;
         let name = target
@@ -81,10 +80,11 @@ impl FileLock {
             .mode(0o600)
             .open(&path)?;
         loop {
-            match flock(&file, FlockOperation::LockExclusive) {
+            // `File::lock` is flock(2) LOCK_EX on Linux.
+            match file.lock() {
                 Ok(()) => return Ok(FileLock { _file: file }),
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => return Err(e.into()),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
             }
         }
     }

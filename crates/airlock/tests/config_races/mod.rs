@@ -1,4 +1,5 @@
-//! Operator commands that edit the same config file at once lose nothing: every
+//! Operator commands that edit config: hosts and bindings are spelled as requests are, and
+//! commands that edit the same config file at once lose nothing: every
 //! read-modify-write of `net-rules.toml` and of the secrets store holds the file's lock.
 //! Each test starts many real `airlock` processes together.
 
@@ -174,6 +175,103 @@ fn i3_parallel_secret_edits_all_land_and_removed_secrets_stay_removed() {
         assert!(
             list.lines().any(|l| l.starts_with(&format!("{added} "))),
             "trial {trial}: {added} lost:\n{list}"
+        );
+    }
+}
+
+/// `net allow` spells hosts as the request parser does, or refuses with help.
+#[test]
+fn i3_net_allow_spells_hosts_as_requests_are_spelled() {
+    let home = tempfile::tempdir().unwrap();
+    for (typed, listed) in [
+        ("2130706433", " 127.0.0.1"),
+        ("0x7f000001:8443", " 127.0.0.1:8443"),
+        ("[::1]:8080", " [::1]:8080"),
+        ("API.Example.COM.", " api.example.com"),
+        ("bücher.example", " xn--bcher-kva.example"),
+    ] {
+        let out = spawn(home.path(), &["net", "allow", typed], None)
+            .wait_with_output()
+            .unwrap();
+        assert!(out.status.success(), "{typed}: {out:?}");
+        let list = listing(home.path(), &["net", "list"]);
+        assert!(
+            list.lines().any(|l| l.ends_with(listed)),
+            "{typed} not listed as{listed}:\n{list}"
+        );
+    }
+    for bad in [
+        "user@api.example",
+        "api.example:0",
+        "api.example:65536",
+        "::1:8080",
+        "https://api.example/",
+    ] {
+        let out = spawn(home.path(), &["net", "allow", bad], None)
+            .wait_with_output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("help:"),
+            "{bad}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    assert_eq!(
+        listing(home.path(), &["net", "list"])
+            .lines()
+            .filter(|l| l.starts_with("net.rule."))
+            .count(),
+        5
+    );
+}
+
+/// `secret set` binds scheme and port: https:443 unless told otherwise.
+#[test]
+fn i3_secret_set_binds_a_scheme_and_port() {
+    let home = tempfile::tempdir().unwrap();
+    for (args, shown) in [
+        (vec!["--host", "api.example"], "https://api.example:443"),
+        (
+            vec!["--host", "api.example", "--scheme", "http"],
+            "http://api.example:80",
+        ),
+        (vec!["--host", "127.0.0.1:8443"], "https://127.0.0.1:8443"),
+        (
+            vec![
+                "--host",
+                "api.example",
+                "--port",
+                "8080",
+                "--path-prefix",
+                "/v1",
+            ],
+            "https://api.example:8080/v1",
+        ),
+    ] {
+        let mut all = vec!["secret", "set", "S"];
+        all.extend(args.iter().copied());
+        let out = spawn(home.path(), &all, Some("value-0123456789"))
+            .wait_with_output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        let list = listing(home.path(), &["secret", "list"]);
+        assert!(list.contains(shown), "{args:?}: {list}");
+    }
+    for args in [
+        vec!["--host", "api.example", "--scheme", "ftp"],
+        vec!["--host", "api.example:80", "--port", "81"],
+        vec!["--host", "api.example", "--path-prefix", "/v1//../x"],
+    ] {
+        let mut all = vec!["secret", "set", "T"];
+        all.extend(args.iter().copied());
+        let out = spawn(home.path(), &all, Some("value-0123456789"))
+            .wait_with_output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("help:"),
+            "{args:?}: {err}"
         );
     }
 }

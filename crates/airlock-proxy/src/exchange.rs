@@ -127,7 +127,6 @@ pub(crate) async fn handle(
         path: parts.uri.path().to_string(),
         ..Default::default()
     };
-    let url = raw_url.clone();
     let refuse = |ex: &mut Exchange, status: StatusCode, reason: String| {
         ex.decision = "refused".into();
         ex.status = status.as_u16();
@@ -135,7 +134,7 @@ pub(crate) async fn handle(
         inner.audit.exchange(ex);
         text(
             status,
-            format!("airlock: {} {} was refused: {reason}\n", ex.method, url),
+            format!("airlock: {} {} was refused: {reason}\n", ex.method, raw_url),
         )
     };
 

@@ -167,20 +167,17 @@ pub(crate) async fn handle(
     };
     ex.path = decided.path.clone();
     let url = decided.url.clone();
-    let methods_limited = inner.methods_limited(&target.host);
-    if methods_limited {
-        let query = decided.target.split_once('?').map(|(_, q)| q).unwrap_or("");
-        if has_method_param(query.as_bytes()) {
-            let reason = format!(
-                "a rule for {} limits methods, and the query names another method in `_method`\nhelp: send the request with the method itself",
-                target.host
-            );
-            return refuse(&mut ex, StatusCode::FORBIDDEN, reason);
-        }
-        // Dropped, not refused: a client may add them by habit, and without them the
-        // upstream sees the method the Gate decided on.
-        strip_method_overrides(&mut parts.headers);
+    // Every rule is method-sensitive: a rule's method list, and the ask that follows
+    // untrusted content for anything but a bodiless GET, HEAD or OPTIONS. So a method
+    // override can never make the upstream act on another method than the one decided.
+    let query = decided.target.split_once('?').map(|(_, q)| q).unwrap_or("");
+    if has_method_param(query.as_bytes()) {
+        let reason = "the query names another method in `_method`, which the upstream could act on instead of the decided one\nhelp: send the request with the method itself".to_string();
+        return refuse(&mut ex, StatusCode::FORBIDDEN, reason);
     }
+    // Dropped, not refused: a client may add them by habit, and without them the
+    // upstream sees the method the Gate decided on.
+    strip_method_overrides(&mut parts.headers);
     let l = &inner.limits;
     if !inner
         .rate
@@ -220,11 +217,8 @@ pub(crate) async fn handle(
             v.to_ascii_lowercase()
                 .starts_with("application/x-www-form-urlencoded")
         });
-    if methods_limited && form && has_method_param(&body) {
-        let reason = format!(
-            "a rule for {} limits methods, and the form body names another method in `_method`\nhelp: send the request with the method itself",
-            target.host
-        );
+    if form && has_method_param(&body) {
+        let reason = "the form body names another method in `_method`, which the upstream could act on instead of the decided one\nhelp: send the request with the method itself".to_string();
         return refuse(&mut ex, StatusCode::FORBIDDEN, reason);
     }
     let header_bytes: u64 = parts

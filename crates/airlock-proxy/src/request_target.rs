@@ -7,7 +7,8 @@
 //! and where a rule or secret binding limits paths it refuses the forms servers disagree
 //! about (empty segments, encoded separators and dots, double encoding, `;` parameters).
 //! Method names are compared case-sensitively, and method overrides cannot smuggle a
-//! method past a rule that limits methods.
+//! method past a decision (a rule's method list, or the ask for state-changing methods
+//! after untrusted content).
 
 use http::{HeaderMap, StatusCode, Uri};
 

@@ -131,14 +131,6 @@ impl Inner {
                 .any(|s| s.info.binding.path_prefix.is_some() && s.info.binding.host == host)
     }
 
-    /// Whether a rule for `host` limits methods: method overrides are then removed.
-    pub(crate) fn methods_limited(&self, host: &str) -> bool {
-        self.rules
-            .rules
-            .iter()
-            .any(|r| !r.pass_through && !r.methods.is_empty() && r.matches_host(host))
-    }
-
     pub(crate) fn session(&self) -> Session {
         self.session
             .read()

@@ -109,21 +109,17 @@ pub fn ensure_ca(dir: &Path) -> Result<PathBuf, CaError> {
         move |source| CaError::Io { what, path, source }
     };
     std::fs::create_dir_all(dir).map_err(io("create", dir))?;
+    // The config files' one lock helper; the lock file stays `ca.lock`.
     let lock_path = dir.join("ca.lock");
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(io("open", &lock_path))?;
-    lock.lock().map_err(io("lock", &lock_path))?;
+    let _lock =
+        crate::fsutil::FileLock::acquire(&dir.join("ca")).map_err(io("lock", &lock_path))?;
     match (cert_path.exists(), key_path.exists()) {
         (true, true) => Ok(cert_path),
         (false, false) => generate_ca(dir),
         (false, true) => Err(CaError::Half { missing: cert_path }),
         (true, false) => Err(CaError::Half { missing: key_path }),
     }
-    // The lock is released when `lock` is dropped.
+    // The lock is released when `_lock` is dropped.
 }
 
 /// The loaded CA, minting and caching leaf certificates.

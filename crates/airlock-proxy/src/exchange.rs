@@ -19,7 +19,11 @@ use serde_json::json;
 use crate::approval::ApprovalRequest;
 use crate::body::{CappedBody, ProxyBody};
 use crate::net::BoxStream;
+use crate::request_target::{
+    check_absolute_form, check_method, decide_target, has_method_param, strip_method_overrides,
+};
 use crate::respond::{denial_text, text, Exchange};
+use crate::secrets::Destination;
 use crate::server::Inner;
 use crate::upstream_io;
 
@@ -103,15 +107,18 @@ pub(crate) async fn handle(
     req: Request<Incoming>,
     target: Target,
 ) -> Response<ProxyBody> {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let method = parts.method.as_str().to_string();
-    let path_q = parts
-        .uri
-        .path_and_query()
-        .map(|p| p.as_str())
-        .unwrap_or("/")
-        .to_string();
-    let url = format!("{}://{}{}", target.scheme, target.authority(), path_q);
+    let raw_url = format!(
+        "{}://{}{}",
+        target.scheme,
+        target.authority(),
+        parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/")
+    );
     let mut ex = Exchange {
         method: method.clone(),
         scheme: target.scheme.into(),
@@ -127,7 +134,7 @@ pub(crate) async fn handle(
         inner.audit.exchange(ex);
         text(
             status,
-            format!("airlock: {} {} was refused: {reason}\n", ex.method, url),
+            format!("airlock: {} {} was refused: {reason}\n", ex.method, raw_url),
         )
     };
 
@@ -145,6 +152,32 @@ pub(crate) async fn handle(
             }
         }
     }
+    let checked = check_method(&method)
+        .and_then(|()| {
+            if target.scheme == "https" {
+                check_absolute_form(&target, &parts.uri)
+            } else {
+                Ok(())
+            }
+        })
+        .and_then(|()| decide_target(&target, &parts.uri, inner.paths_limited(&target.host)));
+    let decided = match checked {
+        Ok(d) => d,
+        Err((status, reason)) => return refuse(&mut ex, status, reason),
+    };
+    ex.path = decided.path.clone();
+    let url = decided.url.clone();
+    // Every rule is method-sensitive: a rule's method list, and the ask that follows
+    // untrusted content for anything but a bodiless GET, HEAD or OPTIONS. So a method
+    // override can never make the upstream act on another method than the one decided.
+    let query = decided.target.split_once('?').map(|(_, q)| q).unwrap_or("");
+    if has_method_param(query.as_bytes()) {
+        let reason = "the query names another method in `_method`, which the upstream could act on instead of the decided one\nhelp: send the request with the method itself".to_string();
+        return refuse(&mut ex, StatusCode::FORBIDDEN, reason);
+    }
+    // Dropped, not refused: a client may add them by habit, and without them the
+    // upstream sees the method the Gate decided on.
+    strip_method_overrides(&mut parts.headers);
     let l = &inner.limits;
     if !inner
         .rate
@@ -176,6 +209,18 @@ pub(crate) async fn handle(
             return refuse(&mut ex, StatusCode::PAYLOAD_TOO_LARGE, reason);
         }
     };
+    let form = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.to_ascii_lowercase()
+                .starts_with("application/x-www-form-urlencoded")
+        });
+    if form && has_method_param(&body) {
+        let reason = "the form body names another method in `_method`, which the upstream could act on instead of the decided one\nhelp: send the request with the method itself".to_string();
+        return refuse(&mut ex, StatusCode::FORBIDDEN, reason);
+    }
     let header_bytes: u64 = parts
         .headers
         .iter()
@@ -210,7 +255,7 @@ pub(crate) async fn handle(
         Ok(a) => a,
         Err(resp) => return resp,
     };
-    forward(inner, auth, target, parts.headers, path_q, body, ex).await
+    forward(inner, auth, target, parts.headers, decided.target, body, ex).await
 }
 
 /// Ask the Gate (recording the decision), and for *ask* wait for the approval hook.
@@ -389,9 +434,13 @@ async fn forward(
     };
 
     strip_hop_by_hop(&mut headers);
-    let report = inner
-        .injector
-        .apply(&target.host, &ex.path, &action.url, &mut headers, &body);
+    let to = Destination {
+        scheme: target.scheme,
+        host: &target.host,
+        port: target.port,
+        path: &ex.path,
+    };
+    let report = inner.injector.apply(to, &action.url, &mut headers, &body);
     for m in &report.misuse {
         tracing::warn!(secret = %m.secret, location = %m.location, host = %target.host, "placeholder outside its binding");
         inner.audit.event(

@@ -48,3 +48,44 @@ pub(crate) fn create_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     f.write_all(bytes)?;
     f.sync_all()
 }
+
+/// An exclusive lock on an operator file, held across a whole read-modify-write so two
+/// commands editing the same file at once cannot lose each other's change (thirty
+/// parallel `airlock net allow` once left one rule, and a revoked rule came back).
+///
+/// `flock(2)` on `<file>.lock` beside the file, not on the file itself: the file is
+/// replaced by rename on every write, so a lock on its inode would guard a file that no
+/// longer has the name. The kernel releases the lock when the holder exits, even on a
+/// crash, so a dead editor never wedges the next one. Dropping the guard unlocks.
+#[derive(Debug)]
+pub struct FileLock {
+    _file: std::fs::File,
+}
+
+impl FileLock {
+    /// Block until this process holds the exclusive lock for `target`.
+    pub fn acquire(target: &Path) -> std::io::Result<FileLock> {
+        let dir = target.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir)?;
+        let name = target
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("file");
+        let path = dir.join(format!("{name}.lock"));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)?;
+        loop {
+            // `File::lock` is flock(2) LOCK_EX on Linux.
+            match file.lock() {
+                Ok(()) => return Ok(FileLock { _file: file }),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}

@@ -4,7 +4,7 @@
 //! `docs/` and [`server::Proxy`] for how a run starts one.
 pub mod cedar;
 mod fsutil;
-pub use fsutil::write_atomic;
+pub use fsutil::{write_atomic, FileLock};
 pub mod rules;
 
 pub use cedar::{rules_to_cedar, RULES_POLICY_NAME};
@@ -27,8 +27,10 @@ pub use secrets::SecretStore;
 pub use ssrf::AddressGuard;
 pub mod approval;
 pub mod body;
+mod client_hello;
 mod exchange;
 pub mod limits;
+mod request_target;
 pub mod respond;
 pub mod server;
 mod tunnel;

@@ -114,8 +114,35 @@ impl NetRules {
         Ok(rules)
     }
 
-    /// Write the rules atomically (temp file + rename) with mode 0600.
+    /// Replace the rules file with these rules (under the file's lock). Editing commands
+    /// use [`NetRules::update`] instead, so that a concurrent edit is never lost.
     pub fn save(&self, config_dir: &Path) -> Result<(), RulesError> {
+        let path = config_dir.join(RULES_FILE);
+        let _lock = lock(&path)?;
+        self.save_locked(config_dir)
+    }
+
+    /// Read, change and write the rules file as one step: the file's lock is held from
+    /// the read to the rename, so edits from processes running at once all land. When
+    /// `edit` fails, nothing is written.
+    pub fn update<T, E>(
+        config_dir: &Path,
+        edit: impl FnOnce(&mut NetRules) -> Result<T, E>,
+    ) -> Result<T, E>
+    where
+        E: From<RulesError>,
+    {
+        let path = config_dir.join(RULES_FILE);
+        let _lock = lock(&path)?;
+        let mut rules = NetRules::load(config_dir)?;
+        let out = edit(&mut rules)?;
+        rules.save_locked(config_dir)?;
+        Ok(out)
+    }
+
+    /// Write the rules atomically (temp file, fsync, rename) with mode 0600; the caller
+    /// holds the lock.
+    fn save_locked(&self, config_dir: &Path) -> Result<(), RulesError> {
         self.validate()?;
         let path = config_dir.join(RULES_FILE);
         let text = toml::to_string_pretty(self).map_err(|e| RulesError::Parse {
@@ -158,7 +185,9 @@ impl NetRules {
             .unwrap_or(which)
             .parse::<u32>()
             .ok();
-        let host = which.to_ascii_lowercase();
+        let host = NetRule::parse_target(which)
+            .map(|(h, _)| h)
+            .unwrap_or_else(|_| which.to_ascii_lowercase());
         let (gone, kept): (Vec<_>, Vec<_>) = self
             .rules
             .drain(..)
@@ -192,47 +221,62 @@ impl NetRule {
         }
     }
 
-    /// Parse `host[:port]` as typed on the command line.
+    /// Parse `host[:port]` as typed on the command line, with the same host parser the
+    /// Gate applies to requests (so `2130706433` is `127.0.0.1`, `[::1]:8080` is `::1`
+    /// port 8080, and `API.Example.com.` is `api.example.com`). A leading `*.` makes a
+    /// wildcard over subdomains of the host that follows.
     pub fn parse_target(target: &str) -> Result<(String, Option<u16>), RulesError> {
-        let bad = |m: &str| RulesError::Invalid {
-            id: 0,
-            message: format!("{target:?}: {m}"),
-            help: "write the target as host or host:port, e.g. api.github.com or 127.0.0.1:8443",
+        let (wildcard, rest) = match target.trim().strip_prefix("*.") {
+            Some(r) => (true, r),
+            None => (false, target.trim()),
         };
-        if target.contains("://") || target.contains('/') {
-            return Err(bad("give a host, not a URL"));
+        let hp = airlock_core::url_facts::parse_host_port(rest).map_err(|e| RulesError::Invalid {
+            id: 0,
+            message: e.to_string().lines().next().unwrap_or("").to_string(),
+            help: "write the target as host or host:port, e.g. api.github.com, *.example.com, 127.0.0.1:8443 or [::1]:8080",
+        })?;
+        if wildcard && hp.ip_literal {
+            return Err(RulesError::Invalid {
+                id: 0,
+                message: format!("{target:?}: a wildcard needs a host name, not an IP address"),
+                help: "drop the '*.' or name the host",
+            });
         }
-        if let Some(rest) = target.strip_prefix('[') {
-            let (ip, after) = rest.split_once(']').ok_or_else(|| bad("unclosed '['"))?;
-            let port = match after.strip_prefix(':') {
-                Some(p) => Some(p.parse().map_err(|_| bad("port must be 1-65535"))?),
-                None if after.is_empty() => None,
-                None => return Err(bad("unexpected text after ']'")),
-            };
-            return Ok((ip.to_ascii_lowercase(), port));
-        }
-        match target.rsplit_once(':') {
-            Some((h, p)) if !h.contains(':') => {
-                let port: u16 = p.parse().map_err(|_| bad("port must be 1-65535"))?;
-                Ok((h.to_ascii_lowercase(), Some(port)))
-            }
-            _ => Ok((target.to_ascii_lowercase(), None)),
-        }
+        let host = if wildcard {
+            format!("*.{}", hp.host)
+        } else {
+            hp.host
+        };
+        Ok((host, hp.port))
     }
 
     fn validate(&self) -> Result<(), RulesError> {
-        let host = self.host.strip_prefix("*.").unwrap_or(&self.host);
-        let host_ok = !host.is_empty()
-            && host
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || ".-:".contains(c))
-            && !host.contains('*');
-        if !host_ok {
-            return Err(invalid(
-                self.id,
-                &format!("host {:?} is not a lower-case host name or IP literal", self.host),
-                "use a plain host such as api.github.com, *.example.com or 127.0.0.1 (IDN hosts in punycode)",
-            ));
+        // The host must already be in the one form requests are compared in; a host the
+        // request parser spells differently (`2130706433`, `Example.com.`) never matched.
+        let spelled = if self.host.contains(':') && !self.host.starts_with('[') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        match NetRule::parse_target(&spelled) {
+            Ok((h, None)) if h == self.host => {}
+            Ok((h, None)) => {
+                return Err(RulesError::Invalid {
+                    id: self.id,
+                    message: format!(
+                        "host {:?} is written {h:?} by the request parser, so the rule never matched",
+                        self.host
+                    ),
+                    help: "write the host in that form (lower case, punycode, dotted IPv4, IPv6 without brackets)",
+                })
+            }
+            _ => {
+                return Err(invalid(
+                    self.id,
+                    &format!("host {:?} is not a host name or IP literal", self.host),
+                    "use a plain host such as api.github.com, *.example.com or 127.0.0.1 (IDN hosts in punycode)",
+                ))
+            }
         }
         if self.port == Some(0) {
             return Err(invalid(self.id, "port 0", "use a port from 1 to 65535"));
@@ -275,7 +319,11 @@ impl NetRule {
 
     /// One-line description for listings and policy reasons.
     pub fn describe(&self) -> String {
-        let mut s = self.host.clone();
+        let mut s = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
         if let Some(p) = self.port {
             s.push_str(&format!(":{p}"));
         }
@@ -293,6 +341,13 @@ impl NetRule {
         }
         s
     }
+}
+
+fn lock(path: &Path) -> Result<crate::fsutil::FileLock, RulesError> {
+    crate::fsutil::FileLock::acquire(path).map_err(|source| RulesError::Write {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 fn invalid(id: u32, message: &str, help: &'static str) -> RulesError {
@@ -323,6 +378,51 @@ mod tests {
         );
         assert!(NetRule::parse_target("https://x.com/").is_err());
         assert!(NetRule::parse_target("x.com:99999").is_err());
+        assert_eq!(
+            NetRule::parse_target("*.Example.COM").unwrap(),
+            ("*.example.com".into(), None)
+        );
+        assert!(NetRule::parse_target("*.127.0.0.1").is_err());
+    }
+
+    #[test]
+    fn i3_rule_hosts_are_spelled_as_the_request_parser_spells_them() {
+        for (typed, host, port) in [
+            ("2130706433", "127.0.0.1", None),
+            ("0x7f000001", "127.0.0.1", None),
+            ("[::1]:8080", "::1", Some(8080)),
+            ("Api.Example.com.", "api.example.com", None),
+            ("bücher.example", "xn--bcher-kva.example", None),
+        ] {
+            assert_eq!(
+                NetRule::parse_target(typed).unwrap(),
+                (host.to_string(), port),
+                "{typed}"
+            );
+        }
+        for bad in [
+            "user@api.example",
+            "api.example:0",
+            "api.example:70000",
+            "::1:8080",
+        ] {
+            let err = NetRule::parse_target(bad).unwrap_err().to_string();
+            assert!(err.contains("help:"), "{bad}: {err}");
+        }
+        let mut r = NetRule::for_host("::1");
+        r.port = Some(8080);
+        assert_eq!(r.describe(), "[::1]:8080");
+        // A file written before hosts were normalized is refused with the right spelling.
+        let err = NetRules::parse(
+            "[[rule]]\nid = 1\nhost = \"2130706433\"\n",
+            Path::new("n.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("\"127.0.0.1\"") && err.contains("help:"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -17,12 +17,13 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde_json::json;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::task::JoinHandle;
 
 use crate::approval::{ApprovalHook, NoApprovals};
 use crate::body::{full, ProxyBody};
 use crate::ca::{upstream_client_config, CaError, CertificateAuthority};
+use crate::client_hello::{check_server_name, read_client_hello, HelloError};
 use crate::exchange::{authorize, connect_checked, handle, Target};
 use crate::limits::{EgressBudget, HostRateLimiter, Limits};
 use crate::net::{Connector, Resolver, SystemResolver, TcpConnector};
@@ -116,6 +117,20 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// Whether a rule or a secret binding for `host` limits paths. Such requests must
+    /// have a path every server reads the same way (see [`crate::request_target`]).
+    pub(crate) fn paths_limited(&self, host: &str) -> bool {
+        self.rules
+            .rules
+            .iter()
+            .any(|r| !r.pass_through && r.path_prefix.is_some() && r.matches_host(host))
+            || self
+                .injector
+                .secrets()
+                .iter()
+                .any(|s| s.info.binding.path_prefix.is_some() && s.info.binding.host == host)
+    }
+
     pub(crate) fn session(&self) -> Session {
         self.session
             .read()
@@ -298,12 +313,15 @@ async fn entry(inner: Arc<Inner>, req: Request<Incoming>) -> Response<ProxyBody>
         return connect(inner, req).await;
     }
     let uri = req.uri();
-    match (uri.scheme_str(), uri.host()) {
-        (Some("http"), Some(host)) => {
+    let host_port = uri
+        .authority()
+        .and_then(|a| airlock_core::url_facts::parse_host_port(a.as_str()).ok());
+    match (uri.scheme_str(), host_port) {
+        (Some("http"), Some(hp)) => {
             let target = Target {
                 scheme: "http",
-                host: host.trim_matches(['[', ']']).to_ascii_lowercase(),
-                port: uri.port_u16().unwrap_or(80),
+                host: hp.host,
+                port: hp.port.unwrap_or(80),
             };
             handle(inner, req, target).await
         }
@@ -318,11 +336,12 @@ async fn entry(inner: Arc<Inner>, req: Request<Incoming>) -> Response<ProxyBody>
     }
 }
 
+/// The CONNECT target, with its host normalized by the same parser as rules and URLs
+/// (so `0x7f000001:443` is `127.0.0.1` everywhere, never two spellings of one host).
 fn parse_authority(req: &Request<Incoming>) -> Option<(String, u16)> {
     let auth = req.uri().authority()?;
-    let port = auth.port_u16()?;
-    let host = auth.host().trim_matches(['[', ']']).to_ascii_lowercase();
-    (!host.is_empty()).then_some((host, port))
+    let hp = airlock_core::url_facts::parse_host_port(auth.as_str()).ok()?;
+    Some((hp.host, hp.port?))
 }
 
 async fn connect(inner: Arc<Inner>, mut req: Request<Incoming>) -> Response<ProxyBody> {
@@ -460,12 +479,37 @@ async fn pass_through(
     tokio::spawn(async move {
         if let Ok(up) = on_upgrade.await {
             let mut client = Metered::new(TokioIo::new(up), inner.clone());
-            let ended = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            // Nothing goes upstream until the client's TLS hello names the tunnel's host.
+            let hello = tokio::time::timeout(
+                inner.limits.upstream_timeout,
+                read_client_hello(&mut client),
+            )
+            .await
+            .unwrap_or_else(|_| Err(HelloError::Io("no ClientHello arrived in time".into())))
+            .and_then(|(bytes, sni)| {
+                check_server_name(&target.host, sni.as_deref()).map(|()| bytes)
+            });
+            match hello {
+                Ok(bytes) => {
+                    let ended = match upstream.write_all(&bytes).await {
+                        Ok(()) => tokio::io::copy_bidirectional(&mut client, &mut upstream)
+                            .await
+                            .map(|_| ()),
+                        Err(e) => Err(e),
+                    };
+                    if let Err(e) = ended {
+                        ex.reason = format!("tunnel ended: {e}");
+                    }
+                }
+                Err(e) => {
+                    ex.decision = "allow, then refused".into();
+                    ex.reason =
+                        format!("{e}; a pass-through tunnel carries only TLS for its own host");
+                    tracing::warn!(host = %target.host, "pass-through refused: {e}");
+                }
+            }
             ex.request_bytes = client.sent;
             ex.response_bytes = client.received;
-            if let Err(e) = ended {
-                ex.reason = format!("tunnel ended: {e}");
-            }
         }
         inner.audit.event(
             "net.tunnel",

@@ -282,3 +282,273 @@ async fn a_held_request_shows_its_body_and_binds_its_hash() {
         "a refused request reached the upstream"
     );
 }
+
+/// Send `head` (a whole request head) to the proxy over plain TCP, exactly as written,
+/// and return the status code of the answer.
+async fn raw_status(h: &Harness, head: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(h.handle.tcp_addr.unwrap())
+        .await
+        .unwrap();
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tcp.read(&mut buf).await.unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+    text.split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+mod forwarded_path {
+    use super::*;
+
+    /// `/allowed` on api.test over https and over plain http.
+    fn prefixed(u: &common::Upstream) -> NetRules {
+        let mut limited = rule("api.test", u.addr.port(), &["GET"]);
+        limited.path_prefix = Some("/allowed".into());
+        let mut plain = rule("api.test", u.plain_addr.port(), &["GET"]);
+        plain.path_prefix = Some("/allowed".into());
+        rules(vec![limited, plain])
+    }
+
+    const ATTACKS: &[&str] = &[
+        "/allowed//../secret.txt",
+        "/allowed/..%2fsecret.txt",
+        "/allowed/%2e%2e%2fsecret.txt",
+        "/allowed/%2E%2E/secret.txt",
+        "/allowed/..;/secret.txt",
+        "/allowed/%252e%252e/secret.txt",
+        "/allowed/x%00.txt",
+        "/allowed/..%5csecret.txt",
+        "/allowed/.%2e/secret.txt",
+        "/allowed//secret.txt",
+        "/allowed/./../secret.txt",
+    ];
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn i3_paths_servers_read_differently_are_refused_under_a_path_prefix() {
+        let h = Harness::start_with(|u| Setup {
+            rules: prefixed(u),
+            ..Default::default()
+        })
+        .await;
+        for path in ATTACKS {
+            for url in [h.url("api.test", path), h.plain_url("api.test", path)] {
+                let r = h.curl(&["--path-as-is", &url]).await;
+                assert_eq!(r.status, 403, "{url}: {r:?}");
+                assert!(
+                    r.text().contains("limits paths") && r.text().contains("help:"),
+                    "{url}: {}",
+                    r.text()
+                );
+            }
+        }
+        // A raw backslash, as a client that does not normalize would send it.
+        let plain = h.upstream.plain_addr.port();
+        let status = raw_status(
+            &h,
+            &format!("GET http://api.test:{plain}/allowed\\..\\secret.txt HTTP/1.1\r\nHost: api.test:{plain}\r\n\r\n"),
+        )
+        .await;
+        assert!(
+            status == 400 || status == 403,
+            "backslash answered {status}"
+        );
+        assert!(
+            h.seen().is_empty(),
+            "no ambiguous path may reach the upstream: {:?}",
+            h.seen()
+        );
+        // An ordinary path under the prefix passes, query and all, byte for byte.
+        let ok = h
+            .curl(&[&h.url("api.test", "/allowed/file.txt?a=1&b=%41")])
+            .await;
+        assert_eq!(ok.status, 200, "{ok:?}");
+        assert_eq!(h.seen()[0].target, "/allowed/file.txt?a=1&b=%41");
+        // A fragment never goes upstream (absolute form over plain http, as sent raw).
+        let status = raw_status(
+            &h,
+            &format!("GET http://api.test:{plain}/allowed/f#/../../secret HTTP/1.1\r\nHost: api.test:{plain}\r\n\r\n"),
+        )
+        .await;
+        assert_eq!(status, 200);
+        assert_eq!(h.seen()[1].target, "/allowed/f");
+        // A dot segment that leaves the prefix is resolved, decided and denied.
+        let r = h
+            .curl(&["--path-as-is", &h.url("api.test", "/secret/../allowed/x")])
+            .await;
+        assert_eq!(r.status, 403, "{r:?}");
+        assert_eq!(h.seen().len(), 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn i3_the_upstream_gets_exactly_the_decided_request_target() {
+        let h = Harness::start(|port| Setup {
+            rules: rules(vec![rule("other.test", port, &["GET"])]),
+            ..Default::default()
+        })
+        .await;
+        // No rule limits paths here, so dot segments are resolved as the Gate resolved
+        // them, and the upstream is sent that path, not the raw one.
+        for (sent, forwarded) in [
+            ("/x/../y//z", "/y//z"),
+            ("/a/./b/%2e%2e/c?q=1", "/a/c?q=1"),
+            ("/p?", "/p?"),
+            ("/q?x=a/../b", "/q?x=a/../b"),
+        ] {
+            let before = h.seen().len();
+            let r = h.curl(&["--path-as-is", &h.url("other.test", sent)]).await;
+            assert_eq!(r.status, 200, "{sent}: {r:?}");
+            let seen = h.seen();
+            assert_eq!(seen.len(), before + 1);
+            assert_eq!(seen[before].target, forwarded, "{sent}");
+            let path = forwarded.split('?').next().unwrap();
+            let ex = h.exchanges(path).await;
+            assert!(
+                !ex.is_empty(),
+                "the audit record names the forwarded path {path}"
+            );
+        }
+        // Absolute form inside an intercepted tunnel must name the tunnel's own host.
+        let r = h
+            .curl(&[
+                "--request-target",
+                &format!("https://api.test:{}/x", h.port()),
+                &h.url("other.test", "/x"),
+            ])
+            .await;
+        assert_eq!(r.status, 421, "{r:?}");
+        // Asterisk form is not a path.
+        let r = h
+            .curl(&[
+                "-X",
+                "OPTIONS",
+                "--request-target",
+                "*",
+                &h.url("other.test", "/"),
+            ])
+            .await;
+        assert_eq!(r.status, 400, "{r:?}");
+        assert_eq!(h.seen().len(), 4, "{:?}", h.seen());
+    }
+}
+
+mod methods {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn i3_method_names_are_case_sensitive() {
+        let h = Harness::start(|port| Setup {
+            rules: rules(vec![
+                rule("api.test", port, &["GET"]),
+                rule("other.test", port, &[]),
+            ]),
+            ..Default::default()
+        })
+        .await;
+        for m in ["get", "Get", "delete", "pOST"] {
+            for host in ["api.test", "other.test"] {
+                let r = h.curl(&["-X", m, &h.url(host, "/m")]).await;
+                assert_eq!(r.status, 400, "{m} {host}: {r:?}");
+                assert!(r.text().contains("case-sensitive"), "{}", r.text());
+            }
+        }
+        assert!(h.seen().is_empty(), "{:?}", h.seen());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn i3_method_overrides_never_reach_the_upstream() {
+        // A method-limited rule, and a rule for any method (whose after-taint ask still
+        // depends on the method).
+        let h = Harness::start(|port| Setup {
+            rules: rules(vec![
+                rule("api.test", port, &["GET", "POST"]),
+                rule("other.test", port, &[]),
+            ]),
+            ..Default::default()
+        })
+        .await;
+        for host in ["api.test", "other.test"] {
+            let before = h.seen().len();
+            let r = h
+                .curl(&[
+                    "-H",
+                    "X-HTTP-Method-Override: DELETE",
+                    "-H",
+                    "X-HTTP-Method: DELETE",
+                    "-H",
+                    "X-Method-Override: PUT",
+                    &h.url(host, "/o"),
+                ])
+                .await;
+            assert_eq!(r.status, 200, "{r:?}");
+            let seen = h.seen();
+            assert_eq!(seen.len(), before + 1);
+            for name in [
+                "x-http-method-override",
+                "x-http-method",
+                "x-method-override",
+            ] {
+                assert_eq!(seen[before].header(name), None, "{name} reached {host}");
+            }
+            for url in [
+                h.url(host, "/o?_method=DELETE"),
+                h.url(host, "/o?a=1&%5Fmethod=DELETE"),
+            ] {
+                let r = h.curl(&[&url]).await;
+                assert_eq!(r.status, 403, "{url}: {r:?}");
+                assert!(r.text().contains("_method"), "{}", r.text());
+            }
+            let r = h
+                .curl(&["--data", "a=1&_method=DELETE", &h.url(host, "/o")])
+                .await;
+            assert_eq!(r.status, 403, "{r:?}");
+            assert_eq!(h.seen().len(), before + 1, "{:?}", h.seen());
+        }
+    }
+}
+
+mod hosts {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn i3_a_rule_for_a_numeric_host_matches_its_requests_in_every_spelling() {
+        let h = Harness::start_with(|u| {
+            let typed = format!("2130706433:{}", u.plain_addr.port());
+            let (host, port) = NetRule::parse_target(&typed).unwrap();
+            let mut r = NetRule::for_host(&host);
+            r.port = port;
+            Setup {
+                rules: rules(vec![r]),
+                ..Default::default()
+            }
+        })
+        .await;
+        let plain = h.upstream.plain_addr.port();
+        for host in [
+            "127.0.0.1",
+            "2130706433",
+            "0x7f000001",
+            "0x7f.1",
+            "127.1",
+            "0177.0.0.1",
+        ] {
+            let status = raw_status(
+                &h,
+                &format!("GET http://{host}:{plain}/n HTTP/1.1\r\nHost: {host}:{plain}\r\n\r\n"),
+            )
+            .await;
+            assert_eq!(status, 200, "{host}");
+        }
+        assert_eq!(h.seen().len(), 6);
+        // Another host on the same port is still denied.
+        let status = raw_status(
+            &h,
+            &format!("GET http://127.0.0.2:{plain}/n HTTP/1.1\r\nHost: x\r\n\r\n"),
+        )
+        .await;
+        assert_eq!(status, 403);
+        assert_eq!(h.seen().len(), 6);
+    }
+}

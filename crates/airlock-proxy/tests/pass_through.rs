@@ -288,3 +288,159 @@ async fn a_tunnel_cannot_send_past_the_egress_budget() {
         "{t}"
     );
 }
+
+mod server_name {
+    use super::*;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+    use tokio::io::AsyncWrite;
+
+    /// A stream that writes at most `step` bytes per write, with Nagle off, so the client's
+    /// hello leaves in many small TCP segments.
+    struct Dribble {
+        io: tokio::net::TcpStream,
+        step: usize,
+    }
+
+    impl tokio::io::AsyncRead for Dribble {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.io).poll_read(cx, buf)
+        }
+    }
+
+    impl AsyncWrite for Dribble {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            let n = buf.len().min(self.step);
+            Pin::new(&mut self.io).poll_write(cx, &buf[..n])
+        }
+        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.io).poll_flush(cx)
+        }
+        fn poll_shutdown(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.io).poll_shutdown(cx)
+        }
+    }
+
+    /// CONNECT to the pass-through host and return the open tunnel.
+    async fn tunnel(h: &Harness) -> tokio::net::TcpStream {
+        let authority = format!("pass.test:{}", h.port());
+        let mut tcp = tokio::net::TcpStream::connect(h.handle.tcp_addr.unwrap())
+            .await
+            .unwrap();
+        tcp.set_nodelay(true).unwrap();
+        tcp.write_all(
+            format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut buf = [0u8; 256];
+        let n = tcp.read(&mut buf).await.unwrap();
+        let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert!(head.starts_with("HTTP/1.1 200"), "CONNECT answered {head}");
+        tcp
+    }
+
+    /// The reason of the first refused tunnel record.
+    async fn refusal(h: &Harness) -> String {
+        for _ in 0..100 {
+            if let Some(t) = h
+                .read_audit()
+                .into_iter()
+                .find(|r| r["kind"] == "net.tunnel" && r["detail"]["decision"] != "allow")
+            {
+                return t["detail"]["reason"].as_str().unwrap_or("").to_string();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("no refused net.tunnel record");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn i3_a_pass_through_tunnel_refuses_another_server_name() {
+        let h = start().await;
+        let bundle = sandbox_bundle(&h);
+        // Domain fronting: the tunnel is for pass.test, the hello names api.test, which
+        // the same upstream (a shared CDN) would serve.
+        let tcp = tunnel(&h).await;
+        let name = rustls_pki_types::ServerName::try_from("api.test".to_string()).unwrap();
+        let tls = tokio_rustls::TlsConnector::from(client_config(&bundle))
+            .connect(name, tcp)
+            .await;
+        assert!(tls.is_err(), "a fronted handshake completed");
+        let reason = refusal(&h).await;
+        assert!(
+            reason.contains("\"api.test\"") && reason.contains("\"pass.test\""),
+            "{reason}"
+        );
+        assert!(h.seen().is_empty(), "{:?}", h.seen());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn i3_a_pass_through_tunnel_refuses_what_is_not_tls() {
+        let h = start().await;
+        let mut tcp = tunnel(&h).await;
+        tcp.write_all(b"GET /plain HTTP/1.1\r\nHost: pass.test\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = Vec::new();
+        let _ = tcp.read_to_end(&mut buf).await;
+        assert!(buf.is_empty(), "{}", String::from_utf8_lossy(&buf));
+        let reason = refusal(&h).await;
+        assert!(reason.contains("not a TLS ClientHello"), "{reason}");
+        assert!(h.seen().is_empty(), "{:?}", h.seen());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn i3_a_pass_through_tunnel_refuses_a_hello_without_a_server_name() {
+        let h = start().await;
+        let bundle = sandbox_bundle(&h);
+        let mut cfg = (*client_config(&bundle)).clone();
+        cfg.enable_sni = false;
+        let tcp = tunnel(&h).await;
+        let name = rustls_pki_types::ServerName::try_from("pass.test".to_string()).unwrap();
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+            .connect(name, tcp)
+            .await;
+        assert!(tls.is_err(), "a handshake without SNI completed");
+        assert!(refusal(&h).await.contains("no SNI"));
+        assert!(h.seen().is_empty(), "{:?}", h.seen());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn i3_a_hello_split_over_many_segments_still_opens_the_tunnel() {
+        let h = start().await;
+        let bundle = sandbox_bundle(&h);
+        let tcp = tunnel(&h).await;
+        let name = rustls_pki_types::ServerName::try_from("pass.test".to_string()).unwrap();
+        let tls = tokio_rustls::TlsConnector::from(client_config(&bundle))
+            .connect(name, Dribble { io: tcp, step: 7 })
+            .await
+            .expect("the split hello was refused");
+        assert_eq!(
+            tls.get_ref().1.peer_certificates().unwrap()[0].to_vec(),
+            h.upstream.leaf_der
+        );
+        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let req = hyper::Request::get("/split")
+            .header("host", format!("pass.test:{}", h.port()))
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        let resp = send.send_request(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(h.seen()[0].path, "/split");
+    }
+}

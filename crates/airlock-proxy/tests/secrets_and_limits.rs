@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use airlock_proxy::secrets::{HeaderTemplate, LoadedSecret, SecretStore};
+use airlock_proxy::secrets::{Binding, HeaderTemplate, LoadedSecret, SecretStore};
 use airlock_proxy::{Limits, NetRule, NetRules, CA_CERT_FILE};
 use common::{rule, Harness, Setup};
 use secrecy::SecretString;
@@ -22,13 +22,13 @@ fn rules(list: Vec<NetRule>) -> NetRules {
 }
 
 /// A secret stored and loaded through the real encrypted store.
-fn stored_secret(dir: &std::path::Path) -> (String, Vec<LoadedSecret>) {
+fn stored_secret(dir: &std::path::Path, port: u16) -> (String, Vec<LoadedSecret>) {
     let store = SecretStore::new(dir);
+    let binding = Binding::parse("api.test", None, Some(port), Some("/v1")).unwrap();
     let ph = store
         .set(
             "GH",
-            "api.test",
-            Some("/v1"),
+            &binding,
             HeaderTemplate::bearer(),
             &SecretString::from(REAL.to_string()),
         )
@@ -39,14 +39,18 @@ fn stored_secret(dir: &std::path::Path) -> (String, Vec<LoadedSecret>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secret_is_injected_for_bound_host_and_path_only_and_never_shown_back() {
     let store_dir = tempfile::tempdir().unwrap();
-    let (ph, secrets) = stored_secret(store_dir.path());
-    let h = Harness::start(|port| Setup {
-        rules: rules(vec![
-            rule("api.test", port, &["GET"]),
-            rule("other.test", port, &["GET"]),
-        ]),
-        secrets,
-        ..Default::default()
+    let mut ph = String::new();
+    let h = Harness::start(|port| {
+        let (p, secrets) = stored_secret(store_dir.path(), port);
+        ph = p;
+        Setup {
+            rules: rules(vec![
+                rule("api.test", port, &["GET"]),
+                rule("other.test", port, &["GET"]),
+            ]),
+            secrets,
+            ..Default::default()
+        }
     })
     .await;
     let auth = format!("Authorization: Bearer {ph}");
@@ -294,4 +298,110 @@ async fn egress_budget_and_host_rate_limit_refuse() {
     let r = h.curl(&[&h.url("other.test", "/r")]).await;
     assert_eq!(r.status, 429, "{r:?}");
     assert!(h.seen().iter().all(|s| s.path != "/b"));
+}
+
+mod bindings {
+    use super::*;
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+    use base64::Engine;
+
+    /// The secret bound to https on the upstream's port, below /v1; rules allow api.test
+    /// on both the https and the plain-http upstream.
+    async fn start(store_dir: &std::path::Path) -> (Harness, String) {
+        let mut ph = String::new();
+        let h = Harness::start_with(|u| {
+            let (p, secrets) = stored_secret(store_dir, u.addr.port());
+            ph = p;
+            Setup {
+                rules: rules(vec![
+                    rule("api.test", u.addr.port(), &["GET"]),
+                    rule("api.test", u.plain_addr.port(), &["GET"]),
+                ]),
+                secrets,
+                ..Default::default()
+            }
+        })
+        .await;
+        (h, ph)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn i3_a_secret_goes_only_to_its_scheme_and_port() {
+        let dir = tempfile::tempdir().unwrap();
+        let (h, ph) = start(dir.path()).await;
+        let auth = format!("Authorization: Bearer {ph}");
+        let r = h
+            .curl(&["-H", &auth, &h.plain_url("api.test", "/v1/echo")])
+            .await;
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(
+            h.seen()[0].header("authorization"),
+            Some(format!("Bearer {ph}").as_str()),
+            "plain http on another port must get the placeholder, not the value"
+        );
+        let r = h.curl(&["-H", &auth, &h.url("api.test", "/v1/echo")]).await;
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(
+            h.seen()[1].header("authorization"),
+            Some(format!("Bearer {REAL}").as_str())
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn i3_a_secret_bound_to_a_path_is_never_sent_to_a_path_that_escapes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (h, ph) = start(dir.path()).await;
+        let auth = format!("Authorization: Bearer {ph}");
+        for path in [
+            "/v1//../other",
+            "/v1/..%2fother",
+            "/v1/%2e%2e/other",
+            "/v1/..;/other",
+            "/v1/%252e%252e/other",
+        ] {
+            let r = h
+                .curl(&["--path-as-is", "-H", &auth, &h.url("api.test", path)])
+                .await;
+            assert_eq!(r.status, 403, "{path}: {r:?}");
+            assert!(r.text().contains("limits paths"), "{}", r.text());
+        }
+        assert!(h.seen().is_empty(), "{:?}", h.seen());
+        // Resolved dot segments leave the binding: the value is not added.
+        let r = h.curl(&["-H", &auth, &h.url("api.test", "/other/x")]).await;
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(
+            h.seen()[0].header("authorization"),
+            Some(format!("Bearer {ph}").as_str())
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn i10_echoes_in_other_encodings_are_scrubbed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (h, ph) = start(dir.path()).await;
+        let auth = format!("Authorization: Bearer {ph}");
+        let r = h
+            .curl(&["-H", &auth, &h.url("api.test", "/v1/echo-encoded")])
+            .await;
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(
+            h.seen()[0].header("authorization"),
+            Some(format!("Bearer {REAL}").as_str())
+        );
+        let body = r.text();
+        let pct: String = REAL.bytes().map(|b| format!("%{b:02x}")).collect();
+        for (what, form) in [
+            ("base64", STANDARD.encode(format!("Bearer {REAL}"))),
+            ("base64url", URL_SAFE_NO_PAD.encode(REAL)),
+            ("base64 shifted", STANDARD.encode(format!("x{REAL}"))),
+            ("hex", hex::encode(REAL)),
+            ("HEX", hex::encode_upper(REAL)),
+            ("percent", pct),
+        ] {
+            // The value's middle is in any surviving encoding of it.
+            let core = &form[6..form.len() - 6];
+            assert!(!body.contains(core), "{what} echo survived: {body}");
+        }
+        assert!(body.contains(&ph), "{body}");
+    }
 }

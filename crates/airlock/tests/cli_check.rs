@@ -234,3 +234,6 @@ fn a_closed_output_pipe_ends_quietly() {
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(o.status.code(), Some(141), "{err}");
 }
+
+// Operator config edits racing each other.
+mod config_races;

@@ -25,6 +25,15 @@ pub struct InjectReport {
     pub misuse: Vec<Misuse>,
 }
 
+/// Where a request goes, as the Gate decided it: normalized host and path.
+#[derive(Debug, Clone, Copy)]
+pub struct Destination<'a> {
+    pub scheme: &'a str,
+    pub host: &'a str,
+    pub port: u16,
+    pub path: &'a str,
+}
+
 /// Knows every placeholder and the binding of its secret.
 pub struct Injector {
     secrets: Vec<LoadedSecret>,
@@ -66,14 +75,13 @@ impl Injector {
         ids
     }
 
-    /// Rewrite `headers` of a request to `host` + `path`: in the bound header of a secret
-    /// bound to this host and path, the placeholder becomes the value. Everything else is
-    /// left as is; out-of-place placeholders (other host, other header, `url`, `body`)
-    /// are reported.
+    /// Rewrite `headers` of a request to `to`: in the bound header of a secret bound to
+    /// this scheme, host, port and path, the placeholder becomes the value. Everything
+    /// else is left as is; out-of-place placeholders (other destination, other header,
+    /// `url`, `body`) are reported.
     pub fn apply(
         &self,
-        host: &str,
-        path: &str,
+        to: Destination<'_>,
         url: &str,
         headers: &mut HeaderMap,
         body: &[u8],
@@ -91,7 +99,9 @@ impl Injector {
                 let mut text = v.as_bytes().to_vec();
                 for id in self.found(&text) {
                     let s = &self.secrets[id];
-                    if s.info.header.name == name.as_str() && s.bound_to(host, path) {
+                    if s.info.header.name == name.as_str()
+                        && s.bound_to(to.scheme, to.host, to.port, to.path)
+                    {
                         text = replace(
                             &text,
                             s.info.placeholder.as_bytes(),
@@ -153,12 +163,22 @@ mod tests {
     use crate::secrets::{HeaderTemplate, SecretInfo};
     use secrecy::SecretString;
 
+    fn dest<'a>(scheme: &'a str, host: &'a str, port: u16, path: &'a str) -> Destination<'a> {
+        Destination {
+            scheme,
+            host,
+            port,
+            path,
+        }
+    }
+
     fn injector() -> Injector {
         Injector::new(vec![LoadedSecret {
             info: SecretInfo {
                 name: "GH".into(),
-                host: "api.example".into(),
-                path_prefix: Some("/v1".into()),
+                binding: crate::secrets::Binding::parse("api.example", None, None, Some("/v1"))
+                    .unwrap(),
+                legacy: false,
                 header: HeaderTemplate::bearer(),
                 placeholder: "PH123".into(),
             },
@@ -172,8 +192,7 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("authorization", HeaderValue::from_static("Bearer PH123"));
         let r = inj.apply(
-            "api.example",
-            "/v1/x",
+            dest("https", "api.example", 443, "/v1/x"),
             "https://api.example/v1/x",
             &mut h,
             b"",
@@ -181,10 +200,16 @@ mod tests {
         assert_eq!(r.injected, vec!["GH"]);
         assert_eq!(h["authorization"], "Bearer REALVALUE");
 
-        for (host, path) in [("other.example", "/v1/x"), ("api.example", "/v2")] {
+        for to in [
+            dest("https", "other.example", 443, "/v1/x"),
+            dest("https", "api.example", 443, "/v2"),
+            dest("http", "api.example", 443, "/v1/x"),
+            dest("http", "api.example", 80, "/v1/x"),
+            dest("https", "api.example", 8443, "/v1/x"),
+        ] {
             let mut h = HeaderMap::new();
             h.insert("authorization", HeaderValue::from_static("Bearer PH123"));
-            let r = inj.apply(host, path, "u", &mut h, b"");
+            let r = inj.apply(to, "u", &mut h, b"");
             assert!(r.injected.is_empty());
             assert_eq!(r.misuse[0].location, "header:authorization");
             assert_eq!(h["authorization"], "Bearer PH123");
@@ -192,8 +217,7 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("x-other", HeaderValue::from_static("PH123"));
         let r = inj.apply(
-            "api.example",
-            "/v1",
+            dest("https", "api.example", 443, "/v1"),
             "https://api.example/v1?k=PH123",
             &mut h,
             b"tok=PH123",

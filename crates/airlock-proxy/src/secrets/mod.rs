@@ -5,6 +5,6 @@ pub mod inject;
 pub mod scrub;
 pub mod store;
 
-pub use inject::{InjectReport, Injector, Misuse};
+pub use inject::{Destination, InjectReport, Injector, Misuse};
 pub use scrub::{Scrubber, StreamScrubber};
-pub use store::{HeaderTemplate, LoadedSecret, SecretInfo, SecretStore, SecretsError};
+pub use store::{Binding, HeaderTemplate, LoadedSecret, SecretInfo, SecretStore, SecretsError};

@@ -22,26 +22,30 @@ impl std::fmt::Debug for Scrubber {
 }
 
 impl Scrubber {
-    /// A scrubber for `secrets`; `None` when there are none (nothing to scrub).
+    /// A scrubber for `secrets`; `None` when there are none (nothing to scrub). Each
+    /// value is also looked for in its common encodings (see [`encoded_forms`]).
     pub fn new(secrets: &[LoadedSecret]) -> Option<Scrubber> {
         if secrets.is_empty() {
             return None;
         }
-        let values: Vec<&[u8]> = secrets
-            .iter()
-            .map(|s| s.value.expose_secret().as_bytes())
-            .collect();
+        let mut patterns: Vec<Vec<u8>> = Vec::new();
+        let mut placeholders: Vec<Vec<u8>> = Vec::new();
+        for s in secrets {
+            for form in encoded_forms(s.value.expose_secret().as_bytes()) {
+                if !patterns.contains(&form) {
+                    patterns.push(form);
+                    placeholders.push(s.info.placeholder.clone().into_bytes());
+                }
+            }
+        }
         let matcher = AhoCorasick::builder()
             .match_kind(MatchKind::LeftmostLongest)
-            .build(&values)
+            .build(&patterns)
             .ok()?;
         Some(Scrubber {
-            longest: values.iter().map(|v| v.len()).max().unwrap_or(1),
+            longest: patterns.iter().map(|v| v.len()).max().unwrap_or(1),
             matcher,
-            placeholders: secrets
-                .iter()
-                .map(|s| s.info.placeholder.clone().into_bytes())
-                .collect(),
+            placeholders,
         })
     }
 
@@ -67,6 +71,67 @@ impl Scrubber {
             replaced: 0,
         }
     }
+}
+
+/// Shortest encoded form worth looking for: a shorter one would match ordinary text.
+const MIN_ENCODED_LEN: usize = 8;
+
+/// `value` and the forms an upstream commonly echoes it in: base64 (standard and
+/// URL-safe alphabets, at each of the three byte alignments a value can have inside a
+/// longer encoded blob, so with or without padding and with or without neighbours), hex
+/// in both cases, and percent-encoding (only reserved bytes, or every byte; both hex
+/// cases). An upstream that reflects a value in any other encoding (gzip, a cipher,
+/// UTF-16, reversed, split over fields) defeats this: scrubbing is a safety net for
+/// honest echoes, not a boundary.
+pub fn encoded_forms(value: &[u8]) -> Vec<Vec<u8>> {
+    use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+    use base64::Engine;
+    let mut out = vec![value.to_vec()];
+    let mut add = |form: Vec<u8>| {
+        if form.len() >= MIN_ENCODED_LEN && !out.contains(&form) {
+            out.push(form);
+        }
+    };
+    for engine in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
+        for align in 0..3usize {
+            // Encode behind `align` filler bytes, then keep only the characters whose six
+            // bits all come from the value: they are the same whatever surrounds it.
+            let mut buf = vec![0u8; align];
+            buf.extend_from_slice(value);
+            let enc = engine.encode(&buf).into_bytes();
+            let start = (8 * align).div_ceil(6);
+            let end = ((8 * (align + value.len())) / 6).min(enc.len());
+            if start < end {
+                add(enc[start..end].to_vec());
+            }
+        }
+    }
+    add(hex::encode(value).into_bytes());
+    add(hex::encode_upper(value).into_bytes());
+    let unreserved = |b: u8| b.is_ascii_alphanumeric() || b"-._~".contains(&b);
+    for upper in [true, false] {
+        let esc = |b: u8| {
+            if upper {
+                format!("%{b:02X}")
+            } else {
+                format!("%{b:02x}")
+            }
+        };
+        let reserved_only: String = value
+            .iter()
+            .map(|&b| {
+                if unreserved(b) {
+                    (b as char).to_string()
+                } else {
+                    esc(b)
+                }
+            })
+            .collect();
+        add(reserved_only.into_bytes());
+        let every: String = value.iter().map(|&b| esc(b)).collect();
+        add(every.into_bytes());
+    }
+    out
 }
 
 /// Scrubs one body chunk by chunk. It holds back the last `longest - 1` bytes of each
@@ -142,13 +207,62 @@ mod tests {
         LoadedSecret {
             info: SecretInfo {
                 name: "T".into(),
-                host: "h".into(),
-                path_prefix: None,
+                binding: crate::secrets::Binding::parse("h", None, None, None).unwrap(),
+                legacy: false,
                 header: HeaderTemplate::bearer(),
                 placeholder: ph.into(),
             },
             value: SecretString::from(value.to_string()),
         }
+    }
+
+    #[test]
+    fn i10_echoes_in_base64_hex_and_percent_encoding_are_scrubbed() {
+        use base64::engine::general_purpose::{
+            STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD,
+        };
+        use base64::Engine;
+        // '>' and '?' make the standard and URL-safe alphabets differ; ' ' and '/' need
+        // percent-encoding.
+        let value = "tok>?en/ value~0123456789";
+        let s = Scrubber::new(&[secret(value, "PH")]).unwrap();
+        let mut echoes: Vec<String> = Vec::new();
+        for engine in [&STANDARD, &STANDARD_NO_PAD, &URL_SAFE, &URL_SAFE_NO_PAD] {
+            for prefix in ["", "u:", "ab:", "abc:"] {
+                for suffix in ["", "x", "xy"] {
+                    echoes.push(engine.encode(format!("{prefix}{value}{suffix}")));
+                }
+            }
+        }
+        echoes.push(hex::encode(value));
+        echoes.push(hex::encode_upper(value));
+        echoes.push("tok%3E%3Fen%2F%20value~0123456789".into());
+        echoes.push("tok%3e%3fen%2f%20value~0123456789".into());
+        echoes.push(value.bytes().map(|b| format!("%{b:02X}")).collect());
+        echoes.push(value.bytes().map(|b| format!("%{b:02x}")).collect());
+        for echo in echoes {
+            let body = format!("{{\"echo\": \"{echo}\"}}");
+            let out = s
+                .scrub(body.as_bytes())
+                .unwrap_or_else(|| panic!("{echo} not scrubbed"));
+            let out = String::from_utf8_lossy(&out).into_owned();
+            assert!(out.contains("PH"), "{out}");
+            // Whatever survives no longer decodes to the value.
+            for engine in [&STANDARD, &URL_SAFE] {
+                if let Ok(d) = engine.decode(
+                    out.trim_start_matches("{\"echo\": \"")
+                        .trim_end_matches("\"}"),
+                ) {
+                    assert!(
+                        !String::from_utf8_lossy(&d).contains(value),
+                        "{echo} -> {out}"
+                    );
+                }
+            }
+            assert!(!out.contains(&hex::encode(value)));
+        }
+        // Ordinary text is left alone.
+        assert_eq!(s.scrub(b"nothing here: deadbeef, dG9r, tok%3E"), None);
     }
 
     #[test]

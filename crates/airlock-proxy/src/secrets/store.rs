@@ -38,9 +38,11 @@ pub enum SecretsError {
     BadName(String),
     #[error("invalid header template {0:?}\nhelp: write it as 'Header-Name: text {{}} text' with exactly one {{}} where the value goes")]
     BadTemplate(String),
-    #[error("invalid host {0:?}\nhelp: give the plain host name the secret is for, such as api.github.com")]
+    #[error("invalid host {0:?}\nhelp: give the host (and port) the secret is for, such as api.github.com or 127.0.0.1:8443, with --port agreeing")]
     BadHost(String),
-    #[error("invalid path prefix {0:?}\nhelp: a path prefix starts with '/'")]
+    #[error("invalid scheme {0:?}\nhelp: a secret is sent over https (the default) or http")]
+    BadScheme(String),
+    #[error("invalid path prefix {0:?}\nhelp: a path prefix starts with '/' and holds no '.' or '..' segment, no '//', no backslash and no %-escape of '/', '\\', '.', ';' or '%'")]
     BadPath(String),
     #[error("the secret value is {0}\nhelp: pipe exactly the value on stdin (one line, at most 16 KiB, no control characters)")]
     BadValue(&'static str),
@@ -93,7 +95,13 @@ impl HeaderTemplate {
 #[serde(deny_unknown_fields)]
 struct Entry {
     name: String,
+    /// `http` or `https`. Absent in entries stored before bindings named a scheme and
+    /// port: those are bound to https on 443 (see [`SecretInfo::legacy`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    scheme: Option<String>,
     host: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    port: Option<u16>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     path_prefix: Option<String>,
     header: HeaderTemplate,
@@ -104,15 +112,24 @@ struct Entry {
 
 impl Entry {
     fn aad(&self) -> Vec<u8> {
-        let fields = [
+        let prefix = self.path_prefix.as_deref().unwrap_or("");
+        let mut fields = vec![
             "airlock-secret-v1",
             &self.name,
             &self.host,
-            self.path_prefix.as_deref().unwrap_or(""),
+            prefix,
             &self.header.name,
             &self.header.value,
             &self.placeholder,
         ];
+        // Entries that name a scheme and port bind them too, so neither can be edited
+        // in the file; older entries keep the AAD they were encrypted with.
+        let port = self.port.map(|p| p.to_string());
+        if let (Some(scheme), Some(port)) = (&self.scheme, &port) {
+            fields[0] = "airlock-secret-v2";
+            fields.push(scheme);
+            fields.push(port);
+        }
         fields.join("\0").into_bytes()
     }
 }
@@ -124,15 +141,98 @@ struct FileFormat {
     secrets: Vec<Entry>,
 }
 
+/// Where a secret may be sent: one scheme, host and port, optionally only below a path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    /// `http` or `https`.
+    pub scheme: String,
+    /// Normalized as the Gate normalizes request hosts.
+    pub host: String,
+    pub port: u16,
+    pub path_prefix: Option<String>,
+}
+
+impl Binding {
+    /// A binding from what an operator typed: `host[:port]` (the same host parser as
+    /// requests and net rules), an optional scheme (default https) and an optional port
+    /// (default the scheme's: 443 or 80; a port in `host` counts as given).
+    pub fn parse(
+        host: &str,
+        scheme: Option<&str>,
+        port: Option<u16>,
+        path_prefix: Option<&str>,
+    ) -> Result<Binding, SecretsError> {
+        let scheme = scheme.unwrap_or("https").to_ascii_lowercase();
+        if scheme != "https" && scheme != "http" {
+            return Err(SecretsError::BadScheme(scheme));
+        }
+        let hp = airlock_core::url_facts::parse_host_port(host)
+            .map_err(|_| SecretsError::BadHost(host.to_string()))?;
+        let port = match (hp.port, port) {
+            (Some(a), Some(b)) if a != b => return Err(SecretsError::BadHost(host.to_string())),
+            (Some(p), _) | (None, Some(p)) => p,
+            (None, None) if scheme == "http" => 80,
+            (None, None) => 443,
+        };
+        let b = Binding {
+            scheme,
+            host: hp.host,
+            port,
+            path_prefix: path_prefix.map(str::to_string),
+        };
+        b.validate()?;
+        Ok(b)
+    }
+
+    /// Check a binding however it was built: a known scheme, a port, a host already in
+    /// the form requests are compared in, and an unambiguous path prefix.
+    pub fn validate(&self) -> Result<(), SecretsError> {
+        if self.scheme != "https" && self.scheme != "http" {
+            return Err(SecretsError::BadScheme(self.scheme.clone()));
+        }
+        let spelled = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        match airlock_core::url_facts::parse_host_port(&spelled) {
+            Ok(hp) if hp.host == self.host && hp.port.is_none() && self.port != 0 => {}
+            _ => return Err(SecretsError::BadHost(self.host.clone())),
+        }
+        if let Some(p) = &self.path_prefix {
+            if !p.starts_with('/') || airlock_core::url_facts::ambiguous_path(p).is_some() {
+                return Err(SecretsError::BadPath(p.to_string()));
+            }
+        }
+        Ok(())
+    }
+
+    /// `https://api.example:443/v1`, for listings.
+    pub fn display(&self) -> String {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        format!(
+            "{}://{host}:{}{}",
+            self.scheme,
+            self.port,
+            self.path_prefix.as_deref().unwrap_or("")
+        )
+    }
+}
+
 /// What `airlock secret list` shows: never the value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SecretInfo {
     pub name: String,
-    pub host: String,
-    pub path_prefix: Option<String>,
+    pub binding: Binding,
     pub header: HeaderTemplate,
     /// The token the sandbox gets in place of the value.
     pub placeholder: String,
+    /// Stored before bindings named a scheme and port; now bound to https on 443.
+    pub legacy: bool,
 }
 
 /// A decrypted secret, ready for the proxy. The value is a [`SecretString`], so `Debug`
@@ -144,12 +244,14 @@ pub struct LoadedSecret {
 }
 
 impl LoadedSecret {
-    /// Whether a request to `host` and `path` is the one this secret is bound to.
-    pub fn bound_to(&self, host: &str, path: &str) -> bool {
-        if !self.info.host.eq_ignore_ascii_case(host) {
+    /// Whether a request to `scheme://host:port` + `path` is the one this secret is bound
+    /// to. `host` and `path` are the normalized forms the Gate decided on.
+    pub fn bound_to(&self, scheme: &str, host: &str, port: u16, path: &str) -> bool {
+        let b = &self.info.binding;
+        if b.scheme != scheme || b.host != host || b.port != port {
             return false;
         }
-        match &self.info.path_prefix {
+        match &b.path_prefix {
             None => true,
             Some(p) if p.ends_with('/') => path.starts_with(p.as_str()),
             Some(p) => path == p || path.starts_with(&format!("{p}/")),
@@ -173,6 +275,17 @@ impl SecretStore {
 
     fn file(&self) -> PathBuf {
         self.dir.join(SECRETS_FILE)
+    }
+
+    /// Hold the store's lock across a whole read-modify-write (see
+    /// [`crate::fsutil::FileLock`]), so that concurrent `set`/`rm` never undo each other.
+    fn lock(&self) -> Result<crate::fsutil::FileLock, SecretsError> {
+        let path = self.file();
+        crate::fsutil::FileLock::acquire(&path).map_err(|source| SecretsError::Io {
+            what: "lock",
+            path,
+            source,
+        })
     }
 
     fn read(&self) -> Result<FileFormat, SecretsError> {
@@ -242,29 +355,18 @@ impl SecretStore {
         })
     }
 
-    /// Store `value` for `name`, bound to `host` (and `path_prefix`), sent through
-    /// `header`. Setting an existing name replaces it but keeps its placeholder, so runs
-    /// that already hold the placeholder keep working. Returns the placeholder.
+    /// Store `value` for `name`, bound to `binding`, sent through `header`. Setting an
+    /// existing name replaces it but keeps its placeholder, so runs that already hold the
+    /// placeholder keep working. Returns the placeholder.
     pub fn set(
         &self,
         name: &str,
-        host: &str,
-        path_prefix: Option<&str>,
+        binding: &Binding,
         header: HeaderTemplate,
         value: &SecretString,
     ) -> Result<String, SecretsError> {
         validate_name(name)?;
-        let host = host.trim().to_ascii_lowercase();
-        if host.is_empty()
-            || host.contains(['/', ':', ' ', '*']) && host.parse::<std::net::IpAddr>().is_err()
-        {
-            return Err(SecretsError::BadHost(host));
-        }
-        if let Some(p) = path_prefix {
-            if !p.starts_with('/') {
-                return Err(SecretsError::BadPath(p.to_string()));
-            }
-        }
+        binding.validate()?;
         let v = value.expose_secret();
         if v.is_empty() {
             return Err(SecretsError::BadValue("empty"));
@@ -276,6 +378,7 @@ impl SecretStore {
             // CR/LF would let the value split a header; other controls are never valid.
             return Err(SecretsError::BadValue("holding control characters"));
         }
+        let _lock = self.lock()?;
         let cipher = self.cipher(true)?;
         let mut file = self.read()?;
         let placeholder = match file.secrets.iter().find(|e| e.name == name) {
@@ -286,8 +389,10 @@ impl SecretStore {
         getrandom::fill(&mut nonce).map_err(|e| SecretsError::Random(e.to_string()))?;
         let mut entry = Entry {
             name: name.to_string(),
-            host,
-            path_prefix: path_prefix.map(str::to_string),
+            scheme: Some(binding.scheme.clone()),
+            host: binding.host.clone(),
+            port: Some(binding.port),
+            path_prefix: binding.path_prefix.clone(),
             header,
             placeholder: placeholder.clone(),
             nonce: hex::encode(nonce),
@@ -320,6 +425,7 @@ impl SecretStore {
 
     /// Remove `name`.
     pub fn remove(&self, name: &str) -> Result<(), SecretsError> {
+        let _lock = self.lock()?;
         let mut file = self.read()?;
         let before = file.secrets.len();
         file.secrets.retain(|e| e.name != name);
@@ -382,12 +488,20 @@ impl SecretStore {
 }
 
 fn info(e: &Entry) -> SecretInfo {
+    let legacy = e.scheme.is_none() || e.port.is_none();
     SecretInfo {
         name: e.name.clone(),
-        host: e.host.clone(),
-        path_prefix: e.path_prefix.clone(),
+        binding: Binding {
+            // An entry from before bindings named a scheme and port goes to https on 443
+            // only: what such a binding was meant for, and never plain http.
+            scheme: e.scheme.clone().unwrap_or_else(|| "https".into()),
+            host: e.host.clone(),
+            port: e.port.unwrap_or(443),
+            path_prefix: e.path_prefix.clone(),
+        },
         header: e.header.clone(),
         placeholder: e.placeholder.clone(),
+        legacy,
     }
 }
 
@@ -415,6 +529,10 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
+    fn binding(host: &str, prefix: Option<&str>) -> Binding {
+        Binding::parse(host, None, None, prefix).unwrap()
+    }
+
     #[test]
     fn set_list_load_remove() {
         let dir = tempfile::tempdir().unwrap();
@@ -423,8 +541,7 @@ mod tests {
         let ph = store
             .set(
                 "GH",
-                "api.github.com",
-                Some("/repos"),
+                &binding("api.github.com", Some("/repos")),
                 HeaderTemplate::bearer(),
                 &value,
             )
@@ -443,8 +560,7 @@ mod tests {
         let ph2 = store
             .set(
                 "GH",
-                "api.github.com",
-                None,
+                &binding("api.github.com", None),
                 HeaderTemplate::bearer(),
                 &value,
             )
@@ -464,8 +580,7 @@ mod tests {
         store
             .set(
                 "T",
-                "good.example",
-                None,
+                &binding("good.example", None),
                 HeaderTemplate::bearer(),
                 &SecretString::from("v".to_string()),
             )
@@ -487,7 +602,12 @@ mod tests {
         let store = SecretStore::new(dir.path());
         let v = SecretString::from("a\r\nX-Evil: 1".to_string());
         let err = store
-            .set("T", "h.example", None, HeaderTemplate::bearer(), &v)
+            .set(
+                "T",
+                &binding("h.example", None),
+                HeaderTemplate::bearer(),
+                &v,
+            )
             .unwrap_err();
         assert!(!err.to_string().contains("X-Evil"));
         assert!(HeaderTemplate::parse("Authorization Bearer {}").is_err());
@@ -502,12 +622,106 @@ mod tests {
         assert!(matches!(
             store.set(
                 "bad name",
-                "h",
-                None,
+                &binding("h", None),
                 HeaderTemplate::bearer(),
                 &SecretString::from("v".to_string())
             ),
             Err(SecretsError::BadName(_))
+        ));
+    }
+}
+
+#[cfg(test)]
+mod binding_tests {
+    use super::*;
+
+    #[test]
+    fn i3_a_binding_names_scheme_and_port() {
+        let b = Binding::parse("API.Example.", None, None, Some("/v1")).unwrap();
+        assert_eq!(b.display(), "https://api.example:443/v1");
+        let b = Binding::parse("api.example", Some("http"), None, None).unwrap();
+        assert_eq!((b.scheme.as_str(), b.port), ("http", 80));
+        let b = Binding::parse("[::1]:8443", None, None, None).unwrap();
+        assert_eq!((b.host.as_str(), b.port), ("::1", 8443));
+        assert_eq!(
+            Binding::parse("2130706433", None, Some(9), None)
+                .unwrap()
+                .host,
+            "127.0.0.1"
+        );
+        for (host, scheme, port, prefix) in [
+            ("api.example", Some("ftp"), None, None),
+            ("api.example:80", None, Some(81), None),
+            ("user@api.example", None, None, None),
+            ("api.example", None, None, Some("/api//../x")),
+            ("api.example", None, None, Some("/api/%2e%2e")),
+            ("api.example", None, None, Some("api")),
+        ] {
+            assert!(
+                Binding::parse(host, scheme, port, prefix).is_err(),
+                "{host} {scheme:?} {port:?} {prefix:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn i3_entries_stored_without_scheme_and_port_are_bound_to_https_443() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SecretStore::new(dir.path());
+        let b = Binding::parse("api.example", None, None, None).unwrap();
+        store
+            .set(
+                "OLD",
+                &b,
+                HeaderTemplate::bearer(),
+                &SecretString::from("v".to_string()),
+            )
+            .unwrap();
+        // Rewrite the entry as an older version stored it: no scheme or port, and the
+        // version-1 associated data.
+        let path = dir.path().join(SECRETS_FILE);
+        let mut file: FileFormat =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let cipher = store.cipher(false).unwrap();
+        let e = &mut file.secrets[0];
+        e.scheme = None;
+        e.port = None;
+        let nonce = [7u8; 24];
+        let aad = e.aad();
+        let ct = cipher
+            .encrypt(
+                XNonce::from_slice(&nonce),
+                Payload {
+                    msg: b"v",
+                    aad: &aad,
+                },
+            )
+            .unwrap();
+        e.nonce = hex::encode(nonce);
+        e.ciphertext = hex::encode(ct);
+        std::fs::write(&path, serde_json::to_string(&file).unwrap()).unwrap();
+        let all = store.load_all().unwrap();
+        assert!(all[0].info.legacy);
+        assert_eq!(all[0].info.binding.display(), "https://api.example:443");
+        assert!(all[0].bound_to("https", "api.example", 443, "/"));
+        assert!(!all[0].bound_to("http", "api.example", 80, "/"));
+        assert!(!all[0].bound_to("https", "api.example", 8443, "/"));
+        // Editing the port into a newer entry breaks its associated data.
+        store
+            .set(
+                "NEW",
+                &b,
+                HeaderTemplate::bearer(),
+                &SecretString::from("w".to_string()),
+            )
+            .unwrap();
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("\"port\": 443", "\"port\": 8080");
+        std::fs::write(&path, text).unwrap();
+        assert!(matches!(
+            store.load_all(),
+            Err(SecretsError::Decrypt { .. })
         ));
     }
 }

@@ -42,6 +42,8 @@ pub const NAMES: &[&str] = &[
 pub struct Seen {
     pub method: String,
     pub path: String,
+    /// The request-target exactly as it arrived on the request line (path and query).
+    pub target: String,
     pub host: String,
     pub headers: Vec<(String, String)>,
 }
@@ -57,6 +59,8 @@ impl Seen {
 
 pub struct Upstream {
     pub addr: SocketAddr,
+    /// A plain-HTTP server on another loopback port, recording into the same `seen`.
+    pub plain_addr: SocketAddr,
     pub ca_pem: String,
     /// The upstream's own leaf certificate (DER), to tell it from one Airlock minted.
     pub leaf_der: Vec<u8>,
@@ -97,6 +101,7 @@ async fn upstream_route(
     let s = Seen {
         method: req.method().to_string(),
         path: req.uri().path().to_string(),
+        target: req.uri().to_string(),
         host: req
             .headers()
             .get("host")
@@ -143,6 +148,23 @@ async fn upstream_route(
         let mut r = Response::new(body.boxed());
         r.headers_mut().insert("x-echo-auth", auth.parse().unwrap());
         return Ok(r);
+    }
+    if path.ends_with("/echo-encoded") {
+        // What a careless API does: reflects the credential it got in other encodings.
+        use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+        use base64::Engine;
+        let auth = s.header("authorization").unwrap_or("").to_string();
+        let token = auth.strip_prefix("Bearer ").unwrap_or(&auth).to_string();
+        let pct: String = token.bytes().map(|b| format!("%{b:02x}")).collect();
+        let text = format!(
+            "b64={}\nb64url={}\nb64-shifted={}\nhex={}\nHEX={}\npct={pct}\n",
+            STANDARD.encode(&auth),
+            URL_SAFE_NO_PAD.encode(&token),
+            STANDARD.encode(format!("x{token}")),
+            hex::encode(&token),
+            hex::encode_upper(&token),
+        );
+        return Ok(Response::new(full(text)));
     }
     if path == "/big" {
         return Ok(Response::new(
@@ -226,8 +248,27 @@ pub async fn start_upstream() -> Upstream {
             });
         }
     });
+    let plain = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let plain_addr = plain.local_addr().unwrap();
+    let seen3 = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = plain.accept().await else {
+                continue;
+            };
+            let _ = tcp.set_nodelay(true);
+            let seen = seen3.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| upstream_route(req, seen.clone()));
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), svc)
+                    .await;
+            });
+        }
+    });
     Upstream {
         addr,
+        plain_addr,
         ca_pem: ca_cert.pem(),
         leaf_der: leaf.der().to_vec(),
         seen,
@@ -334,10 +375,16 @@ pub fn rule(host: &str, port: u16, methods: &[&str]) -> NetRule {
 impl Harness {
     /// Start an upstream first, so rules can name its port, then the proxy.
     pub async fn start(build: impl FnOnce(u16) -> Setup) -> Harness {
+        Self::start_with(|u| build(u.addr.port())).await
+    }
+
+    /// As [`Harness::start`], for rules that need both upstream ports.
+    pub async fn start_with(build: impl FnOnce(&Upstream) -> Setup) -> Harness {
         let upstream = start_upstream().await;
-        let mut setup = build(upstream.addr.port());
+        let mut setup = build(&upstream);
         if setup.allow_upstream {
             setup.rules.allow_private.push(upstream.addr);
+            setup.rules.allow_private.push(upstream.plain_addr);
         }
         let config = tempfile::tempdir().unwrap();
         let state = tempfile::tempdir().unwrap();
@@ -396,6 +443,11 @@ impl Harness {
 
     pub fn port(&self) -> u16 {
         self.upstream.addr.port()
+    }
+
+    /// `http://<host>:<plain upstream port><path>`.
+    pub fn plain_url(&self, host: &str, path: &str) -> String {
+        format!("http://{host}:{}{path}", self.upstream.plain_addr.port())
     }
 
     /// `https://<host>:<upstream port><path>`.

@@ -41,9 +41,9 @@ pub enum NetCommand {
 
 pub fn run(cmd: NetCommand) -> anyhow::Result<i32> {
     let home = Home::from_env()?;
-    let mut rules = NetRules::load(&home.config)?;
     match cmd {
         NetCommand::List => {
+            let rules = NetRules::load(&home.config)?;
             if rules.rules.is_empty() && rules.allow_private.is_empty() {
                 crate::out!("no net rules: every request is denied\nhelp: allow a host with `airlock net allow <host>`");
             }
@@ -53,7 +53,6 @@ pub fn run(cmd: NetCommand) -> anyhow::Result<i32> {
             for a in &rules.allow_private {
                 crate::out!("allow-private {a}");
             }
-            return Ok(0);
         }
         NetCommand::Allow {
             target,
@@ -73,44 +72,55 @@ pub fn run(cmd: NetCommand) -> anyhow::Result<i32> {
             rule.path_prefix = path_prefix;
             rule.ask = ask;
             rule.pass_through = pass_through;
-            let id = rules.add(rule)?;
-            check_policy(&rules)?;
-            save(&home, &rules)?;
-            crate::out!(
-                "added net.rule.{id}: {}",
-                rules.rules.last().map(|r| r.describe()).unwrap_or_default()
-            );
+            let added = edit(&home, |rules| {
+                let id = rules.add(rule)?;
+                check_policy(rules)?;
+                Ok(rules.rules.iter().find(|r| r.id == id).cloned())
+            })?;
+            if let Some(r) = added {
+                crate::out!("added net.rule.{}: {}", r.id, r.describe());
+            }
         }
         NetCommand::AllowPrivate { addr } => {
-            if !rules.allow_private.contains(&addr) {
-                rules.allow_private.push(addr);
-            }
-            save(&home, &rules)?;
+            edit(&home, |rules| {
+                if !rules.allow_private.contains(&addr) {
+                    rules.allow_private.push(addr);
+                }
+                Ok(())
+            })?;
             crate::out!("the proxy may now reach {addr} (still only for hosts a rule allows)");
         }
         NetCommand::Revoke { rule } => {
-            if let Ok(addr) = rule.parse::<std::net::SocketAddr>() {
-                if rules.allow_private.contains(&addr) {
-                    rules.allow_private.retain(|a| *a != addr);
-                    save(&home, &rules)?;
-                    crate::out!("removed allow-private {addr}");
-                    return Ok(0);
+            let gone = edit(&home, |rules| {
+                if let Ok(addr) = rule.parse::<std::net::SocketAddr>() {
+                    if rules.allow_private.contains(&addr) {
+                        rules.allow_private.retain(|a| *a != addr);
+                        return Ok(Err(addr));
+                    }
                 }
-            }
-            let gone = rules.revoke(&rule)?;
-            save(&home, &rules)?;
-            for r in gone {
-                crate::out!("removed net.rule.{}: {}", r.id, r.describe());
+                Ok(Ok(rules.revoke(&rule)?))
+            })?;
+            match gone {
+                Err(addr) => crate::out!("removed allow-private {addr}"),
+                Ok(gone) => {
+                    for r in gone {
+                        crate::out!("removed net.rule.{}: {}", r.id, r.describe());
+                    }
+                }
             }
         }
     }
     Ok(0)
 }
 
-fn save(home: &Home, rules: &NetRules) -> anyhow::Result<()> {
+/// Change the rules file as one locked read-modify-write, so that commands run at the
+/// same time never lose each other's edits.
+fn edit<T>(
+    home: &Home,
+    change: impl FnOnce(&mut NetRules) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
     create_private_dir(&home.config)?;
-    rules.save(&home.config)?;
-    Ok(())
+    NetRules::update(&home.config, change)
 }
 
 /// The generated policy must validate before the file changes, so a bad rule never

@@ -4,7 +4,7 @@
 
 use std::io::{IsTerminal, Read};
 
-use airlock_proxy::secrets::{HeaderTemplate, SecretStore};
+use airlock_proxy::secrets::{Binding, HeaderTemplate, SecretStore};
 use clap::Subcommand;
 use secrecy::SecretString;
 
@@ -15,9 +15,15 @@ pub enum SecretCommand {
     /// Store a secret; the value is read from stdin: `printf %s "$TOKEN" | airlock secret set GH --host api.github.com`.
     Set {
         name: String,
-        /// The only host the value is sent to.
+        /// The only host the value is sent to: `host` or `host:port`.
         #[arg(long)]
         host: String,
+        /// The scheme it is sent over: https (default) or http.
+        #[arg(long)]
+        scheme: Option<String>,
+        /// The port it is sent to (default 443 for https, 80 for http).
+        #[arg(long)]
+        port: Option<u16>,
         /// Only for paths equal to or below this prefix.
         #[arg(long)]
         path_prefix: Option<String>,
@@ -38,10 +44,13 @@ pub fn run(cmd: SecretCommand) -> anyhow::Result<i32> {
         SecretCommand::Set {
             name,
             host,
+            scheme,
+            port,
             path_prefix,
             header,
         } => {
             let header = HeaderTemplate::parse(&header)?;
+            let binding = Binding::parse(&host, scheme.as_deref(), port, path_prefix.as_deref())?;
             if std::io::stdin().is_terminal() {
                 anyhow::bail!("the secret value is read from stdin, which is a terminal here\nhelp: pipe it in, e.g. `printf %s \"$TOKEN\" | airlock secret set {name} --host {host}`");
             }
@@ -57,11 +66,10 @@ pub fn run(cmd: SecretCommand) -> anyhow::Result<i32> {
             let value = SecretString::from(trimmed.to_string());
             drop(raw);
             create_private_dir(&home.config)?;
-            let placeholder =
-                store.set(&name, &host, path_prefix.as_deref(), header.clone(), &value)?;
+            let placeholder = store.set(&name, &binding, header.clone(), &value)?;
             crate::out!(
-                "stored secret {name} for {host}{} in {}",
-                path_prefix.as_deref().unwrap_or(""),
+                "stored secret {name} for {} in {}",
+                binding.display(),
                 header.display()
             );
             crate::out!("placeholder (what a sandbox sees): {placeholder}");
@@ -71,14 +79,23 @@ pub fn run(cmd: SecretCommand) -> anyhow::Result<i32> {
             if list.is_empty() {
                 crate::out!("no secrets\nhelp: add one with `printf %s \"$TOKEN\" | airlock secret set <name> --host <host>`");
             }
+            let mut legacy = Vec::new();
             for s in list {
                 crate::out!(
-                    "{:<20} {}{}  {}  placeholder {}",
+                    "{:<20} {}  {}  placeholder {}",
                     s.name,
-                    s.host,
-                    s.path_prefix.as_deref().unwrap_or(""),
+                    s.binding.display(),
                     s.header.display(),
                     s.placeholder
+                );
+                if s.legacy {
+                    legacy.push(s.name);
+                }
+            }
+            if !legacy.is_empty() {
+                crate::out!(
+                    "note: {} stored before bindings named a scheme and port, so now sent only over https to port 443\nhelp: to send one elsewhere, set it again with --scheme/--port",
+                    legacy.join(", ")
                 );
             }
         }

@@ -102,8 +102,13 @@ pub fn fixture_with(more: impl FnOnce(&mut NetRules, u16)) -> Fixture {
     SecretStore::new(&home.config)
         .set(
             SECRET_NAME,
-            "api.test",
-            Some("/v1"),
+            &airlock_proxy::secrets::Binding::parse(
+                "api.test",
+                None,
+                Some(upstream.port),
+                Some("/v1"),
+            )
+            .unwrap(),
             HeaderTemplate::bearer(),
             &secrecy::SecretString::from(SECRET_VALUE),
         )

@@ -8,7 +8,14 @@
 //!    architectures (`int 0x80`, 32-bit compat) and the x32 ABI;
 //! 2. the `EPERM` rules (seccompiler);
 //! 3. the `ENOSYS` rules (seccompiler): `clone3`, so that libc falls back to `clone`, whose
-//!    flags a filter can inspect.
+//!    flags a filter can inspect, and `openat2`, whose mode sits in a struct no filter can
+//!    read, so that libc falls back to `openat`;
+//! 4. the `EAFNOSUPPORT` rules (seccompiler): UNIX sockets that could reach a host socket
+//!    by name, refused as a kernel without that address family would refuse them.
+//!
+//! The payload gets the whole list ([`deny_list`]); the relay to the egress proxy, which
+//! must open one UNIX socket connection per client through the descriptor the host gave
+//! it, gets the list without the host-socket rules ([`relay_deny_list`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -25,13 +32,27 @@ use serde::Serialize;
 pub enum DenyErrno {
     Eperm,
     Enosys,
+    Eafnosupport,
 }
 
 impl DenyErrno {
+    /// Every result, in the order [`compile`] installs their filters.
+    pub const ALL: [DenyErrno; 3] = [DenyErrno::Eperm, DenyErrno::Enosys, DenyErrno::Eafnosupport];
+
     fn value(self) -> u32 {
         match self {
             DenyErrno::Eperm => libc::EPERM as u32,
             DenyErrno::Enosys => libc::ENOSYS as u32,
+            DenyErrno::Eafnosupport => libc::EAFNOSUPPORT as u32,
+        }
+    }
+
+    /// The errno's name as the table prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DenyErrno::Eperm => "EPERM",
+            DenyErrno::Enosys => "ENOSYS",
+            DenyErrno::Eafnosupport => "EAFNOSUPPORT",
         }
     }
 }
@@ -53,6 +74,77 @@ pub enum When {
         name: &'static str,
         value: u64,
     },
+    /// Every one of these conditions holds.
+    AllOf(Vec<Cond>),
+}
+
+/// One condition of [`When::AllOf`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cond {
+    /// Argument `arg` has any of these flags set.
+    AnyFlag {
+        arg: u8,
+        flags: Vec<(&'static str, u64)>,
+    },
+    /// Argument `arg` (low 32 bits) equals `value`.
+    Equals32 {
+        arg: u8,
+        name: &'static str,
+        value: u64,
+    },
+    /// Argument `arg` (low 32 bits) masked with `mask` equals `value`.
+    MaskedEquals32 {
+        arg: u8,
+        name: &'static str,
+        mask: u64,
+        value: u64,
+    },
+}
+
+impl Cond {
+    /// The alternatives this condition stands for, each one seccomp comparison (a flag
+    /// set is "any of", so one comparison per flag).
+    fn alternatives(&self) -> Vec<(u8, SeccompCmpArgLen, SeccompCmpOp, u64)> {
+        match self {
+            Cond::AnyFlag { arg, flags } => flags
+                .iter()
+                .map(|(_, f)| {
+                    (
+                        *arg,
+                        SeccompCmpArgLen::Qword,
+                        SeccompCmpOp::MaskedEq(*f),
+                        *f,
+                    )
+                })
+                .collect(),
+            Cond::Equals32 { arg, value, .. } => {
+                vec![(*arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, *value)]
+            }
+            Cond::MaskedEquals32 {
+                arg, mask, value, ..
+            } => vec![(
+                *arg,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::MaskedEq(*mask),
+                *value,
+            )],
+        }
+    }
+}
+
+impl fmt::Display for Cond {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Cond::AnyFlag { arg, flags } => write!(
+                f,
+                "arg{arg} has any of {}",
+                flags.iter().map(|(n, _)| *n).collect::<Vec<_>>().join("|")
+            ),
+            Cond::Equals32 { arg, name, .. } => write!(f, "arg{arg} == {name}"),
+            Cond::MaskedEquals32 { arg, name, .. } => write!(f, "arg{arg} is {name}"),
+        }
+    }
 }
 
 /// One row of the deny-list.
@@ -67,6 +159,25 @@ pub struct DenyRule {
     /// The family it belongs to, for people reading the table.
     pub group: &'static str,
 }
+
+/// The group of the rules that keep host UNIX sockets out of reach ([`relay_deny_list`]
+/// leaves them out).
+pub const HOST_SOCKETS: &str = "host unix sockets";
+/// The group of the rules that refuse set-user-ID and set-group-ID bits.
+pub const SET_ID_BITS: &str = "set-id files";
+
+/// The set-user-ID and set-group-ID mode bits.
+const SET_ID_MODE: &[(&str, u64)] = &[
+    ("S_ISUID", libc::S_ISUID as u64),
+    ("S_ISGID", libc::S_ISGID as u64),
+];
+
+/// Open flags under which the mode argument applies to a file the call creates.
+/// `__O_TMPFILE` is `O_TMPFILE` without `O_DIRECTORY` (which alone creates nothing).
+const CREATING_OPEN: &[(&str, u64)] = &[
+    ("O_CREAT", libc::O_CREAT as u64),
+    ("__O_TMPFILE", (libc::O_TMPFILE & !libc::O_DIRECTORY) as u64),
+];
 
 /// Namespace flags of `clone`: a payload must not create namespaces.
 const CLONE_NS_FLAGS: &[(&str, u64)] = &[
@@ -227,6 +338,116 @@ macro_rules! paste_nr {
     (clone3) => {
         libc::SYS_clone3
     };
+    (openat2) => {
+        libc::SYS_openat2
+    };
+}
+
+/// A rule refusing set-id bits in argument `mode_arg` of `syscall`, when argument
+/// `flags_arg` (if any) says the call creates a file.
+fn set_id_rule(syscall: &'static str, nr: i64, mode_arg: u8, flags_arg: Option<u8>) -> DenyRule {
+    let mut conds = vec![Cond::AnyFlag {
+        arg: mode_arg,
+        flags: SET_ID_MODE.to_vec(),
+    }];
+    if let Some(arg) = flags_arg {
+        conds.push(Cond::AnyFlag {
+            arg,
+            flags: CREATING_OPEN.to_vec(),
+        });
+    }
+    DenyRule {
+        syscall,
+        nr,
+        when: When::AllOf(conds),
+        errno: DenyErrno::Eperm,
+        group: SET_ID_BITS,
+    }
+}
+
+/// Rules that refuse set-user-ID and set-group-ID bits, as systemd's `RestrictSUIDSGID=`
+/// does: a file the sandbox leaves in the workspace is owned by the operator (or by the
+/// sandbox uid), and a set-id copy of a program would let any other local user run it as
+/// that owner. Every call that sets a mode is covered: the chmod family, file creation
+/// (`open`/`openat`/`creat` with `O_CREAT` or `O_TMPFILE`), `mkdir` and `mknod`.
+/// `openat2` carries its mode inside a struct that no filter can read, so it answers
+/// `ENOSYS` (see [`deny_list`]) and libc falls back to `openat`. Setting file
+/// capabilities instead needs `CAP_SETFCAP`, which the payload never holds.
+fn set_id_rules() -> Vec<DenyRule> {
+    #[cfg(target_arch = "x86_64")]
+    let legacy = vec![
+        set_id_rule("chmod", libc::SYS_chmod, 1, None),
+        set_id_rule("mkdir", libc::SYS_mkdir, 1, None),
+        set_id_rule("mknod", libc::SYS_mknod, 1, None),
+        set_id_rule("creat", libc::SYS_creat, 1, None),
+        set_id_rule("open", libc::SYS_open, 2, Some(1)),
+    ];
+    #[cfg(not(target_arch = "x86_64"))]
+    let legacy = Vec::new();
+    let mut rules = legacy;
+    rules.extend([
+        set_id_rule("fchmod", libc::SYS_fchmod, 1, None),
+        set_id_rule("fchmodat", libc::SYS_fchmodat, 2, None),
+        set_id_rule("fchmodat2", libc::SYS_fchmodat2, 2, None),
+        set_id_rule("mkdirat", libc::SYS_mkdirat, 2, None),
+        set_id_rule("mknodat", libc::SYS_mknodat, 2, None),
+        set_id_rule("openat", libc::SYS_openat, 3, Some(2)),
+    ]);
+    rules
+}
+
+/// Rules that keep the payload from reaching a host UNIX socket by name.
+///
+/// A host process may listen on a socket inside the workspace (an editor's server, an
+/// agent, a multiplexer), and `connect` on a socket file is governed only by write
+/// permission on it: neither the mount plan nor Landlock (ABI 7) can refuse it. So the
+/// payload may not create a UNIX socket at all (`EAFNOSUPPORT`, what a kernel without the
+/// family answers; glibc's nscd client and syslog fall back quietly). A connected pair
+/// from `socketpair` stays allowed, for pipes between processes, except a datagram pair:
+/// a datagram socket can be re-connected, or given a destination by `sendto`, to any
+/// socket file. Abstract sockets are already out of reach: they live in the network
+/// namespace, and Landlock scopes them (ABI 6).
+fn host_socket_rules() -> Vec<DenyRule> {
+    let unix = || Cond::Equals32 {
+        arg: 0,
+        name: "AF_UNIX",
+        value: libc::AF_UNIX as u64,
+    };
+    vec![
+        DenyRule {
+            syscall: "socket",
+            nr: libc::SYS_socket,
+            when: When::AllOf(vec![unix()]),
+            errno: DenyErrno::Eafnosupport,
+            group: HOST_SOCKETS,
+        },
+        DenyRule {
+            syscall: "socketpair",
+            nr: libc::SYS_socketpair,
+            when: When::AllOf(vec![
+                unix(),
+                Cond::MaskedEquals32 {
+                    arg: 1,
+                    name: "SOCK_DGRAM",
+                    // The low bits are the type; SOCK_CLOEXEC and SOCK_NONBLOCK sit above.
+                    mask: 0xf,
+                    value: libc::SOCK_DGRAM as u64,
+                },
+            ]),
+            errno: DenyErrno::Eafnosupport,
+            group: HOST_SOCKETS,
+        },
+    ]
+}
+
+/// The payload's deny-list without the rules of [`HOST_SOCKETS`]: the relay to the egress
+/// proxy, which opens a UNIX socket connection per client through the descriptor of the
+/// proxy's socket.
+pub fn relay_deny_list() -> Vec<DenyRule> {
+    deny_list()
+        .into_iter()
+        .filter(|r| r.group != HOST_SOCKETS)
+        .collect()
 }
 
 /// The deny-list: every rule the payload's seccomp filters enforce (besides the
@@ -261,6 +482,9 @@ pub fn deny_list() -> Vec<DenyRule> {
         group: "namespaces",
     });
     rules.extend(always!("namespaces", Enosys, clone3));
+    rules.extend(set_id_rules());
+    rules.extend(always!(SET_ID_BITS, Enosys, openat2));
+    rules.extend(host_socket_rules());
     rules.extend(always!(
         "process access",
         Eperm,
@@ -335,7 +559,7 @@ pub fn deny_list() -> Vec<DenyRule> {
 }
 
 /// Number of filters [`compile`] produces (the attestation must show at least this many).
-pub const FILTER_COUNT: u32 = 3;
+pub const FILTER_COUNT: u32 = 4;
 
 #[cfg(target_arch = "x86_64")]
 const TARGET: TargetArch = TargetArch::x86_64;
@@ -359,7 +583,7 @@ pub struct CompileError(String);
 /// Compile the deny-list into the filters, in installation order.
 pub fn compile(rules: &[DenyRule]) -> Result<Vec<BpfProgram>, CompileError> {
     let mut out = vec![arch_filter()];
-    for errno in [DenyErrno::Eperm, DenyErrno::Enosys] {
+    for errno in DenyErrno::ALL {
         let mut map: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
         for rule in rules.iter().filter(|r| r.errno == errno) {
             let entry = map.entry(rule.nr).or_default();
@@ -388,6 +612,26 @@ pub fn compile(rules: &[DenyRule]) -> Result<Vec<BpfProgram>, CompileError> {
                     )
                     .map_err(err)?;
                     entry.push(SeccompRule::new(vec![cond]).map_err(err)?);
+                }
+                When::AllOf(conds) => {
+                    // A seccomp rule is a conjunction; a flag set is a disjunction. Expand
+                    // to the disjunction of every combination (a handful at most).
+                    let mut combos: Vec<Vec<SeccompCondition>> = vec![Vec::new()];
+                    for cond in conds {
+                        let mut next = Vec::new();
+                        for combo in &combos {
+                            for (arg, len, op, value) in cond.alternatives() {
+                                let c = SeccompCondition::new(arg, len, op, value).map_err(err)?;
+                                let mut extended = combo.clone();
+                                extended.push(c);
+                                next.push(extended);
+                            }
+                        }
+                        combos = next;
+                    }
+                    for combo in combos {
+                        entry.push(SeccompRule::new(combo).map_err(err)?);
+                    }
                 }
             }
         }
@@ -438,12 +682,12 @@ impl fmt::Display for DenyListTable<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "{:<22} {:<5} {:<7} {:<22} condition",
+            "{:<22} {:<5} {:<12} {:<22} condition",
             "syscall", "nr", "result", "group"
         )?;
         writeln!(
             f,
-            "{:<22} {:<5} {:<7} {:<22} foreign architecture or x32 ABI",
+            "{:<22} {:<5} {:<12} {:<22} foreign architecture or x32 ABI",
             "*", "-", "KILL", "architecture"
         )?;
         for r in self.0 {
@@ -454,14 +698,16 @@ impl fmt::Display for DenyListTable<'_> {
                     flags.iter().map(|(n, _)| *n).collect::<Vec<_>>().join("|")
                 ),
                 When::Arg32Equals { arg, name, .. } => format!("arg{arg} == {name}"),
+                When::AllOf(conds) => conds
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" and "),
             };
-            let result = match r.errno {
-                DenyErrno::Eperm => "EPERM",
-                DenyErrno::Enosys => "ENOSYS",
-            };
+            let result = r.errno.name();
             writeln!(
                 f,
-                "{:<22} {:<5} {:<7} {:<22} {cond}",
+                "{:<22} {:<5} {:<12} {:<22} {cond}",
                 r.syscall, r.nr, result, r.group
             )?;
         }
@@ -528,6 +774,53 @@ mod tests {
     }
 
     #[test]
+    fn set_id_bits_are_refused_by_every_mode_setting_call() {
+        let rules = deny_list();
+        let mut calls = vec![
+            "fchmod",
+            "fchmodat",
+            "fchmodat2",
+            "mkdirat",
+            "mknodat",
+            "openat",
+        ];
+        #[cfg(target_arch = "x86_64")]
+        calls.extend(["chmod", "mkdir", "mknod", "creat", "open"]);
+        for name in calls {
+            let rule = rules
+                .iter()
+                .find(|r| r.syscall == name && r.group == SET_ID_BITS)
+                .unwrap_or_else(|| panic!("{name} has no set-id rule"));
+            assert_eq!(rule.errno, DenyErrno::Eperm, "{name}");
+            let When::AllOf(conds) = &rule.when else {
+                panic!("{name}: {:?}", rule.when)
+            };
+            assert!(
+                conds.iter().any(|c| matches!(c, Cond::AnyFlag { flags, .. }
+                    if flags.iter().map(|f| f.0).collect::<Vec<_>>() == ["S_ISUID", "S_ISGID"])),
+                "{name}: {conds:?}"
+            );
+        }
+        let openat2 = rules.iter().find(|r| r.syscall == "openat2").unwrap();
+        assert_eq!(
+            (openat2.errno, &openat2.when),
+            (DenyErrno::Enosys, &When::Always)
+        );
+    }
+
+    #[test]
+    fn host_socket_rules_bind_the_payload_but_not_the_relay() {
+        let payload = deny_list();
+        let relay = relay_deny_list();
+        let socket = payload.iter().find(|r| r.syscall == "socket").unwrap();
+        assert_eq!(socket.errno, DenyErrno::Eafnosupport);
+        assert!(payload.iter().any(|r| r.syscall == "socketpair"));
+        assert!(!relay.iter().any(|r| r.group == HOST_SOCKETS));
+        assert_eq!(relay.len() + 2, payload.len());
+        assert_eq!(compile(&relay).unwrap().len() as u32, FILTER_COUNT);
+    }
+
+    #[test]
     fn no_syscall_has_conflicting_rules() {
         let rules = deny_list();
         for r in &rules {
@@ -552,5 +845,7 @@ mod tests {
         let text = DenyListTable(&rules).to_string();
         assert_eq!(text.lines().count(), rules.len() + 2);
         assert!(text.contains("arg1 == TIOCSTI"));
+        assert!(text.contains("arg3 has any of S_ISUID|S_ISGID and arg2 has any of O_CREAT"));
+        assert!(text.contains("arg0 == AF_UNIX and arg1 is SOCK_DGRAM"));
     }
 }

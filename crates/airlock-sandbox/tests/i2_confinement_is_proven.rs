@@ -2,6 +2,8 @@
 //! that run. These tests run real commands in the real sandbox.
 
 mod common;
+#[path = "suite/written_files.rs"]
+mod written_files;
 
 use std::time::Duration;
 
@@ -163,7 +165,7 @@ fn attestation_shows_the_confinement() {
     assert!(a.weakened.is_none());
     // It serializes for the audit record.
     let json = serde_json::to_string(&a).unwrap();
-    assert!(json.contains("\"seccomp_filters\":3"));
+    assert!(json.contains("\"seccomp_filters\":4"));
 }
 
 #[test]

@@ -454,7 +454,7 @@ fn confine_payload(request: &InitRequest) -> Result<crate::attestation::Attestat
     confine::apply_rlimits(&request.profile)?;
     let mut landlock = confine::apply_landlock(&request.profile, &request.workspace)?;
     landlock.signal_probe_errno = confine::signal_probe();
-    confine::apply_seccomp()?;
+    confine::apply_seccomp(&crate::seccomp_policy::deny_list())?;
     confine::collect_attestation(&request.profile, landlock, request.cgroup.clone())
 }
 

@@ -146,7 +146,7 @@ fn setup(
         .map_err(|e| InitError::new("listen", e.to_string()))?;
     confine::apply_rlimits(&request.profile)?;
     let landlock = confine::apply_relay_landlock(&request.profile, port)?;
-    confine::apply_seccomp()?;
+    confine::apply_seccomp(&crate::seccomp_policy::relay_deny_list())?;
     // One test connection proves the sandbox uid may use the socket; the proxy sees it
     // close without a request.
     let upstream_error = UnixStream::connect(format!("/proc/self/fd/{}", socket.as_raw_fd()))

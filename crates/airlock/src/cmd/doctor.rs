@@ -68,7 +68,7 @@ fn probe_run(
 ) -> anyhow::Result<i32> {
     let probes = locate_probes()?;
     // The same profile `airlock exec` builds, plus the probe binary.
-    let mut profile = exec::sandbox_profile(cfg, ws.to_path_buf(), ws.to_path_buf(), 60);
+    let mut profile = exec::sandbox_profile(home, cfg, ws.to_path_buf(), ws.to_path_buf(), 60);
     profile.read_only_paths.push(probes.clone());
     crate::out!(
         "== sandbox profile applied to every run\n{}",

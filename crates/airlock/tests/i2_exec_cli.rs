@@ -222,3 +222,50 @@ fn fifty_concurrent_runs_succeed_and_keep_the_chain_valid() {
     let recs = audit_records(&f.home);
     assert_eq!(recs.iter().filter(|r| r["kind"] == "execution").count(), 50);
 }
+
+/// A workspace that is, contains or lies in Airlock's own directories, or a shared socket
+/// directory, is refused before anything runs, however it is spelled.
+#[test]
+fn i4_exec_refuses_workspaces_that_hold_the_operators_files() {
+    let f = fixture();
+    // One ordinary run creates the config and state dirs.
+    assert_eq!(exec(&f, &[], "true").status.code(), Some(0));
+    std::fs::create_dir_all(f.home.join("config/policy")).unwrap();
+    let link = f.ws.join("cfg-link");
+    std::os::unix::fs::symlink(f.home.join("config"), &link).unwrap();
+    let cases: Vec<(std::path::PathBuf, &str)> = vec![
+        (f.home.join("config"), "config dir"),
+        (f.home.join("config/policy"), "config dir"),
+        (link.clone(), "config dir"),
+        (f.home.join("state/audit/../audit"), "state dir"),
+        (f.home.join("state"), "state dir"),
+        (f.home.clone(), "config dir"),
+        ("/tmp".into(), "holds other programs' sockets"),
+        ("/".into(), "holds other programs' sockets"),
+        ("/etc".into(), "system directory"),
+    ];
+    for (ws, why) in cases {
+        let o = exec(
+            &f,
+            &["--workspace", ws.to_str().unwrap()],
+            "touch AIRLOCK_RAN_HERE",
+        );
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_ne!(o.status.code(), Some(0), "{}: {stderr}", ws.display());
+        assert!(stderr.contains(why), "{}: {stderr}", ws.display());
+        assert!(stderr.contains("help:"), "{stderr}");
+        assert!(
+            !ws.join("AIRLOCK_RAN_HERE").exists(),
+            "{} ran",
+            ws.display()
+        );
+    }
+    // A directory of its own in /tmp stays allowed.
+    let o = exec(&f, &["--workspace", f.ws.to_str().unwrap()], "true");
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

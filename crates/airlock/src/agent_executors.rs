@@ -176,7 +176,9 @@ impl Executors for HostExecutors {
             .map_err(|e| anyhow::anyhow!("the sandbox worker failed: {e}"))
             .and_then(|r| r);
         cancel.disarm();
-        result.unwrap_or_else(|e| ToolOutput::error(format!("{e:#}")))
+        // An error here means the sandbox did not run the command (it refused, or could
+        // not be built): the transcript must not say it ran.
+        result.unwrap_or_else(|e| ToolOutput::not_run(format!("{e:#}")))
     }
 
     async fn fetch(
@@ -408,6 +410,7 @@ impl Shared {
                 ToolOutput {
                     text,
                     is_error: o.status != 0,
+                    ran: true,
                 }
             }
         })

@@ -285,7 +285,7 @@ print('stream pair', b.recv(1))
 "#;
     std::fs::write(ws.join("probe.py"), script).unwrap();
     if common::is_root() {
-        std::os::unix::fs::chown(&ws.join("probe.py"), Some(65534), Some(65534)).unwrap();
+        std::os::unix::fs::chown(ws.join("probe.py"), Some(65534), Some(65534)).unwrap();
     }
     let out = common::run(&ws, "python3 probe.py");
     let late = late.join().unwrap();

@@ -85,7 +85,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn i4_a_commondir_created_during_the_run_is_removed_after_it() {
+    fn i2_a_commondir_created_during_the_run_is_removed_after_it() {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path();
         std::fs::create_dir_all(ws.join(".git")).unwrap();

@@ -559,7 +559,7 @@ mod tests {
     }
 
     #[test]
-    fn i4_every_git_entry_that_runs_code_or_sets_config_is_read_only() {
+    fn i2_every_git_entry_that_runs_code_or_sets_config_is_read_only() {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().canonicalize().unwrap();
         for d in [
@@ -606,7 +606,7 @@ mod tests {
     }
 
     #[test]
-    fn i4_a_git_file_at_the_top_is_read_only() {
+    fn i2_a_git_file_at_the_top_is_read_only() {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().canonicalize().unwrap();
         std::fs::write(ws.join(".git"), "gitdir: /elsewhere/.git/worktrees/x\n").unwrap();

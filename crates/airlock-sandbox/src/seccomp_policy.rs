@@ -774,7 +774,7 @@ mod tests {
     }
 
     #[test]
-    fn set_id_bits_are_refused_by_every_mode_setting_call() {
+    fn i2_set_id_bits_are_refused_by_every_mode_setting_call() {
         let rules = deny_list();
         let mut calls = vec![
             "fchmod",
@@ -809,7 +809,7 @@ mod tests {
     }
 
     #[test]
-    fn host_socket_rules_bind_the_payload_but_not_the_relay() {
+    fn i3_host_socket_rules_bind_the_payload_but_not_the_relay() {
         let payload = deny_list();
         let relay = relay_deny_list();
         let socket = payload.iter().find(|r| r.syscall == "socket").unwrap();

@@ -187,7 +187,7 @@ mod tests {
     }
 
     #[test]
-    fn the_session_workspace_is_allowed_and_the_rest_of_the_state_dir_is_not() {
+    fn i4_the_session_workspace_is_allowed_and_the_rest_of_the_state_dir_is_not() {
         let root = tempfile::tempdir().unwrap();
         let root = root.path().canonicalize().unwrap();
         let ws = root.join("state/sessions/abc/workspace");
@@ -213,7 +213,7 @@ mod tests {
     }
 
     #[test]
-    fn spellings_through_symlinks_do_not_get_around_it() {
+    fn i4_spellings_through_symlinks_do_not_get_around_it() {
         let root = tempfile::tempdir().unwrap();
         let root = root.path().canonicalize().unwrap();
         std::fs::create_dir_all(root.join("config/policy")).unwrap();
@@ -229,7 +229,7 @@ mod tests {
     }
 
     #[test]
-    fn shared_and_system_directories_are_refused_but_a_tmp_subdirectory_is_not() {
+    fn i4_shared_and_system_directories_are_refused_but_a_tmp_subdirectory_is_not() {
         let operator = OperatorDirs::default();
         for bad in [
             "/",

@@ -224,18 +224,54 @@ fn fifty_concurrent_runs_succeed_and_keep_the_chain_valid() {
 }
 
 /// A workspace that is, contains or lies in Airlock's own directories, or a shared socket
-/// directory, is refused before anything runs, however it is spelled.
+/// directory, is refused before anything runs, however it is spelled: as the calling user
+/// and, when the tests run as root, as an unprivileged one.
 #[test]
 fn i4_exec_refuses_workspaces_that_hold_the_operators_files() {
+    refuse_operator_workspaces(None);
+    if nix::unistd::geteuid().is_root() {
+        refuse_operator_workspaces(Some(4244));
+    }
+}
+
+fn refuse_operator_workspaces(as_uid: Option<u32>) {
+    use std::os::unix::process::CommandExt;
     let f = fixture();
+    if let Some(uid) = as_uid {
+        std::fs::create_dir_all(&f.home).unwrap();
+        for p in [&f.home, &f.ws] {
+            std::os::unix::fs::chown(p, Some(uid), Some(uid)).unwrap();
+        }
+    }
+    let exec_as = |extra: &[&str], cmd: &str| {
+        let mut c = Command::new(airlock_bin());
+        c.env("AIRLOCK_HOME", &f.home)
+            .current_dir(&f.ws)
+            .arg("exec")
+            .args(extra)
+            .arg("--")
+            .arg(cmd)
+            .stdin(Stdio::null());
+        if let Some(uid) = as_uid {
+            c.uid(uid).gid(uid);
+        }
+        c.output().unwrap()
+    };
     // One ordinary run creates the config and state dirs.
-    assert_eq!(exec(&f, &[], "true").status.code(), Some(0));
-    std::fs::create_dir_all(f.home.join("config/policy")).unwrap();
+    let first = exec_as(&[], "true");
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "{as_uid:?}: {}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let policy = f.home.join("config/policy");
+    std::fs::create_dir_all(&policy).unwrap();
     let link = f.ws.join("cfg-link");
     std::os::unix::fs::symlink(f.home.join("config"), &link).unwrap();
     let cases: Vec<(std::path::PathBuf, &str)> = vec![
         (f.home.join("config"), "config dir"),
-        (f.home.join("config/policy"), "config dir"),
+        (policy, "config dir"),
         (link.clone(), "config dir"),
         (f.home.join("state/audit/../audit"), "state dir"),
         (f.home.join("state"), "state dir"),
@@ -245,14 +281,22 @@ fn i4_exec_refuses_workspaces_that_hold_the_operators_files() {
         ("/etc".into(), "system directory"),
     ];
     for (ws, why) in cases {
-        let o = exec(
-            &f,
+        let o = exec_as(
             &["--workspace", ws.to_str().unwrap()],
             "touch AIRLOCK_RAN_HERE",
         );
         let stderr = String::from_utf8_lossy(&o.stderr);
-        assert_ne!(o.status.code(), Some(0), "{}: {stderr}", ws.display());
-        assert!(stderr.contains(why), "{}: {stderr}", ws.display());
+        assert_ne!(
+            o.status.code(),
+            Some(0),
+            "{as_uid:?} {}: {stderr}",
+            ws.display()
+        );
+        assert!(
+            stderr.contains(why),
+            "{as_uid:?} {}: {stderr}",
+            ws.display()
+        );
         assert!(stderr.contains("help:"), "{stderr}");
         assert!(
             !ws.join("AIRLOCK_RAN_HERE").exists(),
@@ -261,11 +305,11 @@ fn i4_exec_refuses_workspaces_that_hold_the_operators_files() {
         );
     }
     // A directory of its own in /tmp stays allowed.
-    let o = exec(&f, &["--workspace", f.ws.to_str().unwrap()], "true");
+    let o = exec_as(&["--workspace", f.ws.to_str().unwrap()], "true");
     assert_eq!(
         o.status.code(),
         Some(0),
-        "{}",
+        "{as_uid:?}: {}",
         String::from_utf8_lossy(&o.stderr)
     );
 }

@@ -137,7 +137,7 @@ pub fn check_workspace(workspace: &Path, operator: &OperatorDirs) -> Result<(), 
             return Err(refuse(
                 format!(
                     "{shown} {} Airlock's config dir {}, which holds its keys and policies",
-                    if inside { "lies in" } else { "is or contains" },
+                    relation(contains, inside),
                     config.display()
                 ),
                 "choose a project directory outside Airlock's config dir",
@@ -152,7 +152,7 @@ pub fn check_workspace(workspace: &Path, operator: &OperatorDirs) -> Result<(), 
             return Err(refuse(
                 format!(
                     "{shown} {} Airlock's state dir {}, which holds its audit log and database",
-                    if contains { "is or contains" } else { "lies in" },
+                    relation(contains, inside),
                     state.display()
                 ),
                 "choose a project directory outside Airlock's state dir; agent sessions get their own workspace in it",
@@ -160,6 +160,15 @@ pub fn check_workspace(workspace: &Path, operator: &OperatorDirs) -> Result<(), 
         }
     }
     Ok(())
+}
+
+/// How the workspace stands to a refused directory, in words.
+fn relation(contains: bool, inside: bool) -> &'static str {
+    match (contains, inside) {
+        (true, true) => "is",
+        (true, false) => "contains",
+        _ => "lies in",
+    }
 }
 
 /// Whether the workspace is (or lies in) `state/sessions/<id>/workspace`, found by identity

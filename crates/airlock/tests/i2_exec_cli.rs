@@ -243,9 +243,14 @@ fn refuse_operator_workspaces(as_uid: Option<u32>) {
             std::os::unix::fs::chown(p, Some(uid), Some(uid)).unwrap();
         }
     }
+    // The operator's runtime directory, and a directory that contains it.
+    let xdg = tempfile::tempdir().unwrap();
+    let runtime_dir = xdg.path().join("run/user/1000");
+    std::fs::create_dir_all(&runtime_dir).unwrap();
     let exec_as = |extra: &[&str], cmd: &str| {
         let mut c = Command::new(airlock_bin());
         c.env("AIRLOCK_HOME", &f.home)
+            .env("XDG_RUNTIME_DIR", &runtime_dir)
             .current_dir(&f.ws)
             .arg("exec")
             .args(extra)
@@ -279,6 +284,10 @@ fn refuse_operator_workspaces(as_uid: Option<u32>) {
         ("/tmp".into(), "holds other programs' sockets"),
         ("/".into(), "holds other programs' sockets"),
         ("/etc".into(), "system directory"),
+        ("/usr/share".into(), "system directory"),
+        ("/dev/shm".into(), "system directory"),
+        (runtime_dir.clone(), "holds other programs' sockets"),
+        (xdg.path().join("run"), "holds other programs' sockets"),
     ];
     for (ws, why) in cases {
         let o = exec_as(

@@ -322,3 +322,49 @@ fn refuse_operator_workspaces(as_uid: Option<u32>) {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// A bind mount of the config dir (or of a directory that contains it) is the same
+/// directory by device and inode, so it is refused like the config dir itself. The mounts
+/// are made in a private mount namespace of the test's own.
+#[test]
+fn i4_exec_refuses_a_bind_mount_of_the_config_dir() {
+    if !nix::unistd::geteuid().is_root() {
+        // Mounting needs root; the spelling checks above run unprivileged too.
+        return;
+    }
+    let f = fixture();
+    assert_eq!(exec(&f, &[], "true").status.code(), Some(0));
+    let spot = tempfile::tempdir().unwrap();
+    let config_view = spot.path().join("config-view");
+    let home_view = spot.path().join("home-view");
+    std::fs::create_dir_all(&config_view).unwrap();
+    std::fs::create_dir_all(&home_view).unwrap();
+    let script = format!(
+        "mount --bind {config} {cv} && mount --bind {home} {hv} && \
+         for ws in {cv} {hv}/config/.. {hv}; do \
+           AIRLOCK_HOME={home} {bin} exec --workspace $ws -- touch AIRLOCK_RAN_HERE; echo status=$?; \
+         done",
+        config = f.home.join("config").display(),
+        home = f.home.display(),
+        cv = config_view.display(),
+        hv = home_view.display(),
+        bin = airlock_bin().display(),
+    );
+    let o = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .current_dir(&f.ws)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(stdout.matches("status=").count(), 3, "{stdout}\n{stderr}");
+    assert!(!stdout.contains("status=0"), "{stdout}\n{stderr}");
+    assert_eq!(
+        stderr.matches("which holds its keys and policies").count(),
+        3,
+        "{stderr}"
+    );
+    assert!(!f.home.join("config/AIRLOCK_RAN_HERE").exists());
+    assert!(!f.home.join("AIRLOCK_RAN_HERE").exists());
+}

@@ -194,3 +194,40 @@ async fn hard_links_and_fifos_are_not_read_through() {
     let sent = tool_results_sent(&model);
     assert!(sent.iter().all(|r| !r.contains("TOP-SECRET")), "{sent:?}");
 }
+
+/// The file tools write on the host, outside the sandbox: no entry of `.git` that git
+/// executes or takes config from may be written through them.
+#[tokio::test]
+async fn git_config_entries_are_not_written_by_the_file_tools() {
+    let mut h = Harness::new();
+    std::fs::create_dir_all(h.workspace.join(".git/modules/sub")).unwrap();
+    let model = ScriptedModel::start([
+        Step::tool_call(
+            "w1",
+            "write_file",
+            args(json!({"path": ".git/commondir", "content": "../evil\n"})),
+        ),
+        Step::tool_call(
+            "w2",
+            "write_file",
+            args(json!({"path": ".git/config.worktree", "content": "[core]\n"})),
+        ),
+        Step::tool_call(
+            "w3",
+            "write_file",
+            args(json!({"path": ".git/modules/sub/config", "content": "[core]\n"})),
+        ),
+        Step::text("done"),
+    ])
+    .await
+    .unwrap();
+    let report = h.run(&model, ProviderKind::Openai, true, "write").await;
+    for (call, path) in report.tool_calls.iter().zip([
+        ".git/commondir",
+        ".git/config.worktree",
+        ".git/modules/sub/config",
+    ]) {
+        assert_eq!(call.decision, Some(DecisionKind::Deny), "{path}: {call:?}");
+        assert!(!h.workspace.join(path).exists(), "{path} was written");
+    }
+}

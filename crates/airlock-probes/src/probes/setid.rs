@@ -56,7 +56,7 @@ pub const PROBES: &[Probe] = &[
     ),
     denied!(
         "mkdir_setgid",
-        "mkdir(dir, 02755), as chmod g+s on a directory",
+        "mkdir(dir, 02755) (Linux ignores S_ISGID here; refused like systemd does)",
         mkdir_setgid,
         true
     ),

@@ -139,3 +139,95 @@ async fn hard_links_are_not_written_through() {
     );
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "original");
 }
+
+/// What a command left in the workspace is never followed by a host-side read: a hard
+/// link to a host file is not read (nor used to show a diff for an edit), and a FIFO does
+/// not hang the host.
+#[tokio::test]
+async fn hard_links_and_fifos_are_not_read_through() {
+    let mut h = Harness::new();
+    let outside = h.state.path().join("host-secret.txt");
+    std::fs::write(&outside, "TOP-SECRET").unwrap();
+    std::fs::hard_link(&outside, h.workspace.join("hard")).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(h.workspace.join("pipe"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let model = ScriptedModel::start([
+        Step::tool_call("r1", "read_file", args(json!({"path": "hard"}))),
+        Step::tool_call("r2", "read_file", args(json!({"path": "pipe"}))),
+        Step::tool_call(
+            "w3",
+            "write_file",
+            args(json!({"path": "pipe", "content": "x"})),
+        ),
+        Step::text("done"),
+    ])
+    .await
+    .unwrap();
+    let report = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        h.run(&model, ProviderKind::Openai, true, "read them"),
+    )
+    .await
+    .expect("a read of a FIFO hung the host");
+    assert!(report.tool_calls[0].is_error);
+    assert!(
+        report.tool_calls[0].result.contains("other hard links"),
+        "{}",
+        report.tool_calls[0].result
+    );
+    assert!(report.tool_calls[1].is_error);
+    assert!(
+        report.tool_calls[1].result.contains("not a regular file"),
+        "{}",
+        report.tool_calls[1].result
+    );
+    // A write into the FIFO (allowed or refused by the Gate) never blocks either.
+    assert!(report.tool_calls[2].is_error, "{:?}", report.tool_calls[2]);
+    let write = &report.tool_calls[2].result;
+    assert!(
+        write.contains("No such device or address") || write.contains("not a regular file"),
+        "{write}"
+    );
+    let sent = tool_results_sent(&model);
+    assert!(sent.iter().all(|r| !r.contains("TOP-SECRET")), "{sent:?}");
+}
+
+/// The file tools write on the host, outside the sandbox: no entry of `.git` that git
+/// executes or takes config from may be written through them.
+#[tokio::test]
+async fn git_config_entries_are_not_written_by_the_file_tools() {
+    let mut h = Harness::new();
+    std::fs::create_dir_all(h.workspace.join(".git/modules/sub")).unwrap();
+    let model = ScriptedModel::start([
+        Step::tool_call(
+            "w1",
+            "write_file",
+            args(json!({"path": ".git/commondir", "content": "../evil\n"})),
+        ),
+        Step::tool_call(
+            "w2",
+            "write_file",
+            args(json!({"path": ".git/config.worktree", "content": "[core]\n"})),
+        ),
+        Step::tool_call(
+            "w3",
+            "write_file",
+            args(json!({"path": ".git/modules/sub/config", "content": "[core]\n"})),
+        ),
+        Step::text("done"),
+    ])
+    .await
+    .unwrap();
+    let report = h.run(&model, ProviderKind::Openai, true, "write").await;
+    for (call, path) in report.tool_calls.iter().zip([
+        ".git/commondir",
+        ".git/config.worktree",
+        ".git/modules/sub/config",
+    ]) {
+        assert_eq!(call.decision, Some(DecisionKind::Deny), "{path}: {call:?}");
+        assert!(!h.workspace.join(path).exists(), "{path} was written");
+    }
+}

@@ -67,8 +67,20 @@ pub struct PathFacts {
 }
 
 /// Workspace-relative paths that stay read-only even inside the workspace: writing them
-/// would run code later outside the sandbox's view (git hooks and config).
-pub const DEFAULT_PROTECTED: &[&str] = &[".git/hooks", ".git/config", ".airlock"];
+/// would run code later outside the sandbox's view. For git, every entry of `.git` that git
+/// executes or takes config from (the same list the sandbox binds read-only).
+pub const DEFAULT_PROTECTED: &[&str] = &[
+    ".git/hooks",
+    ".git/config",
+    ".git/config.worktree",
+    ".git/commondir",
+    ".git/info",
+    ".git/modules",
+    ".git/worktrees",
+    ".git/remotes",
+    ".git/branches",
+    ".airlock",
+];
 
 /// Compute [`PathFacts`] for `path` against `workspace` and the protected list.
 pub fn path_facts(path: &str, workspace: &Path, protected: &[String]) -> PathFacts {
@@ -110,6 +122,14 @@ mod tests {
         let ws = Path::new("/w");
         assert!(path_facts(".git/hooks/pre-commit", ws, &[]).protected);
         assert!(path_facts("./x/../.git/config", ws, &[]).protected);
+        for git in [
+            ".git/commondir",
+            ".git/config.worktree",
+            ".git/modules/sub/config",
+        ] {
+            assert!(path_facts(git, ws, &[]).protected, "{git}");
+        }
+        assert!(!path_facts(".git/objects/ab/cdef", ws, &[]).protected);
         assert!(!path_facts(".github/x", ws, &[]).protected);
         assert!(path_facts("secrets/a", ws, &["secrets".into()]).protected);
     }

@@ -12,6 +12,8 @@ pub struct Ctx {
     pub host_udp: Option<u16>,
     /// Name (without the leading NUL) of an abstract UNIX socket listening on the host.
     pub host_abstract: Option<String>,
+    /// A UNIX socket a host process listens on by path, reachable by file permissions.
+    pub host_unix_path: Option<PathBuf>,
     /// A pid that exists on the host, outside the sandbox.
     pub host_pid: Option<i32>,
     /// A host file outside the workspace, used as the target of planted links.

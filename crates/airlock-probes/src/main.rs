@@ -36,6 +36,10 @@ struct Args {
     /// Name of a host abstract UNIX socket (without the leading '@') that must stay unreachable.
     #[arg(long, value_name = "NAME")]
     host_abstract: Option<String>,
+    /// Path of a host UNIX socket (e.g. one listening in the workspace) that must stay
+    /// unreachable.
+    #[arg(long, value_name = "PATH")]
+    host_unix_path: Option<PathBuf>,
     /// Pid of a host process that must be invisible.
     #[arg(long, value_name = "PID")]
     host_pid: Option<i32>,
@@ -152,6 +156,7 @@ fn context(args: Args, inherited_fds: Vec<(i32, String)>) -> Result<Ctx, String>
         host_tcp: args.host_tcp,
         host_udp: args.host_udp,
         host_abstract: args.host_abstract,
+        host_unix_path: args.host_unix_path.as_deref().map(|p| absolute(&cwd, p)),
         host_pid: args.host_pid,
         outside_path,
         workspace,

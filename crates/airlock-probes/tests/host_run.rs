@@ -57,6 +57,10 @@ fn attacks_that_work_on_the_host_are_reported_as_failures() {
         "no_inherited_fds",
         "symlink_outside_read",
         "hardlink_outside",
+        "chmod_setuid",
+        "open_creat_setuid",
+        "fchmod_setgid",
+        "unix_dgram_pair",
     ];
     if is_root() {
         probes.extend([
@@ -129,6 +133,19 @@ fn attacks_that_work_on_the_host_are_reported_as_failures() {
     );
     assert_eq!(got("symlink_outside_read"), "success (read 8 bytes)");
     assert!(got("hardlink_outside").starts_with("success (linked "));
+    // Unconfined, the bits really are set (the probe removes its file again).
+    for (setid, bits) in [
+        ("chmod_setuid", "4755"),
+        ("open_creat_setuid", "4755"),
+        ("fchmod_setgid", "2755"),
+    ] {
+        assert!(
+            got(setid).starts_with("success (") && got(setid).ends_with(&format!("{bits})")),
+            "{setid}: {}",
+            got(setid)
+        );
+    }
+    assert_eq!(got("unix_dgram_pair"), "success (returned 0)");
     if is_root() {
         assert!(got("caps_effective_zero").starts_with("CapEff="));
         assert_eq!(got("setuid_root"), "success (returned 0)");

@@ -19,7 +19,7 @@ use crate::init::{IDENTITY_GID_FLAG, IDENTITY_UID_FLAG};
 use crate::mount_plan::MountPlan;
 use crate::output::{pump, OutputCap, OutputMode, Stream};
 use crate::profile::SandboxProfile;
-use crate::protocol::{InitRequest, CONTROL_FD, FILE_FD, HANDSHAKE_FD, RELAY_FD};
+use crate::protocol::{InitRequest, CONTROL_FD, FILE_FD, HANDSHAKE_FD, RELAY_FD, WORKSPACE_FD};
 use crate::running::Running;
 pub use crate::running::{PreparedRun, RunOutcome};
 use spawn::{SpawnSpec, SpawnedChild};
@@ -135,12 +135,14 @@ impl Sandbox {
         let mut host = host_view(profile);
         host.relay_socket = relay_socket.as_ref().map(|(_, id)| *id);
         let (cgroup, cgroup_report) = RunCgroup::create(&profile.cgroup);
+        let workspace_tree = workspace_tree(&workspace)?;
         let request = InitRequest {
             profile: profile.clone(),
             plan,
             workspace: workspace.clone(),
             cwd,
             cgroup: cgroup_report,
+            workspace_tree: workspace_tree.is_some(),
         };
 
         let (control, control_child) = UnixStream::pair()?;
@@ -153,8 +155,15 @@ impl Sandbox {
             &handshake_child,
             relay_fd,
             file.as_ref(),
+            workspace_tree.as_ref(),
         )?;
-        drop((control_child, handshake_child, relay_socket, file));
+        drop((
+            control_child,
+            handshake_child,
+            relay_socket,
+            file,
+            workspace_tree,
+        ));
         if let Some(hook) = &self.on_spawn {
             (hook.0)(child.id());
         }
@@ -203,6 +212,7 @@ impl Sandbox {
         handshake: &UnixStream,
         relay: Option<&OwnedFd>,
         file: Option<&OwnedFd>,
+        workspace_tree: Option<&OwnedFd>,
     ) -> Result<SpawnedChild, SandboxError> {
         let init = std::fs::File::open(&self.init).map_err(|e| SandboxError::Helper {
             message: format!("{}: {e}", self.init.display()),
@@ -227,6 +237,7 @@ impl Sandbox {
         ];
         passed.extend(relay.map(|r| (r.as_fd(), RELAY_FD)));
         passed.extend(file.map(|f| (f.as_fd(), FILE_FD)));
+        passed.extend(workspace_tree.map(|t| (t.as_fd(), WORKSPACE_FD)));
         spawn::spawn(&SpawnSpec {
             program: &init,
             argv,
@@ -241,6 +252,40 @@ impl Sandbox {
             ),
         })
     }
+}
+
+/// A root host hands the workspace to the helper as a detached bind mount of it
+/// (`open_tree` clone, nosuid and nodev): the sandbox uid could not walk down to a
+/// workspace below root's private directories (a session workspace in the state dir), and
+/// no host directory is loosened for it. An unprivileged host's sandbox runs as the
+/// caller, who reaches the workspace by its path.
+fn workspace_tree(workspace: &Path) -> Result<Option<OwnedFd>, SandboxError> {
+    use crate::init::sys;
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(None);
+    }
+    let fail = |stage: &str, e: &dyn std::fmt::Display| SandboxError::Setup {
+        stage: format!("workspace {stage}"),
+        message: format!("{}: {e}", workspace.display()),
+        help: "check that the workspace is an ordinary directory on a local file system".into(),
+    };
+    let dir = nix::fcntl::open(
+        workspace,
+        nix::fcntl::OFlag::O_PATH
+            | nix::fcntl::OFlag::O_DIRECTORY
+            | nix::fcntl::OFlag::O_NOFOLLOW
+            | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|e| fail("open", &e))?;
+    let tree = sys::clone_tree(&dir, false).map_err(|e| fail("open_tree", &e))?;
+    sys::set_mount_attrs(
+        std::os::fd::AsRawFd::as_raw_fd(&tree),
+        sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+        false,
+    )
+    .map_err(|e| fail("mount_setattr", &e))?;
+    Ok(Some(tree))
 }
 
 /// A root host starts the helper as root (it switches to the sandbox uid itself), so the

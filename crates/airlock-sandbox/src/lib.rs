@@ -42,6 +42,7 @@ pub mod attestation;
 mod cgroup;
 pub mod direct_exec;
 pub mod error;
+mod git_guard;
 pub mod host_support;
 #[doc(hidden)]
 pub mod init;
@@ -52,6 +53,7 @@ pub mod profile;
 pub mod protocol;
 mod running;
 pub mod seccomp_policy;
+pub mod workspace_check;
 
 pub use attestation::{Attestation, Shortfall};
 pub use error::SandboxError;
@@ -60,6 +62,7 @@ pub use launcher::{PreparedRun, RunOutcome, Sandbox, INIT_BINARY, INIT_ENV};
 pub use mount_plan::MountPlan;
 pub use output::OutputMode;
 pub use profile::{SandboxProfile, WeakenedMode};
+pub use workspace_check::OperatorDirs;
 
 use airlock_core::action::ExecAction;
 use airlock_core::Authorized;

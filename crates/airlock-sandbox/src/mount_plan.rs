@@ -387,7 +387,24 @@ fn protected_steps(
     let host_ws = host_root.join(workspace.strip_prefix("/").unwrap_or(workspace));
     let mut pins: Vec<PathBuf> = Vec::new();
     let mut protected: Vec<PathBuf> = Vec::new();
-    'paths: for rel in profile.all_protected_paths() {
+    // A `.git` *file* points git at a repository elsewhere (a linked worktree, a
+    // submodule's checkout): rewriting it would point the host's git at one the sandbox
+    // made, so it is bound read-only itself.
+    if std::fs::symlink_metadata(host_ws.join(".git")).is_ok_and(|m| m.is_file()) {
+        protected.push(PathBuf::from(".git"));
+    }
+    let required = profile.all_protected_paths();
+    let optional = crate::profile::GIT_PROTECTED_IF_PRESENT
+        .iter()
+        .map(PathBuf::from)
+        .filter(|p| !required.contains(p));
+    let candidates: Vec<(PathBuf, bool)> = required
+        .iter()
+        .cloned()
+        .map(|p| (p, true))
+        .chain(optional.map(|p| (p, false)))
+        .collect();
+    'paths: for (rel, must_exist) in candidates {
         // Walk the path: every component must be a real directory (no symlink), the last
         // one must exist, or the whole path must be absent with an absent parent.
         let mut so_far = PathBuf::new();
@@ -413,6 +430,7 @@ fn protected_steps(
                 Ok(m) if !last && !m.is_dir() => continue 'paths, // e.g. a `.git` file of a worktree
                 Ok(_) => {}
                 Err(_) if i == 0 => continue 'paths, // nothing of it exists: nothing to protect
+                Err(_) if !must_exist => continue 'paths, // protected only when present
                 Err(_) => {
                     return Err(SandboxError::Profile {
                         field: "protected_paths",
@@ -435,7 +453,9 @@ fn protected_steps(
                 pins.push(ancestor.clone());
             }
         }
-        protected.push(rel);
+        if !protected.contains(&rel) {
+            protected.push(rel);
+        }
     }
     // Pins are rebound first (outermost first): a later pin would hide the read-only
     // mounts below it.
@@ -536,6 +556,64 @@ mod tests {
                 (PathBuf::from(".git/config"), true, RebindReason::Protected),
             ]
         );
+    }
+
+    #[test]
+    fn i2_every_git_entry_that_runs_code_or_sets_config_is_read_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        for d in [
+            ".git/hooks",
+            ".git/info",
+            ".git/modules/sub/hooks",
+            ".git/worktrees/wt",
+        ] {
+            std::fs::create_dir_all(ws.join(d)).unwrap();
+        }
+        for f in [".git/config", ".git/config.worktree", ".git/commondir"] {
+            std::fs::write(ws.join(f), "").unwrap();
+        }
+        let plan = plan_for(&ws).unwrap();
+        let read_only: Vec<PathBuf> = plan
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                MountStep::Rebind {
+                    relative,
+                    read_only: true,
+                    reason: RebindReason::Protected,
+                    ..
+                } => Some(relative.clone()),
+                _ => None,
+            })
+            .collect();
+        for want in [
+            ".git/hooks",
+            ".git/config",
+            ".git/config.worktree",
+            ".git/commondir",
+            ".git/info",
+            ".git/modules",
+            ".git/worktrees",
+        ] {
+            assert!(
+                read_only.contains(&PathBuf::from(want)),
+                "{want}: {read_only:?}"
+            );
+        }
+        // Absent optional entries are not an error (no remotes/ nor branches/ here).
+        assert!(!read_only.contains(&PathBuf::from(".git/remotes")));
+    }
+
+    #[test]
+    fn i2_a_git_file_at_the_top_is_read_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        std::fs::write(ws.join(".git"), "gitdir: /elsewhere/.git/worktrees/x\n").unwrap();
+        let plan = plan_for(&ws).unwrap();
+        assert!(plan.steps.iter().any(|s| matches!(s,
+            MountStep::Rebind { relative, read_only: true, reason: RebindReason::Protected, .. }
+                if relative == Path::new(".git"))));
     }
 
     #[test]

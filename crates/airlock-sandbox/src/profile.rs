@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::SandboxError;
+use crate::workspace_check::{check_workspace, OperatorDirs};
 
 /// The Landlock ABI below which the sandbox refuses to run unless weakened.
 ///
@@ -22,8 +23,36 @@ pub const MIN_SAFE_LANDLOCK_ABI: u32 = 6;
 pub const MIN_LANDLOCK_ABI_WITHOUT_SCOPES: u32 = 3;
 
 /// Workspace paths that are always bound read-only over the workspace (when they exist),
-/// because host tools execute what they contain.
+/// because host tools execute what they contain. When `.git` exists, these two must exist
+/// too (the run is refused otherwise, with a help line that says how to create them).
 pub const DEFAULT_PROTECTED_PATHS: &[&str] = &[".git/hooks", ".git/config"];
+
+/// Entries of an existing `.git` directory that git executes or takes config from, bound
+/// read-only when they exist (most repositories have only some of them), in addition to
+/// [`DEFAULT_PROTECTED_PATHS`]:
+/// - `commondir` redirects the whole repository (config and hooks included) elsewhere;
+/// - `config.worktree` is read as config once `extensions.worktreeConfig` is set;
+/// - `info/` holds attributes, excludes and sparse-checkout patterns the host's git obeys;
+/// - `modules/` holds every submodule's repository (its `config` and `hooks/`);
+/// - `worktrees/` holds each linked worktree's `config.worktree`, `commondir` and `gitdir`;
+/// - `remotes/` and `branches/` are the legacy remote definitions (URLs git fetches from).
+///
+/// `objects/info/alternates` stays writable: it lets a repository borrow objects from
+/// another directory, and objects are checked by their hash and never executed.
+pub const GIT_PROTECTED_IF_PRESENT: &[&str] = &[
+    ".git/config.worktree",
+    ".git/commondir",
+    ".git/info",
+    ".git/modules",
+    ".git/worktrees",
+    ".git/remotes",
+    ".git/branches",
+];
+
+/// Names in an existing `.git` directory that must not *appear* during a run: git reads
+/// them when present, and a file that does not exist cannot be bound read-only. The host
+/// removes any of them that a run created (see `crate::git_guard`).
+pub const GIT_MUST_NOT_APPEAR: &[&str] = &["commondir", "config.worktree"];
 
 /// An explicit operator choice to run with less confinement than the default.
 ///
@@ -170,9 +199,15 @@ impl Default for CgroupLimits {
 pub struct SandboxProfile {
     /// Host directory mounted read-write at the same absolute path.
     pub workspace: PathBuf,
-    /// Allow the workspace to be `/` or the caller's home directory itself.
+    /// Allow the workspace to be the caller's home directory itself. Nothing allows the
+    /// directories [`crate::workspace_check`] refuses.
     #[serde(default)]
     pub allow_broad_workspace: bool,
+    /// The operator's config and state dirs, which the workspace may neither be, contain
+    /// nor lie in. Filled on the host by the one function of the `airlock` binary that
+    /// builds profiles; never read from a config file nor sent to the helper.
+    #[serde(skip)]
+    pub operator_dirs: OperatorDirs,
     /// Workspace-relative paths bound read-only over the workspace, in addition to
     /// [`DEFAULT_PROTECTED_PATHS`].
     #[serde(default)]
@@ -260,6 +295,7 @@ impl SandboxProfile {
         SandboxProfile {
             workspace: workspace.into(),
             allow_broad_workspace: false,
+            operator_dirs: OperatorDirs::default(),
             protected_paths: Vec::new(),
             read_only_paths: Vec::new(),
             cwd: None,
@@ -336,14 +372,8 @@ impl SandboxProfile {
                 help: "pass a directory as the workspace".into(),
             });
         }
+        check_workspace(&ws, &self.operator_dirs)?;
         if !self.allow_broad_workspace {
-            if ws == Path::new("/") {
-                return Err(SandboxError::Profile {
-                    field: "workspace",
-                    message: "the workspace is `/`, which would expose the whole host".into(),
-                    help: "choose a project directory, or set allow_broad_workspace = true".into(),
-                });
-            }
             if let Some(home) = caller_home() {
                 if home.canonicalize().ok().as_deref() == Some(ws.as_path()) {
                     return Err(SandboxError::Profile {
@@ -355,15 +385,6 @@ impl SandboxProfile {
                         help: "choose a project directory inside it, or set allow_broad_workspace = true".into(),
                     });
                 }
-            }
-        }
-        for system in ["/proc", "/sys", "/dev"] {
-            if ws.starts_with(system) {
-                return Err(SandboxError::Profile {
-                    field: "workspace",
-                    message: format!("{} is inside {system}", ws.display()),
-                    help: "the workspace must be an ordinary directory".into(),
-                });
             }
         }
         if self.sandbox_uid == 0 || self.sandbox_gid == 0 {
@@ -560,12 +581,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn root_workspace_is_refused_unless_allowed() {
+    fn i4_root_workspace_is_refused_even_when_broad_workspaces_are_allowed() {
         let mut p = SandboxProfile::new("/");
-        let err = p.validate().unwrap_err().to_string();
-        assert!(err.contains("allow_broad_workspace"), "{err}");
         p.allow_broad_workspace = true;
-        assert_eq!(p.validate().unwrap(), PathBuf::from("/"));
+        let err = p.validate().unwrap_err().to_string();
+        assert!(err.contains("holds other programs' sockets"), "{err}");
+    }
+
+    #[test]
+    fn i4_operator_dirs_are_refused_through_validate() {
+        let root = tempfile::tempdir().unwrap();
+        let config = root.path().join("config");
+        std::fs::create_dir_all(config.join("keys")).unwrap();
+        let mut p = SandboxProfile::new(config.join("keys/../keys"));
+        p.allow_broad_workspace = true;
+        p.operator_dirs.config = Some(config);
+        let err = p.validate().unwrap_err().to_string();
+        assert!(err.contains("config dir"), "{err}");
     }
 
     #[test]

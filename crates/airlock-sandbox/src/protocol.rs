@@ -26,6 +26,12 @@ pub const RELAY_FD: i32 = 5;
 /// File descriptor of the sealed memory file holding the contents of the mount plan's
 /// [`crate::mount_plan::MountStep::File`], present only when the plan has one.
 pub const FILE_FD: i32 = 6;
+/// File descriptor of the workspace as a detached mount (`open_tree` clone) that a root
+/// host made for the helper, present only when [`InitRequest::workspace_tree`] says so.
+/// A root host's session workspaces lie below directories the sandbox uid cannot
+/// traverse; with this descriptor the helper never walks that path, and no host directory
+/// needs loosening.
+pub const WORKSPACE_FD: i32 = 7;
 /// The largest message either side accepts.
 pub const MAX_MESSAGE: usize = 16 << 20;
 
@@ -40,6 +46,9 @@ pub struct InitRequest {
     pub cwd: PathBuf,
     /// Whether cgroup limits apply (decided and applied by the host).
     pub cgroup: CgroupReport,
+    /// The host passed the workspace as a detached mount on [`WORKSPACE_FD`].
+    #[serde(default)]
+    pub workspace_tree: bool,
 }
 
 /// What the payload executes, sent with the go-ahead: the sandbox is built and attested

@@ -14,6 +14,7 @@ use airlock_core::Authorized;
 use crate::attestation::{Attestation, HostView};
 use crate::cgroup::RunCgroup;
 use crate::error::SandboxError;
+use crate::git_guard::GitGuard;
 use crate::launcher::setup_error;
 use crate::launcher::spawn::SpawnedChild;
 use crate::mount_plan::MountPlan;
@@ -43,6 +44,9 @@ pub struct RunOutcome {
     pub attestation: Attestation,
     /// Wall time from the go-ahead to the end of the process tree.
     pub elapsed: Duration,
+    /// Files the command created in the workspace's `.git` that git would take config from,
+    /// removed by the host after the run (see [`crate::profile::GIT_MUST_NOT_APPEAR`]).
+    pub removed_from_git: Vec<std::path::PathBuf>,
 }
 
 /// A sandbox built and attested, waiting for its command ([`crate::Sandbox::prepare`]).
@@ -117,8 +121,20 @@ impl PreparedRun {
             .running
             .take()
             .ok_or_else(|| SandboxError::Protocol("the prepared sandbox is gone".into()))?;
+        // Noted before the go-ahead, checked once the sandbox's process tree is gone.
+        let git_guard = GitGuard::before(&self.request.workspace);
         let result = running.go_and_wait(order, profile);
-        let ended = running.end(result.is_err());
+        let mut ended = running.end(result.is_err());
+        let removed = git_guard.after();
+        for path in &removed {
+            ended.stderr.extend_from_slice(
+                format!(
+                    "airlock-sandbox: removed {}, which the command created: git would take its config from it\n",
+                    path.display()
+                )
+                .as_bytes(),
+            );
+        }
         let (timed_out, elapsed) = result?;
         let status = ended.status.ok_or_else(|| {
             SandboxError::Protocol("the helper did not report an exit status".into())
@@ -131,6 +147,7 @@ impl PreparedRun {
             stderr: ended.stderr,
             attestation: self.attestation.clone(),
             elapsed,
+            removed_from_git: removed,
         })
     }
 }

@@ -8,7 +8,14 @@
 //!    architectures (`int 0x80`, 32-bit compat) and the x32 ABI;
 //! 2. the `EPERM` rules (seccompiler);
 //! 3. the `ENOSYS` rules (seccompiler): `clone3`, so that libc falls back to `clone`, whose
-//!    flags a filter can inspect.
+//!    flags a filter can inspect, and `openat2`, whose mode sits in a struct no filter can
+//!    read, so that libc falls back to `openat`;
+//! 4. the `EAFNOSUPPORT` rules (seccompiler): UNIX sockets that could reach a host socket
+//!    by name, refused as a kernel without that address family would refuse them.
+//!
+//! The payload gets the whole list ([`deny_list`]); the relay to the egress proxy, which
+//! must open one UNIX socket connection per client through the descriptor the host gave
+//! it, gets the list without the host-socket rules ([`relay_deny_list`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -19,19 +26,38 @@ use seccompiler::{
 };
 use serde::Serialize;
 
+mod host_effects;
+
+use host_effects::{host_socket_rules, set_id_rules};
+pub use host_effects::{HOST_SOCKETS, SET_ID_BITS};
+
 /// What a matching call gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum DenyErrno {
     Eperm,
     Enosys,
+    Eafnosupport,
 }
 
 impl DenyErrno {
+    /// Every result, in the order [`compile`] installs their filters.
+    pub const ALL: [DenyErrno; 3] = [DenyErrno::Eperm, DenyErrno::Enosys, DenyErrno::Eafnosupport];
+
     fn value(self) -> u32 {
         match self {
             DenyErrno::Eperm => libc::EPERM as u32,
             DenyErrno::Enosys => libc::ENOSYS as u32,
+            DenyErrno::Eafnosupport => libc::EAFNOSUPPORT as u32,
+        }
+    }
+
+    /// The errno's name as the table prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DenyErrno::Eperm => "EPERM",
+            DenyErrno::Enosys => "ENOSYS",
+            DenyErrno::Eafnosupport => "EAFNOSUPPORT",
         }
     }
 }
@@ -53,6 +79,77 @@ pub enum When {
         name: &'static str,
         value: u64,
     },
+    /// Every one of these conditions holds.
+    AllOf(Vec<Cond>),
+}
+
+/// One condition of [`When::AllOf`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cond {
+    /// Argument `arg` has any of these flags set.
+    AnyFlag {
+        arg: u8,
+        flags: Vec<(&'static str, u64)>,
+    },
+    /// Argument `arg` (low 32 bits) equals `value`.
+    Equals32 {
+        arg: u8,
+        name: &'static str,
+        value: u64,
+    },
+    /// Argument `arg` (low 32 bits) masked with `mask` equals `value`.
+    MaskedEquals32 {
+        arg: u8,
+        name: &'static str,
+        mask: u64,
+        value: u64,
+    },
+}
+
+impl Cond {
+    /// The alternatives this condition stands for, each one seccomp comparison (a flag
+    /// set is "any of", so one comparison per flag).
+    fn alternatives(&self) -> Vec<(u8, SeccompCmpArgLen, SeccompCmpOp, u64)> {
+        match self {
+            Cond::AnyFlag { arg, flags } => flags
+                .iter()
+                .map(|(_, f)| {
+                    (
+                        *arg,
+                        SeccompCmpArgLen::Qword,
+                        SeccompCmpOp::MaskedEq(*f),
+                        *f,
+                    )
+                })
+                .collect(),
+            Cond::Equals32 { arg, value, .. } => {
+                vec![(*arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, *value)]
+            }
+            Cond::MaskedEquals32 {
+                arg, mask, value, ..
+            } => vec![(
+                *arg,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::MaskedEq(*mask),
+                *value,
+            )],
+        }
+    }
+}
+
+impl fmt::Display for Cond {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Cond::AnyFlag { arg, flags } => write!(
+                f,
+                "arg{arg} has any of {}",
+                flags.iter().map(|(n, _)| *n).collect::<Vec<_>>().join("|")
+            ),
+            Cond::Equals32 { arg, name, .. } => write!(f, "arg{arg} == {name}"),
+            Cond::MaskedEquals32 { arg, name, .. } => write!(f, "arg{arg} is {name}"),
+        }
+    }
 }
 
 /// One row of the deny-list.
@@ -227,6 +324,19 @@ macro_rules! paste_nr {
     (clone3) => {
         libc::SYS_clone3
     };
+    (openat2) => {
+        libc::SYS_openat2
+    };
+}
+
+/// The payload's deny-list without the rules of [`HOST_SOCKETS`]: the relay to the egress
+/// proxy, which opens a UNIX socket connection per client through the descriptor of the
+/// proxy's socket.
+pub fn relay_deny_list() -> Vec<DenyRule> {
+    deny_list()
+        .into_iter()
+        .filter(|r| r.group != HOST_SOCKETS)
+        .collect()
 }
 
 /// The deny-list: every rule the payload's seccomp filters enforce (besides the
@@ -261,6 +371,9 @@ pub fn deny_list() -> Vec<DenyRule> {
         group: "namespaces",
     });
     rules.extend(always!("namespaces", Enosys, clone3));
+    rules.extend(set_id_rules());
+    rules.extend(always!(SET_ID_BITS, Enosys, openat2));
+    rules.extend(host_socket_rules());
     rules.extend(always!(
         "process access",
         Eperm,
@@ -335,7 +448,7 @@ pub fn deny_list() -> Vec<DenyRule> {
 }
 
 /// Number of filters [`compile`] produces (the attestation must show at least this many).
-pub const FILTER_COUNT: u32 = 3;
+pub const FILTER_COUNT: u32 = 4;
 
 #[cfg(target_arch = "x86_64")]
 const TARGET: TargetArch = TargetArch::x86_64;
@@ -359,7 +472,7 @@ pub struct CompileError(String);
 /// Compile the deny-list into the filters, in installation order.
 pub fn compile(rules: &[DenyRule]) -> Result<Vec<BpfProgram>, CompileError> {
     let mut out = vec![arch_filter()];
-    for errno in [DenyErrno::Eperm, DenyErrno::Enosys] {
+    for errno in DenyErrno::ALL {
         let mut map: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
         for rule in rules.iter().filter(|r| r.errno == errno) {
             let entry = map.entry(rule.nr).or_default();
@@ -388,6 +501,26 @@ pub fn compile(rules: &[DenyRule]) -> Result<Vec<BpfProgram>, CompileError> {
                     )
                     .map_err(err)?;
                     entry.push(SeccompRule::new(vec![cond]).map_err(err)?);
+                }
+                When::AllOf(conds) => {
+                    // A seccomp rule is a conjunction; a flag set is a disjunction. Expand
+                    // to the disjunction of every combination (a handful at most).
+                    let mut combos: Vec<Vec<SeccompCondition>> = vec![Vec::new()];
+                    for cond in conds {
+                        let mut next = Vec::new();
+                        for combo in &combos {
+                            for (arg, len, op, value) in cond.alternatives() {
+                                let c = SeccompCondition::new(arg, len, op, value).map_err(err)?;
+                                let mut extended = combo.clone();
+                                extended.push(c);
+                                next.push(extended);
+                            }
+                        }
+                        combos = next;
+                    }
+                    for combo in combos {
+                        entry.push(SeccompRule::new(combo).map_err(err)?);
+                    }
                 }
             }
         }
@@ -438,12 +571,12 @@ impl fmt::Display for DenyListTable<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "{:<22} {:<5} {:<7} {:<22} condition",
+            "{:<22} {:<5} {:<12} {:<22} condition",
             "syscall", "nr", "result", "group"
         )?;
         writeln!(
             f,
-            "{:<22} {:<5} {:<7} {:<22} foreign architecture or x32 ABI",
+            "{:<22} {:<5} {:<12} {:<22} foreign architecture or x32 ABI",
             "*", "-", "KILL", "architecture"
         )?;
         for r in self.0 {
@@ -454,14 +587,16 @@ impl fmt::Display for DenyListTable<'_> {
                     flags.iter().map(|(n, _)| *n).collect::<Vec<_>>().join("|")
                 ),
                 When::Arg32Equals { arg, name, .. } => format!("arg{arg} == {name}"),
+                When::AllOf(conds) => conds
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" and "),
             };
-            let result = match r.errno {
-                DenyErrno::Eperm => "EPERM",
-                DenyErrno::Enosys => "ENOSYS",
-            };
+            let result = r.errno.name();
             writeln!(
                 f,
-                "{:<22} {:<5} {:<7} {:<22} {cond}",
+                "{:<22} {:<5} {:<12} {:<22} {cond}",
                 r.syscall, r.nr, result, r.group
             )?;
         }
@@ -528,6 +663,53 @@ mod tests {
     }
 
     #[test]
+    fn i2_set_id_bits_are_refused_by_every_mode_setting_call() {
+        let rules = deny_list();
+        let mut calls = vec![
+            "fchmod",
+            "fchmodat",
+            "fchmodat2",
+            "mkdirat",
+            "mknodat",
+            "openat",
+        ];
+        #[cfg(target_arch = "x86_64")]
+        calls.extend(["chmod", "mkdir", "mknod", "creat", "open"]);
+        for name in calls {
+            let rule = rules
+                .iter()
+                .find(|r| r.syscall == name && r.group == SET_ID_BITS)
+                .unwrap_or_else(|| panic!("{name} has no set-id rule"));
+            assert_eq!(rule.errno, DenyErrno::Eperm, "{name}");
+            let When::AllOf(conds) = &rule.when else {
+                panic!("{name}: {:?}", rule.when)
+            };
+            assert!(
+                conds.iter().any(|c| matches!(c, Cond::AnyFlag { flags, .. }
+                    if flags.iter().map(|f| f.0).collect::<Vec<_>>() == ["S_ISUID", "S_ISGID"])),
+                "{name}: {conds:?}"
+            );
+        }
+        let openat2 = rules.iter().find(|r| r.syscall == "openat2").unwrap();
+        assert_eq!(
+            (openat2.errno, &openat2.when),
+            (DenyErrno::Enosys, &When::Always)
+        );
+    }
+
+    #[test]
+    fn i3_host_socket_rules_bind_the_payload_but_not_the_relay() {
+        let payload = deny_list();
+        let relay = relay_deny_list();
+        let socket = payload.iter().find(|r| r.syscall == "socket").unwrap();
+        assert_eq!(socket.errno, DenyErrno::Eafnosupport);
+        assert!(payload.iter().any(|r| r.syscall == "socketpair"));
+        assert!(!relay.iter().any(|r| r.group == HOST_SOCKETS));
+        assert_eq!(relay.len() + 2, payload.len());
+        assert_eq!(compile(&relay).unwrap().len() as u32, FILTER_COUNT);
+    }
+
+    #[test]
     fn no_syscall_has_conflicting_rules() {
         let rules = deny_list();
         for r in &rules {
@@ -552,5 +734,7 @@ mod tests {
         let text = DenyListTable(&rules).to_string();
         assert_eq!(text.lines().count(), rules.len() + 2);
         assert!(text.contains("arg1 == TIOCSTI"));
+        assert!(text.contains("arg3 has any of S_ISUID|S_ISGID and arg2 has any of O_CREAT"));
+        assert!(text.contains("arg0 == AF_UNIX and arg1 is SOCK_DGRAM"));
     }
 }

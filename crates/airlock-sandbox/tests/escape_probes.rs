@@ -157,11 +157,17 @@ fn run_probe_suite() {
     std::fs::set_permissions(outside_dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
 
     let host = HostEndpoints::open();
+    // A host socket in the workspace that anyone may connect to by path.
+    let unix_path = ws.join("host.sock");
+    let unix_by_path = UnixListener::bind(&unix_path).unwrap();
+    std::fs::set_permissions(&unix_path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    unix_by_path.set_nonblocking(true).unwrap();
     let mut profile = SandboxProfile::new(&ws);
     profile.read_only_paths = vec![probe.clone()];
     let command = format!(
         "exec {} --json --host-tcp {} --host-udp {} --host-abstract {} --host-pid {} \
-         --outside-path {} --workspace {} --protected .git/hooks --protected .git/config",
+         --outside-path {} --workspace {} --protected .git/hooks --protected .git/config \
+         --host-unix-path {}",
         sh_quote(&probe.display().to_string()),
         host.tcp.local_addr().unwrap().port(),
         host.udp.local_addr().unwrap().port(),
@@ -169,6 +175,7 @@ fn run_probe_suite() {
         std::process::id(),
         sh_quote(&outside.display().to_string()),
         sh_quote(&ws.display().to_string()),
+        sh_quote(&unix_path.display().to_string()),
     );
     let out = common::run_in(&ws, &profile, &command)
         .unwrap_or_else(|e| panic!("the sandbox refused the probe run: {e}"));
@@ -211,6 +218,12 @@ fn run_probe_suite() {
 
     // Nothing reached the host.
     host.assert_untouched();
+    let by_path = unix_by_path.accept().map(|_| ());
+    assert!(
+        matches!(&by_path, Err(e) if e.kind() == ErrorKind::WouldBlock),
+        "the host socket {} was reached: {by_path:?}",
+        unix_path.display()
+    );
     assert_eq!(
         std::fs::read_to_string(&outside).unwrap(),
         "outside-the-sandbox\n"

@@ -2,6 +2,8 @@
 //! that run. These tests run real commands in the real sandbox.
 
 mod common;
+#[path = "suite/written_files.rs"]
+mod written_files;
 
 use std::time::Duration;
 
@@ -163,7 +165,7 @@ fn attestation_shows_the_confinement() {
     assert!(a.weakened.is_none());
     // It serializes for the audit record.
     let json = serde_json::to_string(&a).unwrap();
-    assert!(json.contains("\"seccomp_filters\":3"));
+    assert!(json.contains("\"seccomp_filters\":4"));
 }
 
 #[test]
@@ -258,4 +260,43 @@ fn describe_profile_prints_the_mount_plan_and_the_seccomp_rules() {
     );
     let support = airlock_sandbox::host_support();
     assert!(support.to_string().contains("landlock"));
+}
+
+/// A root host's session workspaces lie below root's 0700 state dir. The host hands the
+/// workspace over as a mount, so the sandbox uid works in it without any directory above
+/// being opened to it.
+#[test]
+fn i2_a_workspace_below_root_only_directories_works_without_loosening_them() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let outer = tempfile::Builder::new()
+        .prefix("airlock-private-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let outer_path = outer.path().canonicalize().unwrap();
+    let ws = outer_path.join("state/sessions/s1/workspace");
+    std::fs::create_dir_all(&ws).unwrap();
+    for d in [&outer_path, &outer_path.join("state")] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    if is_root() {
+        std::os::unix::fs::chown(&ws, Some(65534), Some(65534)).unwrap();
+    }
+    let out = run(&ws, "echo made > file && cat file && pwd");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status,
+        0,
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout, format!("made\n{}\n", ws.display()));
+    assert_eq!(std::fs::read_to_string(ws.join("file")).unwrap(), "made\n");
+    for d in [&outer_path, &outer_path.join("state")] {
+        assert_eq!(
+            std::fs::metadata(d).unwrap().mode() & 0o7777,
+            0o700,
+            "{} was loosened",
+            d.display()
+        );
+    }
 }

@@ -176,7 +176,9 @@ impl Executors for HostExecutors {
             .map_err(|e| anyhow::anyhow!("the sandbox worker failed: {e}"))
             .and_then(|r| r);
         cancel.disarm();
-        result.unwrap_or_else(|e| ToolOutput::error(format!("{e:#}")))
+        // An error here means the sandbox did not run the command (it refused, or could
+        // not be built): the transcript must not say it ran.
+        result.unwrap_or_else(|e| ToolOutput::not_run(format!("{e:#}")))
     }
 
     async fn fetch(
@@ -293,33 +295,24 @@ impl Shared {
         )?)
     }
 
-    /// When Airlock runs as root the sandbox runs as `sandbox.uid`, which must reach and
-    /// write the session workspace. The store keeps the state dir private (0700) and
-    /// resets it when opened, so before each command: let the sandbox uid pass through the
-    /// directories above the workspace (search only, 0711: it can list none of them) and
-    /// give it the workspace. Runs as an ordinary user need nothing.
+    /// When Airlock runs as root the sandbox runs as `sandbox.uid`, which must write the
+    /// session workspace: give it the workspace directory. The state dir above stays
+    /// private (0700). Runs as an ordinary user need nothing.
     fn open_workspace_to_sandbox(&self) -> anyhow::Result<()> {
-        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        use std::os::unix::fs::MetadataExt;
         if !nix::unistd::geteuid().is_root() {
             return Ok(());
         }
+        // Only the workspace itself changes hands. The directories above it stay root's
+        // alone: the sandbox library hands the helper the workspace as a mount, so the
+        // sandbox uid never walks that path.
         let fail = |p: &Path, e: std::io::Error| {
             anyhow::anyhow!(
-                "cannot open the session workspace to the sandbox uid {} at {}: {e}",
+                "cannot give the session workspace to the sandbox uid {} at {}: {e}",
                 self.cfg.sandbox.uid,
                 p.display()
             )
         };
-        let mut dir = self.workspace.parent();
-        while let Some(d) = dir.filter(|d| d.starts_with(&self.home.state)) {
-            let meta = std::fs::symlink_metadata(d).map_err(|e| fail(d, e))?;
-            let mode = meta.mode() & 0o7777;
-            if mode & 0o011 != 0o011 {
-                std::fs::set_permissions(d, std::fs::Permissions::from_mode(mode | 0o011))
-                    .map_err(|e| fail(d, e))?;
-            }
-            dir = d.parent();
-        }
         let meta =
             std::fs::symlink_metadata(&self.workspace).map_err(|e| fail(&self.workspace, e))?;
         if meta.uid() != self.cfg.sandbox.uid {
@@ -370,6 +363,7 @@ impl Shared {
         self.open_workspace_to_sandbox().map_err(refuse)?;
         let cwd = self.command_cwd(&token.action().cwd).map_err(refuse)?;
         let mut profile = exec::sandbox_profile(
+            &self.home,
             &self.cfg,
             self.workspace.clone(),
             cwd,
@@ -416,6 +410,7 @@ impl Shared {
                 ToolOutput {
                     text,
                     is_error: o.status != 0,
+                    ran: true,
                 }
             }
         })

@@ -60,6 +60,15 @@ impl Home {
     pub fn sessions_dir(&self) -> PathBuf {
         self.state.join("sessions")
     }
+
+    /// The directories a sandbox's workspace may neither be, contain nor lie in (the
+    /// sandbox crate decides; see `airlock_sandbox::workspace_check`).
+    pub fn operator_dirs(&self) -> airlock_sandbox::OperatorDirs {
+        airlock_sandbox::OperatorDirs {
+            config: Some(self.config.clone()),
+            state: Some(self.state.clone()),
+        }
+    }
 }
 
 /// Create `dir` (and parents) with mode 0700.

@@ -195,6 +195,7 @@ async fn read(resp: hyper::Response<hyper::body::Incoming>) -> anyhow::Result<To
     Ok(ToolOutput {
         text: format!("HTTP {}\n{text}", status.as_u16()),
         is_error: !status.is_success(),
+        ran: true,
     })
 }
 

@@ -222,3 +222,149 @@ fn fifty_concurrent_runs_succeed_and_keep_the_chain_valid() {
     let recs = audit_records(&f.home);
     assert_eq!(recs.iter().filter(|r| r["kind"] == "execution").count(), 50);
 }
+
+/// A workspace that is, contains or lies in Airlock's own directories, or a shared socket
+/// directory, is refused before anything runs, however it is spelled: as the calling user
+/// and, when the tests run as root, as an unprivileged one.
+#[test]
+fn i4_exec_refuses_workspaces_that_hold_the_operators_files() {
+    refuse_operator_workspaces(None);
+    if nix::unistd::geteuid().is_root() {
+        refuse_operator_workspaces(Some(4244));
+    }
+}
+
+fn refuse_operator_workspaces(as_uid: Option<u32>) {
+    use std::os::unix::process::CommandExt;
+    let f = fixture();
+    if let Some(uid) = as_uid {
+        std::fs::create_dir_all(&f.home).unwrap();
+        for p in [&f.home, &f.ws] {
+            std::os::unix::fs::chown(p, Some(uid), Some(uid)).unwrap();
+        }
+    }
+    // The operator's runtime directory, and a directory that contains it.
+    let xdg = tempfile::tempdir().unwrap();
+    let runtime_dir = xdg.path().join("run/user/1000");
+    std::fs::create_dir_all(&runtime_dir).unwrap();
+    let exec_as = |extra: &[&str], cmd: &str| {
+        let mut c = Command::new(airlock_bin());
+        c.env("AIRLOCK_HOME", &f.home)
+            .env("XDG_RUNTIME_DIR", &runtime_dir)
+            .current_dir(&f.ws)
+            .arg("exec")
+            .args(extra)
+            .arg("--")
+            .arg(cmd)
+            .stdin(Stdio::null());
+        if let Some(uid) = as_uid {
+            c.uid(uid).gid(uid);
+        }
+        c.output().unwrap()
+    };
+    // One ordinary run creates the config and state dirs.
+    let first = exec_as(&[], "true");
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "{as_uid:?}: {}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let policy = f.home.join("config/policy");
+    std::fs::create_dir_all(&policy).unwrap();
+    let link = f.ws.join("cfg-link");
+    std::os::unix::fs::symlink(f.home.join("config"), &link).unwrap();
+    let cases: Vec<(std::path::PathBuf, &str)> = vec![
+        (f.home.join("config"), "config dir"),
+        (policy, "config dir"),
+        (link.clone(), "config dir"),
+        (f.home.join("state/audit/../audit"), "state dir"),
+        (f.home.join("state"), "state dir"),
+        (f.home.clone(), "config dir"),
+        ("/tmp".into(), "holds other programs' sockets"),
+        ("/".into(), "holds other programs' sockets"),
+        ("/etc".into(), "system directory"),
+        ("/usr/share".into(), "system directory"),
+        ("/dev/shm".into(), "system directory"),
+        (runtime_dir.clone(), "holds other programs' sockets"),
+        (xdg.path().join("run"), "holds other programs' sockets"),
+    ];
+    for (ws, why) in cases {
+        let o = exec_as(
+            &["--workspace", ws.to_str().unwrap()],
+            "touch AIRLOCK_RAN_HERE",
+        );
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_ne!(
+            o.status.code(),
+            Some(0),
+            "{as_uid:?} {}: {stderr}",
+            ws.display()
+        );
+        assert!(
+            stderr.contains(why),
+            "{as_uid:?} {}: {stderr}",
+            ws.display()
+        );
+        assert!(stderr.contains("help:"), "{stderr}");
+        assert!(
+            !ws.join("AIRLOCK_RAN_HERE").exists(),
+            "{} ran",
+            ws.display()
+        );
+    }
+    // A directory of its own in /tmp stays allowed.
+    let o = exec_as(&["--workspace", f.ws.to_str().unwrap()], "true");
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{as_uid:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// A bind mount of the config dir (or of a directory that contains it) is the same
+/// directory by device and inode, so it is refused like the config dir itself. The mounts
+/// are made in a private mount namespace of the test's own.
+#[test]
+fn i4_exec_refuses_a_bind_mount_of_the_config_dir() {
+    if !nix::unistd::geteuid().is_root() {
+        // Mounting needs root; the spelling checks above run unprivileged too.
+        return;
+    }
+    let f = fixture();
+    assert_eq!(exec(&f, &[], "true").status.code(), Some(0));
+    let spot = tempfile::tempdir().unwrap();
+    let config_view = spot.path().join("config-view");
+    let home_view = spot.path().join("home-view");
+    std::fs::create_dir_all(&config_view).unwrap();
+    std::fs::create_dir_all(&home_view).unwrap();
+    let script = format!(
+        "mount --bind {config} {cv} && mount --bind {home} {hv} && \
+         for ws in {cv} {hv}/config/.. {hv}; do \
+           AIRLOCK_HOME={home} {bin} exec --workspace $ws -- touch AIRLOCK_RAN_HERE; echo status=$?; \
+         done",
+        config = f.home.join("config").display(),
+        home = f.home.display(),
+        cv = config_view.display(),
+        hv = home_view.display(),
+        bin = airlock_bin().display(),
+    );
+    let o = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .current_dir(&f.ws)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(stdout.matches("status=").count(), 3, "{stdout}\n{stderr}");
+    assert!(!stdout.contains("status=0"), "{stdout}\n{stderr}");
+    assert_eq!(
+        stderr.matches("which holds its keys and policies").count(),
+        3,
+        "{stderr}"
+    );
+    assert!(!f.home.join("config/AIRLOCK_RAN_HERE").exists());
+    assert!(!f.home.join("AIRLOCK_RAN_HERE").exists());
+}

@@ -394,3 +394,38 @@ async fn the_human_transcript_shows_calls_decisions_and_messages() {
     assert!(out.contains("All done."), "{out}");
     assert!(out.contains("completed (2 model calls)"), "{out}");
 }
+
+/// A shell call the Gate allowed but whose sandbox never started is not reported as run:
+/// neither in the report nor in the transcript.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i2_a_call_whose_sandbox_never_started_does_not_say_ran() {
+    let f = fixture();
+    let model = ScriptedModel::start([
+        Step::tool_call("c1", "shell", r#"{"command":"ls"}"#),
+        Step::text("Listed."),
+    ])
+    .await
+    .unwrap();
+    let mut cmd = std::process::Command::new(airlock_bin());
+    cmd.env("AIRLOCK_HOME", &f.home)
+        .env("AIRLOCK_PROVIDER", "openai")
+        .env(
+            "AIRLOCK_MODEL",
+            airlock_agent::scripted::SCRIPTED_MODEL_NAME,
+        )
+        .env(
+            "AIRLOCK_BASE_URL",
+            model.base_url(airlock_agent::provider::ProviderKind::Openai),
+        )
+        // The sandbox helper cannot be found: the sandbox is refused before anything runs.
+        .env("AIRLOCK_SANDBOX_INIT", "/nonexistent/airlock-sandbox-init")
+        .args(["run", "List the files"])
+        .stdin(Stdio::null());
+    let o = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(out.contains("[shell] allow, did not run"), "{out}\n{err}");
+    assert!(!out.contains("[shell] allow, ran"), "{out}");
+}

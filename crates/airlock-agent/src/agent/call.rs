@@ -158,7 +158,10 @@ impl Agent<'_> {
             PlannedCall::Memory(plan) => return self.memory_call(run, call, plan),
         };
         match output {
-            Some(o) => self.finish(run, call, Some(DecisionKind::Allow), approval_id, o, true),
+            Some(o) => {
+                let ran = o.ran;
+                self.finish(run, call, Some(DecisionKind::Allow), approval_id, o, ran)
+            }
             // Killed while running: the stored call has no result, and a resume marks it
             // interrupted.
             None => Ok(Some(Outcome::Killed)),

@@ -19,6 +19,9 @@ pub struct ToolOutput {
     pub text: String,
     /// True when the call failed.
     pub is_error: bool,
+    /// False when the action never started (the sandbox or the proxy could not be set
+    /// up): the transcript then says it did not run.
+    pub ran: bool,
 }
 
 impl ToolOutput {
@@ -27,6 +30,7 @@ impl ToolOutput {
         ToolOutput {
             text: text.into(),
             is_error: false,
+            ran: true,
         }
     }
 
@@ -35,6 +39,16 @@ impl ToolOutput {
         ToolOutput {
             text: text.into(),
             is_error: true,
+            ran: true,
+        }
+    }
+
+    /// A call whose action never started (nothing of it ran).
+    pub fn not_run(text: impl Into<String>) -> ToolOutput {
+        ToolOutput {
+            text: text.into(),
+            is_error: true,
+            ran: false,
         }
     }
 }

@@ -5,6 +5,11 @@
 //! absolute path or a symlink that points outside fails with `EXDEV`, and `/proc` magic links
 //! are refused. There is no fallback path walk: on a kernel without `openat2` the tools
 //! refuse to run.
+//!
+//! What a sandboxed command left in the workspace is read as it is, never followed out of
+//! it: besides links that leave the root, a file with other hard links is neither read nor
+//! written (another name of it may lie outside the workspace), and only regular files are
+//! read, opened without blocking (a FIFO the command made would otherwise hang the host).
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -39,6 +44,10 @@ pub enum FileToolError {
     LinkWrite { path: String },
     #[error("`{path}` has other hard links, which may lie outside the workspace; file tools do not write through it\nhelp: remove the extra links or write a new file")]
     HardLink { path: String },
+    #[error("`{path}` has other hard links, which may lie outside the workspace; file tools do not read through it\nhelp: read it with the shell, inside the sandbox")]
+    HardLinkRead { path: String },
+    #[error("`{path}` is not a regular file; file tools read and write only regular files\nhelp: inspect it with the shell, inside the sandbox")]
+    NotRegular { path: String },
     #[error("`{path}`: {what}: {source}")]
     Io {
         path: String,
@@ -137,12 +146,23 @@ impl WorkspaceFiles {
         }
         let fd = self.open_beneath(
             &action.path,
-            OFlags::WRONLY | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            // Non-blocking: opening a FIFO for writing would otherwise wait for a reader.
+            OFlags::WRONLY
+                | OFlags::CREATE
+                | OFlags::CLOEXEC
+                | OFlags::NOFOLLOW
+                | OFlags::NONBLOCK
+                | OFlags::NOCTTY,
             Mode::from_raw_mode(0o644),
         )?;
         // A hard link may share its inode with a file outside the workspace; writing
         // through it would change that file. Checked before truncating anything.
         let stat = rustix::fs::fstat(&fd).map_err(|e| io_err(&action.path, "inspect", e))?;
+        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+            return Err(FileToolError::NotRegular {
+                path: action.path.clone(),
+            });
+        }
         if stat.st_nlink > 1 {
             return Err(FileToolError::HardLink {
                 path: action.path.clone(),
@@ -197,7 +217,23 @@ impl WorkspaceFiles {
     }
 
     fn read_capped(&self, path: &str, cap: usize) -> Result<(String, bool), FileToolError> {
-        let fd = self.open_beneath(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+        // Non-blocking: opening a FIFO for reading would otherwise wait for a writer.
+        let fd = self.open_beneath(
+            path,
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY,
+            Mode::empty(),
+        )?;
+        let stat = rustix::fs::fstat(&fd).map_err(|e| io_err(path, "inspect", e))?;
+        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+            return Err(FileToolError::NotRegular {
+                path: path.to_string(),
+            });
+        }
+        if stat.st_nlink > 1 {
+            return Err(FileToolError::HardLinkRead {
+                path: path.to_string(),
+            });
+        }
         let file = File::from(fd);
         let mut buf = Vec::new();
         file.take(cap as u64 + 1)

@@ -24,6 +24,7 @@ pub mod mounts;
 pub mod network;
 pub mod pidns;
 pub mod resources;
+pub mod setid;
 pub mod syscalls;
 pub mod terminal;
 
@@ -39,6 +40,7 @@ pub fn all() -> Vec<Probe> {
         mounts::PROBES,
         terminal::PROBES,
         files::PROBES,
+        setid::PROBES,
         pidns::PROBES,
         network::PROBES,
         foreign::PROBES,
@@ -101,6 +103,13 @@ mod tests {
             "no_routes",
             "raw_socket",
             "abstract_unix_host",
+            "unix_socket_in_workspace",
+            "unix_dgram_pair",
+            "chmod_setuid",
+            "fchmod_setgid",
+            "open_creat_setuid",
+            "mkdir_setgid",
+            "openat2_enosys",
             "fork_bomb_bounded",
             "no_inherited_fds",
             "env_no_secrets",

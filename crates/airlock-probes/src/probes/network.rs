@@ -1,5 +1,7 @@
 //! Network: the sandbox has its own network namespace with only loopback. Host listeners on
 //! 127.0.0.1 and host abstract UNIX sockets are out of reach, and raw sockets are refused.
+//! No UNIX socket can be created at all (`EAFNOSUPPORT` from the seccomp filter), so a host
+//! socket file in the workspace is out of reach too; connected stream pairs stay allowed.
 //!
 //! Traffic goes only to 127.0.0.1 and only to ports the caller names: never to an address
 //! off this machine, not even one that "should be blocked".
@@ -10,7 +12,7 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr as UnixAddr, UnixStream};
 use std::time::Duration;
 
-use libc::{EACCES, ECONNREFUSED, ENETUNREACH, EPERM};
+use libc::{EACCES, EAFNOSUPPORT, ECONNREFUSED, ENETUNREACH, EPERM};
 
 use crate::context::Ctx;
 use crate::probe::{Category, Expect, Got, Probe};
@@ -44,8 +46,32 @@ pub const PROBES: &[Probe] = &[
         name: "abstract_unix_host",
         category: C,
         what: "connect to the host abstract UNIX socket --host-abstract",
-        expect: Expect::Errno(&[ECONNREFUSED, EPERM]),
+        expect: Expect::Errno(&[EAFNOSUPPORT]),
         run: abstract_unix_host,
+        host_safe: true,
+    },
+    Probe {
+        name: "unix_socket_in_workspace",
+        category: C,
+        what: "connect to the host UNIX socket --host-unix-path (listening, mode 0777)",
+        expect: Expect::Errno(&[EAFNOSUPPORT]),
+        run: unix_socket_by_path,
+        host_safe: true,
+    },
+    Probe {
+        name: "unix_dgram_pair",
+        category: C,
+        what: "socketpair(AF_UNIX, SOCK_DGRAM), whose ends can be re-connected to any socket file",
+        expect: Expect::Errno(&[EAFNOSUPPORT]),
+        run: unix_dgram_pair,
+        host_safe: true,
+    },
+    Probe {
+        name: "unix_stream_pair_allowed",
+        category: C,
+        what: "socketpair(AF_UNIX, SOCK_STREAM) still works (pipes between processes)",
+        expect: Expect::Holds("a connected stream pair"),
+        run: unix_stream_pair_allowed,
         host_safe: true,
     },
     Probe {
@@ -139,6 +165,51 @@ fn abstract_unix_host(ctx: &Ctx) -> Got {
     got_from_io(UnixStream::connect_addr(&addr), |_| {
         format!("connected to abstract socket @{name}")
     })
+}
+
+fn unix_socket_by_path(ctx: &Ctx) -> Got {
+    let Some(path) = &ctx.host_unix_path else {
+        return Got::NotRun("needs --host-unix-path PATH".into());
+    };
+    got_from_io(UnixStream::connect(path), |_| {
+        format!("connected to {}", path.display())
+    })
+}
+
+fn socketpair(kind: i32) -> (i32, [i32; 2]) {
+    let mut fds = [-1; 2];
+    // SAFETY: `fds` is a valid two-element out-array; returned descriptors are closed by
+    // the callers.
+    let ret = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            kind | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    (ret, fds)
+}
+
+fn unix_dgram_pair(_: &Ctx) -> Got {
+    let (ret, fds) = socketpair(libc::SOCK_DGRAM);
+    let got = Got::from_ret(ret as i64);
+    if ret == 0 {
+        fds.into_iter().for_each(crate::sys::close);
+    }
+    got
+}
+
+fn unix_stream_pair_allowed(_: &Ctx) -> Got {
+    let (ret, fds) = socketpair(libc::SOCK_STREAM);
+    if ret != 0 {
+        return Got::Violated(format!(
+            "socketpair failed: {}",
+            Got::from_ret(-1).describe()
+        ));
+    }
+    fds.into_iter().for_each(crate::sys::close);
+    Got::Holds("a connected stream pair".into())
 }
 
 /// Interface names in the text of `/proc/net/dev`.

@@ -1,6 +1,7 @@
 use super::*;
 use crate::mount_plan::MountStep;
 use crate::profile::SandboxProfile;
+use crate::seccomp_policy::FILTER_COUNT;
 
 fn ids(id: u32) -> Ids {
     Ids {
@@ -65,7 +66,7 @@ fn fixture() -> (
         cap_ambient: 0,
         no_new_privs: true,
         seccomp_mode: 2,
-        seccomp_filters: 3,
+        seccomp_filters: FILTER_COUNT,
         landlock: LandlockReport {
             kernel_abi: 7,
             applied_abi: 7,
@@ -270,7 +271,7 @@ fn relay_shortfalls_are_named() {
         cap_effective: 0,
         cap_bounding: 0,
         no_new_privs: true,
-        seccomp_filters: 3,
+        seccomp_filters: FILTER_COUNT,
         landlock_status: "fully_enforced".into(),
     });
     assert_eq!(good.verify(&profile, &plan, &host), vec![]);

@@ -156,12 +156,13 @@ pub fn signal_probe() -> Option<i32> {
     }
 }
 
-/// Set no_new_privs and install the seccomp filters. Must be the last restriction.
-pub fn apply_seccomp() -> Result<(), InitError> {
+/// Set no_new_privs and install the seccomp filters compiled from `rules`
+/// ([`seccomp_policy::deny_list`] for the payload). Must be the last restriction.
+pub fn apply_seccomp(rules: &[seccomp_policy::DenyRule]) -> Result<(), InitError> {
     nix::sys::prctl::set_no_new_privs()
         .map_err(|e| InitError::new("no_new_privs", e.to_string()))?;
-    let filters = seccomp_policy::compile(&seccomp_policy::deny_list())
-        .map_err(|e| InitError::new("seccomp", e.to_string()))?;
+    let filters =
+        seccomp_policy::compile(rules).map_err(|e| InitError::new("seccomp", e.to_string()))?;
     for filter in &filters {
         seccompiler::apply_filter(filter).map_err(|e| InitError::new("seccomp", e.to_string()))?;
     }

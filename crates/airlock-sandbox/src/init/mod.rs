@@ -25,7 +25,7 @@ mod confine;
 mod identity;
 mod mounts;
 mod relay;
-mod sys;
+pub(crate) mod sys;
 
 use std::ffi::CString;
 use std::io::{BufReader, Write};
@@ -39,7 +39,7 @@ use nix::unistd::{fork, ForkResult, Pid};
 
 use crate::protocol::{
     self, ExecOrder, HostCommand, InitRequest, PayloadMessage, StageMessage, Verdict, CONTROL_FD,
-    FILE_FD, HANDSHAKE_FD, RELAY_FD,
+    FILE_FD, HANDSHAKE_FD, RELAY_FD, WORKSPACE_FD,
 };
 pub use identity::{IDENTITY_GID_FLAG, IDENTITY_UID_FLAG};
 
@@ -144,6 +144,13 @@ fn stage0() -> i32 {
             wants_file,
             InitError::new("mount file", "the host passed no file contents"),
         )
+    })
+    .and_then(|()| {
+        expect_passed_fd(
+            WORKSPACE_FD,
+            request.workspace_tree,
+            InitError::new("workspace", "the host passed no workspace mount"),
+        )
     });
     if let Err(e) = passed {
         report_stage_failure(&mut control, e);
@@ -162,6 +169,7 @@ fn stage0() -> i32 {
         libc::close(HANDSHAKE_FD);
         libc::close(RELAY_FD);
         libc::close(FILE_FD);
+        libc::close(WORKSPACE_FD);
     }
     let status = supervise(&mut control, child);
     let _ = protocol::send(&mut control, &StageMessage::Exited { status });
@@ -344,7 +352,15 @@ fn pid1_setup(request: &InitRequest) -> Result<(), InitError> {
     nix::sys::prctl::set_dumpable(false).map_err(os("dumpable"))?;
     nix::unistd::sethostname("airlock").map_err(os("hostname"))?;
     sys::loopback_up().map_err(|e| InitError::new("loopback", e.to_string()))?;
-    mounts::build_root(&request.plan)?;
+    let workspace_tree = request.workspace_tree.then(|| {
+        // SAFETY: fd 7 was passed by the host (checked by stage 0) and nothing else in this
+        // process owns it.
+        unsafe { std::os::fd::OwnedFd::from_raw_fd(WORKSPACE_FD) }
+    });
+    mounts::build_root(
+        &request.plan,
+        workspace_tree.map(|t| (request.workspace.as_path(), t)),
+    )?;
     // The file's contents are in the new root; nothing after this needs the descriptor.
     // SAFETY: closing fd 6, which no Rust object in this process owns (EBADF if absent).
     unsafe { libc::close(FILE_FD) };
@@ -454,7 +470,7 @@ fn confine_payload(request: &InitRequest) -> Result<crate::attestation::Attestat
     confine::apply_rlimits(&request.profile)?;
     let mut landlock = confine::apply_landlock(&request.profile, &request.workspace)?;
     landlock.signal_probe_errno = confine::signal_probe();
-    confine::apply_seccomp()?;
+    confine::apply_seccomp(&crate::seccomp_policy::deny_list())?;
     confine::collect_attestation(&request.profile, landlock, request.cgroup.clone())
 }
 

@@ -88,8 +88,13 @@ fn tmpfs(target: &Path, size: u64, mode: u32) -> Result<(), InitError> {
     .map_err(|e| err("tmpfs", target, e))
 }
 
-/// Build the sandbox root from `plan` and make it the process root.
-pub fn build_root(plan: &MountPlan) -> Result<(), InitError> {
+/// Build the sandbox root from `plan` and make it the process root. `workspace_tree` is
+/// the workspace's path with the detached mount a root host made of it: that bind is
+/// attached as it is, without walking the host path (see [`crate::protocol::WORKSPACE_FD`]).
+pub fn build_root(
+    plan: &MountPlan,
+    mut workspace_tree: Option<(&Path, OwnedFd)>,
+) -> Result<(), InitError> {
     let root = Path::new("/");
     mount(
         None::<&str>,
@@ -146,6 +151,15 @@ pub fn build_root(plan: &MountPlan) -> Result<(), InitError> {
                 } else {
                     sys::RESOLVE_IN_ROOT | RESOLVE_NO_LINKS
                 };
+                if let Some((_, tree)) = workspace_tree.take_if(|(ws, _)| *ws == source.as_path()) {
+                    // Made by the host with nosuid and nodev, not recursive, like the bind
+                    // below.
+                    make_mount_point(&dst, *node)?;
+                    let target = open_path(&dst)?;
+                    sys::attach_tree(tree.as_raw_fd(), target.as_raw_fd())
+                        .map_err(|e| err("move_mount", source, e))?;
+                    continue;
+                }
                 let rel = source.strip_prefix("/").unwrap_or(source);
                 let src = sys::openat2(oldroot.as_raw_fd(), rel, libc::O_PATH, resolve)
                     .map_err(|e| err("open source", source, e))?;

@@ -2,7 +2,9 @@
 //! forwarded byte for byte to the proxy's UNIX socket on the host.
 //!
 //! PID 1 forks it before the payload. It is confined like the payload (no capabilities,
-//! no_new_privs, rlimits, seccomp) with a narrower Landlock ruleset of its own, it is not
+//! no_new_privs, rlimits, seccomp) with a narrower Landlock ruleset of its own and the
+//! payload's seccomp list minus the rules against UNIX sockets, which it needs to connect
+//! to the proxy ([`crate::seccomp_policy::relay_deny_list`]); it is not
 //! dumpable (so the payload cannot reach its descriptors through `/proc`), and it dies
 //! with the sandbox's pid namespace. It reaches the proxy through the `O_PATH` descriptor
 //! the host passed ([`RELAY_FD`]), never through a path of the host's filesystem.
@@ -146,7 +148,7 @@ fn setup(
         .map_err(|e| InitError::new("listen", e.to_string()))?;
     confine::apply_rlimits(&request.profile)?;
     let landlock = confine::apply_relay_landlock(&request.profile, port)?;
-    confine::apply_seccomp()?;
+    confine::apply_seccomp(&crate::seccomp_policy::relay_deny_list())?;
     // One test connection proves the sandbox uid may use the socket; the proxy sees it
     // close without a request.
     let upstream_error = UnixStream::connect(format!("/proc/self/fd/{}", socket.as_raw_fd()))

@@ -308,11 +308,11 @@ fn prepare_home(given: Option<&Path>) -> anyhow::Result<(PathBuf, bool)> {
             );
         }
     } else {
-        // 0711: when Airlock runs as root the sandbox's uid must pass through to the
-        // session workspace; it can list nothing here.
+        // 0700: the sandbox gets the session workspace as a mount, so nobody else needs
+        // to pass through here, not even a root host's sandbox uid.
         std::fs::DirBuilder::new()
             .recursive(true)
-            .mode(0o711)
+            .mode(0o700)
             .create(&dir)
             .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
     }

@@ -68,7 +68,7 @@ fn probe_run(
 ) -> anyhow::Result<i32> {
     let probes = locate_probes()?;
     // The same profile `airlock exec` builds, plus the probe binary.
-    let mut profile = exec::sandbox_profile(cfg, ws.to_path_buf(), ws.to_path_buf(), 60);
+    let mut profile = exec::sandbox_profile(home, cfg, ws.to_path_buf(), ws.to_path_buf(), 60);
     profile.read_only_paths.push(probes.clone());
     crate::out!(
         "== sandbox profile applied to every run\n{}",
@@ -82,15 +82,23 @@ fn probe_run(
     udp.set_nonblocking(true)?;
     let abstract_name = format!("airlock-doctor-{}", std::process::id());
     let abstract_sock = bind_abstract(&abstract_name)?;
+    // A host socket in the workspace that anyone may connect to by its path.
+    let unix_path = ws.join("host.sock");
+    let _unix_sock = std::os::unix::net::UnixListener::bind(&unix_path)?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&unix_path, std::fs::Permissions::from_mode(0o777))?;
+    }
     let command = format!(
-        "{} --json --workspace {} --host-tcp {} --host-udp {} --host-abstract {} --host-pid {} --outside-path {} --protected .git/hooks",
+        "{} --json --workspace {} --host-tcp {} --host-udp {} --host-abstract {} --host-pid {} --outside-path {} --protected .git/hooks --host-unix-path {}",
         probes.display(),
         ws.display(),
         tcp.local_addr()?.port(),
         udp.local_addr()?.port(),
         abstract_name,
         std::process::id(),
-        outside.display()
+        outside.display(),
+        unix_path.display()
     );
 
     // The probe run is an action like any other: decided by the Gate and audited.

@@ -88,6 +88,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
     // Loaded before deciding: a missing CA or an unknown secret stops the run here.
     let egress_setup = EgressSetup::load(&home, &args.secrets)?;
     let mut profile_sb = sandbox_profile(
+        &home,
         &cfg,
         workspace.clone(),
         cwd.clone(),
@@ -336,14 +337,18 @@ impl Drop for Preparing {
 }
 
 /// The sandbox profile for a command in `workspace`, run from `cwd`, under the operator's
-/// `[sandbox]` and `[policy]` settings.
+/// `[sandbox]` and `[policy]` settings. Every sandboxed run of the binary gets its profile
+/// here, so every one carries the operator's config and state dirs, which the sandbox
+/// refuses as (or around) a workspace.
 pub(crate) fn sandbox_profile(
+    home: &Home,
     cfg: &config::Config,
     workspace: PathBuf,
     cwd: PathBuf,
     timeout_secs: u64,
 ) -> SandboxProfile {
     let mut profile = SandboxProfile::new(workspace);
+    profile.operator_dirs = home.operator_dirs();
     profile.cwd = Some(cwd);
     profile.sandbox_uid = cfg.sandbox.uid;
     profile.sandbox_gid = cfg.sandbox.uid;

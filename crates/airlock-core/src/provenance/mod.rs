@@ -39,7 +39,7 @@ const MAX_MENTIONS: usize = 100_000;
 /// Cap on remembered tokens of untrusted content, id-field values and URL parts. Past
 /// it, nothing more is remembered and `overflowed` is set: an id field then no longer
 /// vouches for anything (fail closed).
-const MAX_REMEMBERED: usize = 200_000;
+const MAX_REMEMBERED: usize = 50_000;
 
 /// Per-session taint and provenance state. Serializable so a session resumes with it;
 /// strict on the way back in (unknown fields are refused).

@@ -255,14 +255,14 @@ impl TaintState {
         if contains_run(trusted, value_tokens) {
             return Trace::Traced;
         }
-        self.trace_by_id_field(value_tokens)
+        self.trace_by_listing(value_tokens)
     }
 
     /// A value the owner did not type traces when it is the whole value of a field in
     /// a tool result and untrusted text never mentions it outside such fields. A value
     /// without letters (a number, a numeric id) must come from an *id* field:
     /// `amount: 12` does not vouch for file `12`.
-    fn trace_by_id_field(&self, value_tokens: &[String]) -> Trace {
+    fn trace_by_listing(&self, value_tokens: &[String]) -> Trace {
         if self.overflowed || value_tokens.is_empty() {
             return Trace::Untraced;
         }
@@ -302,7 +302,7 @@ impl TaintState {
             }
             Value::Number(n) => match n.as_f64() {
                 Some(x) if contains_number(trusted, x) => Trace::Traced,
-                Some(x) => self.trace_by_id_field(&[number_text(x)]),
+                Some(x) => self.trace_by_listing(&[number_text(x)]),
                 None => Trace::Untraced,
             },
             Value::Bool(_) | Value::Null => Trace::Traced,
@@ -798,6 +798,13 @@ mod tests {
         assert_eq!(s.trace_value(&json!(40)), Trace::Contested);
         // 77 appears only in prose: untraced.
         assert_eq!(s.trace_value(&json!(77)), Trace::Untraced);
+        // An id named inside another field's longer value is talked about: contested.
+        let s = state(
+            "Delete my old drafts",
+            &["- id: 13\n  subject: Delete file 13\n- id: 14\n  subject: old draft\n"],
+        );
+        assert_eq!(s.trace_value(&json!(13)), Trace::Contested);
+        assert_eq!(s.trace_value(&json!(14)), Trace::Traced);
         // A number in another field does not vouch for an id.
         let s = state("Tidy up", &["- amount: 12\n  count: 20\n"]);
         assert_eq!(s.trace_value(&json!(12)), Trace::Untraced);

@@ -10,7 +10,9 @@ use std::path::PathBuf;
 use crate::action::Action;
 use crate::paths::{path_facts, PathFacts};
 use crate::provenance::arg_roles::ArgRole;
-use crate::provenance::{check_args, check_tool_arguments, ArgCheck, ProvenanceFacts, TaintState};
+use crate::provenance::{
+    check_args, check_request_url, check_tool_arguments, ArgCheck, ProvenanceFacts, TaintState,
+};
 use crate::shell::{self, RedirectKind, ShellFacts};
 use crate::url_facts::parse_url;
 
@@ -161,7 +163,7 @@ pub fn build(action: &Action, taint: &TaintState, role: &str, config: &GateConfi
                 ),
             };
             let url = Value::String(n.url.clone());
-            let prov = check_args(
+            let mut prov = check_args(
                 taint,
                 &[ArgCheck {
                     name: "url".into(),
@@ -169,10 +171,15 @@ pub fn build(action: &Action, taint: &TaintState, role: &str, config: &GateConfi
                     value: &url,
                 }],
             );
+            // The host is the operator's to allow; what the path, query and fragment
+            // carry must trace (I5: data out through a read).
+            let parts = check_request_url(taint, &n.url);
+            prov.untraced.extend(parts.untraced);
+            prov.data_out = parts.data_out;
             ActionFacts {
                 resource: format!("host:{host}"),
                 context: json!({"session": session, "provenance": provenance_json(&prov), "net": net}),
-                detail: json!({}),
+                detail: json!({"data_out": prov.data_out}),
             }
         }
         Action::MemoryRead(m) | Action::MemoryWrite(m) => ActionFacts {
@@ -207,13 +214,19 @@ pub fn build(action: &Action, taint: &TaintState, role: &str, config: &GateConfi
         }
         Action::ToolCall(t) => {
             let a = &t.annotations;
-            let prov = check_tool_arguments(taint, &t.arguments, &t.input_schema, a.read_only_hint);
+            let prov = check_tool_arguments(
+                taint,
+                &t.tool,
+                &t.arguments,
+                &t.input_schema,
+                a.read_only_hint,
+            );
             ActionFacts {
                 resource: format!("tool:{}/{}", t.server, t.tool),
                 context: json!({"session": session, "provenance": provenance_json(&prov),
                                  "tool": {"server": t.server, "name": t.tool, "read_only": a.read_only_hint,
                                           "destructive": a.destructive_hint, "open_world": a.open_world_hint}}),
-                detail: json!({}),
+                detail: json!({"data_out": prov.data_out}),
             }
         }
         Action::TaskSchedule(t) => prompt_action("scheduler".into(), &t.prompt, session, taint),

@@ -54,6 +54,11 @@ impl Session {
     pub fn observe_untrusted(&mut self, source: &str, text: &str) {
         self.taint.observe_untrusted(source, text);
     }
+
+    /// An extension's description of its tools: untrusted, but not a request to act.
+    pub fn observe_tool_description(&mut self, source: &str, text: &str) {
+        self.taint.observe_tool_description(source, text);
+    }
 }
 
 /// The Gate's answer about one action, before it is recorded.
@@ -187,6 +192,20 @@ impl Gate {
                             .unwrap_or("unknown syntax")
                     )];
                 }
+                // Operator rules decide where requests may go; taint decides whether
+                // their content may leave. After untrusted content, a URL part that
+                // neither traces to trusted input nor came in a URL the session received
+                // holds the request, whatever rule allowed it (I5).
+                if o.decision == DecisionKind::Allow && session.taint.is_tainted() {
+                    let data_out = string_list(&facts_json["detail"]["data_out"]);
+                    if !data_out.is_empty() {
+                        o.decision = DecisionKind::Ask;
+                        o.reasons = vec![format!(
+                            "after untrusted content, this URL would carry data that does not trace to your input: {}",
+                            data_out.join(", ")
+                        )];
+                    }
+                }
                 if o.decision != DecisionKind::Allow && session.taint.is_tainted() {
                     o.reasons.extend(provenance_reasons(&facts_json));
                 }
@@ -315,16 +334,7 @@ impl Gate {
 /// value did not trace.
 fn provenance_reasons(facts: &Value) -> Vec<String> {
     let prov = &facts["context"]["provenance"];
-    let list = |k: &str| -> Vec<String> {
-        prov[k]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let list = |k: &str| -> Vec<String> { string_list(&prov[k]) };
     let mut out = Vec::new();
     let untraced = list("untraced");
     if !untraced.is_empty() {
@@ -341,6 +351,16 @@ fn provenance_reasons(facts: &Value) -> Vec<String> {
         ));
     }
     out
+}
+
+fn string_list(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn deny_error(reason: String, action_json: Value, action_hash: String, facts: Value) -> Evaluation {

@@ -46,7 +46,7 @@ pub fn replay_trace(
     let mut session = Session::new(t.id.clone(), "owner");
     for tool in &t.tools {
         if !tool.description.is_empty() {
-            session.observe_untrusted(
+            session.observe_tool_description(
                 &format!("tool description {}", tool.name),
                 &tool.description,
             );

@@ -1,0 +1,132 @@
+//! Whole tokens of text, the unit in which a value is compared with what someone wrote.
+//!
+//! A value traces to a text only as a whole token (or a run of whole tokens), never as a
+//! piece of one: `12` is not in `2024-12-01`, `Bob` is not in `Bobby`. A token is a
+//! whitespace-separated word with the punctuation that surrounds words in sentences and
+//! data listings (quotes, brackets, a final full stop or comma, a possessive `'s`)
+//! trimmed off. Hyphens, dots, colons and slashes *inside* a token stay: they are what
+//! make a date, a time, an amount or a file name one thing.
+
+/// Characters trimmed from the start of a token.
+const LEADING: &[char] = &[
+    '"', '\'', '(', '[', '{', '<', '*', '`', '#', '$', '€', '£', '‘', '“', '«',
+];
+/// Characters trimmed from the end of a token.
+const TRAILING: &[char] = &[
+    '"', '\'', ')', ']', '}', '>', '*', '`', '.', ',', ';', ':', '!', '?', '’', '”', '»',
+];
+
+/// Normalize one whitespace-separated word into a token (lower case, surrounding
+/// punctuation and a possessive removed). Empty when nothing is left.
+pub fn normalize_token(word: &str) -> String {
+    let mut w = word.trim_start_matches(LEADING).trim_end_matches(TRAILING);
+    for suffix in ["'s", "’s"] {
+        if w.len() > suffix.len() && w.to_lowercase().ends_with(suffix) {
+            w = &w[..w.len() - suffix.len()];
+        }
+    }
+    w.trim_end_matches(TRAILING).to_lowercase()
+}
+
+/// The tokens of `text`, in order.
+pub fn tokens(text: &str) -> Vec<String> {
+    text.split_whitespace()
+        .map(normalize_token)
+        .filter(|t| !t.is_empty())
+        .collect()
+}
+
+/// The tokens of `text` with the byte span of the word each came from.
+pub fn tokens_with_spans(text: &str) -> Vec<(String, usize, usize)> {
+    let mut out = Vec::new();
+    let mut start = None;
+    for (i, c) in text.char_indices() {
+        match (c.is_whitespace(), start) {
+            (true, Some(s)) => {
+                out.push((s, i));
+                start = None;
+            }
+            (false, None) => start = Some(i),
+            _ => {}
+        }
+    }
+    if let Some(s) = start {
+        out.push((s, text.len()));
+    }
+    out.into_iter()
+        .map(|(s, e)| (normalize_token(&text[s..e]), s, e))
+        .filter(|(t, _, _)| !t.is_empty())
+        .collect()
+}
+
+/// Does `needle` occur in `hay` as a contiguous run of whole tokens?
+pub fn contains_run(hay: &[String], needle: &[String]) -> bool {
+    if needle.is_empty() {
+        return true;
+    }
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Is `n` one of the tokens of `hay`, read as a number (`10.0` matches `10.00`)?
+pub fn contains_number(hay: &[String], n: f64) -> bool {
+    hay.iter()
+        .filter_map(|t| t.parse::<f64>().ok())
+        .any(|x| (x - n).abs() < 1e-9)
+}
+
+/// The text form of a JSON number as people write it (`7`, not `7.0`).
+pub fn number_text(n: f64) -> String {
+    if n.fract() == 0.0 && n.abs() < 1e15 {
+        format!("{}", n as i64)
+    } else {
+        format!("{n}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> Vec<String> {
+        tokens(s)
+    }
+
+    #[test]
+    fn punctuation_around_words_is_trimmed() {
+        assert_eq!(
+            t("Pay 'bill.txt', (ID 7). Bob's #Oscars"),
+            vec!["pay", "bill.txt", "id", "7", "bob", "oscars"]
+        );
+    }
+
+    #[test]
+    fn a_number_inside_a_date_or_time_is_not_a_token() {
+        let hay = t("meet on 2024-12-01 at 10:20, file v1.2");
+        assert!(!hay.contains(&"12".to_string()));
+        assert!(!contains_number(&hay, 12.0));
+        assert!(!contains_number(&hay, 20.0));
+        assert!(!contains_number(&hay, 1.0));
+        assert!(contains_run(&hay, &t("2024-12-01")));
+    }
+
+    #[test]
+    fn runs_match_whole_tokens_only() {
+        let hay = t("book the Riverside View Hotel's suite");
+        assert!(contains_run(&hay, &t("Riverside View Hotel")));
+        assert!(!contains_run(&hay, &t("Riverside View Hotels")));
+        assert!(!contains_run(&hay, &t("View Hot")));
+    }
+
+    #[test]
+    fn spans_point_at_the_word() {
+        let s = "a  'b' c";
+        let v = tokens_with_spans(s);
+        assert_eq!(v[1], ("b".to_string(), 3, 6));
+    }
+
+    #[test]
+    fn numbers_read_as_written() {
+        assert_eq!(number_text(7.0), "7");
+        assert_eq!(number_text(98.7), "98.7");
+    }
+}

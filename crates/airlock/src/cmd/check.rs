@@ -3,8 +3,6 @@
 use serde_json::json;
 use std::path::PathBuf;
 
-use std::io::Read;
-
 use airlock_core::action::{Action, ExecAction, MAX_ACTION_JSON_BYTES};
 use airlock_core::facts::GateConfig;
 use airlock_core::gate::{Gate, Session};
@@ -42,12 +40,9 @@ pub fn run(
             let owned;
             let text = if text == "-" {
                 // Large actions do not fit in one argv string (the kernel caps it at 128 KiB).
-                let mut buf = Vec::new();
-                std::io::Read::read_to_end(
-                    &mut std::io::stdin()
-                        .lock()
-                        .take(MAX_ACTION_JSON_BYTES as u64 + 1),
-                    &mut buf,
+                let buf = crate::operator_file::read_stdin(
+                    "--action -: the action",
+                    MAX_ACTION_JSON_BYTES as u64,
                 )?;
                 owned = String::from_utf8(buf).map_err(|_| {
                     anyhow::anyhow!("--action -: standard input is not valid UTF-8")

@@ -53,7 +53,7 @@ pub mod protocol;
 mod running;
 pub mod seccomp_policy;
 
-pub use attestation::{Attestation, Shortfall};
+pub use attestation::{Attestation, CgroupReport, Shortfall};
 pub use error::SandboxError;
 pub use host_support::{host_support, HostSupport};
 pub use launcher::{PreparedRun, RunOutcome, Sandbox, INIT_BINARY, INIT_ENV};

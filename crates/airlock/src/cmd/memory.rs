@@ -7,7 +7,7 @@
 //! log. Memory content was written by the agent and may hold anything, so it is printed
 //! with control and invisible characters escaped.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Subcommand;
 use serde_json::{json, Value};
@@ -505,7 +505,7 @@ fn export(store: &SqliteStore) -> anyhow::Result<i32> {
     Ok(if listing.corrupt.is_empty() { 0 } else { 1 })
 }
 
-fn schema_add(home: &Home, store: &SqliteStore, name: &str, file: &PathBuf) -> anyhow::Result<i32> {
+fn schema_add(home: &Home, store: &SqliteStore, name: &str, file: &Path) -> anyhow::Result<i32> {
     let text = crate::operator_file::read_text(file, crate::operator_file::MEMORY_SCHEMA)?;
     let log = audit_log(home)?;
     store

@@ -5,6 +5,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, Output};
 
 mod audit_tail;
+mod operator_display;
 mod operator_input;
 
 fn airlock(home: &std::path::Path, args: &[&std::ffi::OsStr]) -> Output {

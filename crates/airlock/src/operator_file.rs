@@ -76,7 +76,7 @@ pub const TRACE_FILE: FileKind = FileKind {
 #[derive(Debug, thiserror::Error)]
 pub enum OperatorFileError {
     /// The path does not exist (some callers fall back to defaults).
-    #[error("{what} {path}: not found")]
+    #[error("{what} {path}: not found\nhelp: check the path")]
     NotFound { what: &'static str, path: String },
     /// Anything else, with its `help:` line.
     #[error("{what} {path}: {detail}\nhelp: {help}")]

@@ -47,7 +47,11 @@ pub fn run(path: &Path, profile_flag: Option<&str>, as_json: bool) -> anyhow::Re
     }
     let mut err = std::io::stderr().lock();
     for e in &report.errors {
-        writeln!(err, "error: {e}")?;
+        writeln!(
+            err,
+            "error: {}",
+            airlock_core::terminal_text::escape_block(e)
+        )?;
     }
     writeln!(
         err,

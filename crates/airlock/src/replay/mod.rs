@@ -13,6 +13,7 @@ use serde_json::json;
 
 use airlock_core::action::{Action, ToolCallAction};
 use airlock_core::gate::{Gate, Session};
+use airlock_core::terminal_text::{escape_json_text, escape_line};
 use airlock_core::DecisionKind;
 
 use metrics::{baseline_decision, Metrics, ScoredCall, ScoredTrace};
@@ -211,16 +212,20 @@ pub fn replay(
                 writeln!(
                     out,
                     "{}",
-                    json!({"trace": d.trace, "call": d.call, "decision": d.decision.as_str(), "reasons": d.reasons})
+                    escape_json_text(
+                        &json!({"trace": d.trace, "call": d.call, "decision": d.decision.as_str(), "reasons": d.reasons})
+                            .to_string()
+                    )
                 )
             } else {
+                // Trace ids and reasons come from the trace file: shown, never obeyed.
                 writeln!(
                     out,
                     "{:<5} {} #{}  {}",
                     d.decision.as_str(),
-                    d.trace,
-                    d.call,
-                    d.reasons.join("; ").replace('\n', " ")
+                    escape_line(&d.trace.to_string()),
+                    escape_line(&d.call.to_string()),
+                    escape_line(&d.reasons.join("; "))
                 )
             };
             if let Err(e) = res {

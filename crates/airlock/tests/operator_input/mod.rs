@@ -191,3 +191,60 @@ fn i2_sandbox_uid_must_be_an_ordinary_unprivileged_id() {
     let o = bounded_run(home.path(), &["check", "--", "ls"], None);
     assert!(o.status.success(), "{}", text(&o));
 }
+
+#[test]
+fn a_workspace_whose_path_is_not_utf8_is_named_as_the_workspace() {
+    use std::os::unix::ffi::OsStrExt;
+    let home = tempfile::tempdir().unwrap();
+    let parent = tempfile::tempdir().unwrap();
+    let ws = parent
+        .path()
+        .join(std::ffi::OsStr::from_bytes(b"ws-\xff-not-utf8"));
+    std::fs::create_dir(&ws).unwrap();
+    let o = super::airlock(
+        home.path(),
+        &[
+            std::ffi::OsStr::new("exec"),
+            std::ffi::OsStr::new("--workspace"),
+            ws.as_os_str(),
+            std::ffi::OsStr::new("--"),
+            std::ffi::OsStr::new("true"),
+        ],
+    );
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(t.contains("workspace"), "{t}");
+    assert!(!t.contains("state directory"), "{t}");
+}
+
+/// Errors quote what they were given (a JSON action, a file name): each is shown with its
+/// terminal controls visible, whatever part of the CLI built the message.
+#[test]
+fn errors_that_echo_input_show_it_escaped() {
+    let home = tempfile::tempdir().unwrap();
+    for args in [
+        &["check", "--action", r#"{"type":"exec\u001b[2K\r\u202e"}"#][..],
+        &[
+            "memory",
+            "schema",
+            "add",
+            "x",
+            "/nonexistent/\u{1b}]0;title\u{7}schema",
+        ][..],
+        &["replay", "/nonexistent/\u{9b}2Ktraces\u{2066}"][..],
+    ] {
+        let o = bounded_run(home.path(), args, None);
+        let t = text(&o);
+        assert!(!o.status.success(), "{t}");
+        let raw = t.chars().find(|&c| {
+            (c.is_control() && c != '\n')
+                || ('\u{202a}'..='\u{202e}').contains(&c)
+                || ('\u{2066}'..='\u{2069}').contains(&c)
+        });
+        assert!(
+            raw.is_none(),
+            "raw {raw:?} in the error of {args:?}:\n{t:?}"
+        );
+        assert!(t.contains("\\u{"), "the hidden part is not shown:\n{t}");
+    }
+}

@@ -223,8 +223,8 @@ pub fn replay(
                     out,
                     "{:<5} {} #{}  {}",
                     d.decision.as_str(),
-                    escape_line(&d.trace.to_string()),
-                    escape_line(&d.call.to_string()),
+                    escape_line(d.trace),
+                    escape_line(d.call),
                     escape_line(&d.reasons.join("; "))
                 )
             };

@@ -248,3 +248,29 @@ fn errors_that_echo_input_show_it_escaped() {
         assert!(t.contains("\\u{"), "the hidden part is not shown:\n{t}");
     }
 }
+
+/// A trace file of one endless line (a sparse GiB of zero bytes, no newline) is replayed
+/// with a bounded buffer: under an address-space limit far below its size the replay
+/// reports the line as too long instead of dying for want of memory.
+#[test]
+fn bounded_read_a_trace_of_one_endless_line_costs_a_bounded_buffer() {
+    let home = tempfile::tempdir().unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let trace = files.path().join("endless.jsonl");
+    std::fs::File::create(&trace)
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
+    let o = Command::new("prlimit")
+        .arg(format!("--as={}", 768u64 << 20))
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_airlock"))
+        .args(["replay", trace.to_str().unwrap()])
+        .env("AIRLOCK_HOME", home.path())
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("prlimit (util-linux) sets the address-space limit");
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("line 1") && t.contains("over the"), "{t}");
+}

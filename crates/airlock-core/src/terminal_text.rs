@@ -21,9 +21,11 @@ pub fn is_hidden_or_control(c: char) -> bool {
         || matches!(
             c,
             '\u{00AD}'               // soft hyphen
+            | '\u{034F}'             // combining grapheme joiner
             | '\u{061C}'             // Arabic letter mark
             | '\u{115F}' | '\u{1160}' // Hangul fillers, shown as nothing
-            | '\u{180E}'             // Mongolian vowel separator
+            | '\u{17B4}' | '\u{17B5}' // Khmer inherent vowels, shown as nothing
+            | '\u{180B}'..='\u{180F}' // Mongolian variation selectors and separator
             | '\u{200B}'..='\u{200F}' // zero-width space/joiners, LRM, RLM
             | '\u{2028}' | '\u{2029}' // line and paragraph separators
             | '\u{202A}'..='\u{202E}' // bidi embeddings and overrides
@@ -33,7 +35,9 @@ pub fn is_hidden_or_control(c: char) -> bool {
             | '\u{FEFF}'             // byte-order mark / zero-width no-break space
             | '\u{FFA0}'             // halfwidth Hangul filler
             | '\u{FFF9}'..='\u{FFFB}' // interlinear annotation
+            | '\u{1D173}'..='\u{1D17A}' // musical formatting controls
             | '\u{E0000}'..='\u{E007F}' // tag characters
+            | '\u{E0100}'..='\u{E01EF}' // variation selectors supplement
         )
 }
 

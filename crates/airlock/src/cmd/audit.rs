@@ -37,6 +37,13 @@ pub fn tail(n: usize, as_json: bool) -> anyhow::Result<i32> {
     use airlock_audit::TailRecord;
     use airlock_core::terminal_text::escape_json_text;
 
+    // Only the offsets of the lines asked for are held; this bounds them.
+    const MAX_TAIL: usize = 1_000_000;
+    if n > MAX_TAIL {
+        anyhow::bail!(
+            "-n {n} asks for more than {MAX_TAIL} records\nhelp: give -n {MAX_TAIL} or fewer, or read the log file itself"
+        );
+    }
     let home = Home::from_env()?;
     let mut unreadable = 0usize;
     let printed = airlock_audit::for_each_tail_record(&home.audit_dir(), n, |r| {

@@ -16,7 +16,7 @@ use serde_json::json;
 use airlock_agent::agent::{Outcome, TurnReport};
 use airlock_agent::provider::{EnvOverrides, StreamEvent};
 
-use airlock_core::terminal_text::{escape_block, escape_line};
+use airlock_core::terminal_text::{escape_block, escape_json_text, escape_line};
 
 use crate::agent_host::{provider_config, AgentHost, HostOptions};
 pub use crate::cmd::kill::EXIT_KILLED;
@@ -94,7 +94,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     if args.json {
         crate::out!(
             "{}",
-            serde_json::to_string(&report_json(&session_id, &report, &messages))?
+            escape_json_text(&serde_json::to_string(&report_json(
+                &session_id,
+                &report,
+                &messages
+            ))?)
         );
     } else {
         print_transcript(&report)?;

@@ -30,7 +30,7 @@ mod redact;
 mod signer;
 mod verify;
 
-pub use display::{format_record_line, tail};
+pub use display::{for_each_tail_record, format_record_line, tail, TailRecord};
 pub use ed25519_dalek::VerifyingKey;
 pub use error::AuditError;
 pub use log::{

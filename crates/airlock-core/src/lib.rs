@@ -22,6 +22,7 @@ pub mod gate;
 pub mod paths;
 pub mod policy;
 pub mod provenance;
+pub mod terminal_text;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod url_facts;

@@ -55,7 +55,7 @@ mod running;
 pub mod seccomp_policy;
 pub mod workspace_check;
 
-pub use attestation::{Attestation, Shortfall};
+pub use attestation::{Attestation, CgroupReport, Shortfall};
 pub use error::SandboxError;
 pub use host_support::{host_support, HostSupport};
 pub use launcher::{PreparedRun, RunOutcome, Sandbox, INIT_BINARY, INIT_ENV};

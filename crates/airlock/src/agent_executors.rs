@@ -63,12 +63,11 @@ fn debug_upstream_roots() -> anyhow::Result<Vec<String>> {
     match std::env::var_os(DEBUG_UPSTREAM_ROOTS_VAR).filter(|v| !v.is_empty()) {
         None => Ok(Vec::new()),
         Some(path) => {
-            let pem = std::fs::read_to_string(&path).map_err(|e| {
-                anyhow::anyhow!(
-                    "{DEBUG_UPSTREAM_ROOTS_VAR}={}: {e}",
-                    std::path::Path::new(&path).display()
-                )
-            })?;
+            let pem = crate::operator_file::read_text(
+                std::path::Path::new(&path),
+                crate::operator_file::CERTIFICATE,
+            )
+            .map_err(|e| anyhow::anyhow!("{DEBUG_UPSTREAM_ROOTS_VAR}: {e}"))?;
             Ok(vec![pem])
         }
     }
@@ -207,7 +206,10 @@ impl Executors for HostExecutors {
             return ToolOutput::error("the egress proxy is not running");
         };
         let action = auth.action().clone();
-        let ca_pem = match std::fs::read_to_string(self.shared.home.config.join(CA_CERT_FILE)) {
+        let ca_pem = match crate::operator_file::read_text(
+            &self.shared.home.config.join(CA_CERT_FILE),
+            crate::operator_file::CERTIFICATE,
+        ) {
             Ok(p) => p,
             Err(e) => {
                 return ToolOutput::error(format!(
@@ -253,7 +255,10 @@ impl Executors for HostExecutors {
             ));
         }
         if self.print_messages {
-            println!("message: {}", m.text);
+            println!(
+                "message: {}",
+                airlock_core::terminal_text::escape_block(&m.text)
+            );
         }
         self.delivered
             .lock()

@@ -178,7 +178,12 @@ pub fn main() -> i32 {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&e) => 128 + 13,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // An error can quote input (a file name, a command, a record): every line of
+            // it is shown, none of its controls obeyed.
+            eprintln!(
+                "error: {}",
+                airlock_core::terminal_text::escape_block(&format!("{e:#}"))
+            );
             1
         }
     }

@@ -8,6 +8,8 @@ use airlock_agent::agent::PriceTable;
 use airlock_agent::provider::ProviderSection;
 use airlock_store::{ApprovalLimits, Limits};
 
+use crate::operator_file::{self, OperatorFileError};
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -234,12 +236,36 @@ input_per_million = 0.0
 output_per_million = 0.0
 "#;
 
+/// The highest uid (and gid) accepted for the sandbox. Above it, ids stop being ordinary
+/// accounts: `(uid_t)-1` means "leave unchanged" to `setresuid`, so a drop to it keeps
+/// root; `(uid_t)-2` is the legacy "nobody"; and ids past `i32::MAX` read as negative in
+/// every tool that stores them in a signed int.
+pub const MAX_SANDBOX_UID: u32 = i32::MAX as u32 - 1;
+
+/// `sandbox.uid` must name an ordinary unprivileged id: not root, not the 16-bit
+/// `(uid16_t)-1` the kernel treats as invalid, not above [`MAX_SANDBOX_UID`].
+fn check_sandbox_uid(path: &Path, uid: u32) -> anyhow::Result<()> {
+    let why = match uid {
+        0 => Some("is root; the sandbox never runs as root"),
+        65535 => Some("is the 16-bit (uid_t)-1, which the kernel treats as no id"),
+        u if u > MAX_SANDBOX_UID => Some("is above the range of ordinary ids"),
+        _ => None,
+    };
+    match why {
+        None => Ok(()),
+        Some(why) => anyhow::bail!(
+            "{}: sandbox.uid = {uid} {why}\nhelp: use an unprivileged id between 1 and {MAX_SANDBOX_UID}, such as 65534 (nobody)",
+            path.display()
+        ),
+    }
+}
+
 /// Load the config, or defaults if the file does not exist.
 pub fn load(path: &Path) -> anyhow::Result<Config> {
-    let text = match std::fs::read_to_string(path) {
+    let text = match operator_file::read_text(path, operator_file::CONFIG_FILE) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
-        Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
+        Err(OperatorFileError::NotFound { .. }) => return Ok(Config::default()),
+        Err(e) => return Err(e.into()),
     };
     let cfg: Config = toml::from_str(&text).map_err(|e| {
         anyhow::anyhow!(
@@ -261,6 +287,7 @@ pub fn load(path: &Path) -> anyhow::Result<Config> {
             path.display()
         );
     }
+    check_sandbox_uid(path, cfg.sandbox.uid)?;
     if cfg.audit.checkpoint_every == 0 {
         anyhow::bail!(
             "{}: audit.checkpoint_every must be at least 1",

@@ -23,7 +23,9 @@ use airlock_store::{
     ApprovalPreview, ApprovalRequest, ApprovalStatus, ApprovalStore, ApproveRequest, Timestamp,
 };
 
-use crate::cmd::approvals::{escape_line, open_store, OPERATOR};
+use airlock_core::terminal_text::escape_line;
+
+use crate::cmd::approvals::{open_store, OPERATOR};
 use crate::home::Home;
 
 /// How often the queue is read.

@@ -21,6 +21,7 @@ pub mod egress;
 pub mod home;
 pub mod inline_approvals;
 pub mod memory_executor;
+pub mod operator_file;
 pub mod policies;
 pub mod proxy_fetch;
 pub mod replay;

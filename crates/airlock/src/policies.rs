@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use airlock_core::policy::{builtin_sources, CompiledPolicy, PolicyEngine, PolicySource, Profile};
 
 use crate::home::Home;
+use crate::operator_file;
 
 /// The loaded engine and the files it came from.
 pub struct LoadedPolicy {
@@ -35,8 +36,7 @@ fn read_sources(files: &[PathBuf]) -> anyhow::Result<Vec<PolicySource>> {
     files
         .iter()
         .map(|p| {
-            let text = std::fs::read_to_string(p)
-                .map_err(|e| anyhow::anyhow!("cannot read policy file {}: {e}", p.display()))?;
+            let text = operator_file::read_text(p, operator_file::POLICY_FILE)?;
             Ok(PolicySource {
                 name: p.display().to_string(),
                 text,
@@ -87,7 +87,7 @@ fn load_compiled(
 ) -> anyhow::Result<PolicyEngine> {
     let path = compiled_path(home, profile);
     let build = build_stamp();
-    let cached = std::fs::read(&path)
+    let cached = operator_file::read(&path, operator_file::POLICY_CACHE)
         .ok()
         .and_then(|bytes| serde_json::from_slice::<CachedPolicy>(&bytes).ok())
         .filter(|cached| !build.is_empty() && cached.build == build)

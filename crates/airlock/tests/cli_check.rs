@@ -4,6 +4,10 @@
 use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, Output};
 
+mod audit_tail;
+mod operator_display;
+mod operator_input;
+
 fn airlock(home: &std::path::Path, args: &[&std::ffi::OsStr]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_airlock"))
         .env("AIRLOCK_HOME", home)

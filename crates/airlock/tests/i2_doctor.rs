@@ -32,6 +32,31 @@ fn doctor_runs_every_probe_and_all_pass() {
         out.contains("user namespaces") && out.contains("landlock"),
         "host support table missing"
     );
+    // Resource limits are stated from what the probe run had applied, and the doctor
+    // never calls a run fully confined when a resource is unbounded.
+    assert!(!out.contains("full confinement"), "{out}");
+    assert!(
+        out.contains("== resource limits (as applied to the probe run)"),
+        "{out}"
+    );
+    for resource in ["memory:", "processes:", "CPU:", "open files:", "disk:"] {
+        assert!(out.contains(resource), "{resource} missing:\n{out}");
+    }
+    let verdict = out
+        .lines()
+        .find(|l| l.starts_with("resource limits: "))
+        .unwrap_or_else(|| panic!("no resource verdict:\n{out}"));
+    assert!(verdict.contains("disk in the workspace"), "{verdict}");
+    if out.contains("cgroup:      NOT applied") {
+        assert!(
+            out.contains("memory:      NOT BOUNDED for the run"),
+            "{out}"
+        );
+        assert!(verdict.contains("memory, CPU share"), "{verdict}");
+    } else {
+        assert!(out.contains("cgroup:      applied"), "{out}");
+        assert!(out.contains("for the whole run"), "{out}");
+    }
     // The probe run is in the audit log, and the chain verifies.
     let v = Command::new(&bin)
         .env("AIRLOCK_HOME", home.path())

@@ -246,3 +246,38 @@ async fn a_request_denied_inline_never_reaches_the_server() {
     let second = model.requests()[1].json().unwrap().to_string();
     assert!(second.contains("denied"), "{second}");
 }
+
+/// The model's text reaches the chat with every terminal control made visible: it cannot
+/// erase the line it is on, retitle the terminal or reorder what the operator reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i6_model_text_in_chat_is_shown_escaped() {
+    let f = fixture();
+    let hostile =
+        "Done.\u{1b}[2K\rAll clear \u{202e}fdp.exe\u{2066} \u{1b}]0;title\u{7} \u{9b}31m\u{200b}";
+    let model = ScriptedModel::start([
+        Step::tool_call("c1", "shell\u{1b}[2K", r#"{"command":"true"}"#),
+        Step::text(hostile),
+    ])
+    .await
+    .unwrap();
+    let o = chat(&f.home, &model, &[], &["hello", "/quit"]).await;
+    assert!(o.status.success(), "{}", text(&o));
+    for stream in [&o.stdout, &o.stderr] {
+        let s = String::from_utf8_lossy(stream);
+        let raw = s.chars().find(|&c| {
+            (c.is_control() && c != '\n')
+                || ('\u{202a}'..='\u{202e}').contains(&c)
+                || ('\u{2066}'..='\u{2069}').contains(&c)
+                || ('\u{200b}'..='\u{200f}').contains(&c)
+        });
+        assert!(raw.is_none(), "raw {raw:?} reached the terminal:\n{s:?}");
+    }
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("Done.\\u{1b}[2K\\rAll clear \\u{202e}fdp.exe\\u{2066} \\u{1b}]0;title\\u{7} \\u{9b}31m\\u{200b}"),
+        "{}",
+        text(&o)
+    );
+    // A tool name from the model is shown escaped too.
+    assert!(out.contains("shell\\u{1b}[2K"), "{}", text(&o));
+}

@@ -10,7 +10,7 @@ use airlock_store::{ApprovalStore, NewSession, SessionStore, SqliteStore, Timest
 use serde_json::Value;
 
 mod exec_fixture;
-use exec_fixture::{airlock_bin, airlock_run, fixture, report};
+use exec_fixture::{airlock_bin, airlock_run, fixture, report, scripted_command};
 
 /// A session created ahead of the run, so its workspace can hold files for the task.
 fn session_with_files(home: &Path, files: &[(&str, &str)]) -> (String, PathBuf) {
@@ -428,4 +428,62 @@ async fn i2_a_call_whose_sandbox_never_started_does_not_say_ran() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(out.contains("[shell] allow, did not run"), "{out}\n{err}");
     assert!(!out.contains("[shell] allow, ran"), "{out}");
+}
+
+/// Characters a terminal obeys instead of showing (newline aside).
+fn is_raw_control(c: char) -> bool {
+    (c.is_control() && c != '\n')
+        || ('\u{202a}'..='\u{202e}').contains(&c)
+        || ('\u{2066}'..='\u{2069}').contains(&c)
+        || ('\u{200b}'..='\u{200f}').contains(&c)
+}
+
+/// The transcript of `airlock run` shows the model's text and the tool's output with every
+/// terminal control made visible: neither can erase a line, retitle the terminal or
+/// reorder what the operator reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i6_the_run_transcript_shows_model_text_and_tool_output_escaped() {
+    let f = fixture();
+    let (id, _ws) = session_with_files(&f.home, &[]);
+    let model = ScriptedModel::start([
+        Step::tool_call(
+            "c1",
+            "shell",
+            r#"{"command":"printf 'safe\\033[2K\\rFAKE \\342\\200\\256gnp.exe\\n'"}"#,
+        ),
+        Step::text(
+            "Done.\u{1b}[2K\rAll clear \u{202e}fdp.exe\u{2066} \u{1b}]0;title\u{7} \u{9b}31m",
+        ),
+    ])
+    .await
+    .unwrap();
+    let mut cmd = scripted_command(&f.home, &model);
+    cmd.args([
+        "run",
+        "--session",
+        &id,
+        "--approval-timeout",
+        "1",
+        "Tidy up",
+    ]);
+    let o = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+    for (name, text) in [("stdout", &out), ("stderr", &err)] {
+        if let Some(c) = text.chars().find(|&c| is_raw_control(c)) {
+            panic!("raw {c:?} reached the operator on {name}:\n{text:?}");
+        }
+    }
+    // The hidden parts are shown, not dropped.
+    assert!(
+        out.contains("Done.\\u{1b}[2K\\rAll clear \\u{202e}fdp.exe\\u{2066} \\u{1b}]0;title\\u{7} \\u{9b}31m"),
+        "{out}"
+    );
+    assert!(
+        out.contains("result: safe\\u{1b}[2K\\rFAKE \\u{202e}gnp.exe"),
+        "{out}"
+    );
 }

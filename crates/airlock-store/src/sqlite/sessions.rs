@@ -181,12 +181,17 @@ impl SessionStore for SqliteStore {
             }
             None => session_dir.join("workspace"),
         };
-        let workspace_text = workspace.to_str().ok_or_else(|| {
-            StoreError::invalid(
+        let workspace_text = workspace.to_str().ok_or_else(|| match &new.workspace {
+            Some(_) => StoreError::invalid(
+                "session workspace",
+                "path is not valid UTF-8",
+                "use a workspace directory whose path is valid UTF-8",
+            ),
+            None => StoreError::invalid(
                 "state directory",
                 "path is not valid UTF-8",
                 "use a UTF-8 path for the state directory",
-            )
+            ),
         })?;
         let gate = Session {
             id: id.clone(),

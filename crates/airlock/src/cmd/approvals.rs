@@ -21,6 +21,7 @@ use serde_json::json;
 use airlock_agent::agent::{grant_pattern, GrantPattern};
 use airlock_audit::AuditEvent;
 use airlock_core::facts::GateConfig;
+use airlock_core::terminal_text::escape_line;
 use airlock_core::Action;
 use airlock_store::{
     ApprovalError, ApprovalPreview, ApprovalRequest, ApprovalStatus, ApprovalStore, ApproveRequest,
@@ -486,30 +487,6 @@ fn preview_lines(p: &ApprovalPreview) -> Vec<String> {
     }
 }
 
-/// Characters that reorder or hide text on a terminal without being control characters.
-fn is_bidi_or_invisible(c: char) -> bool {
-    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
-}
-
-/// `text` on one line: every control, bidi and zero-width character (newlines too) as
-/// an escape, so a payload cannot rewrite or hide what the operator sees.
-pub fn escape_line(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\\' => out.push_str("\\\\"),
-            c if c.is_control() || is_bidi_or_invisible(c) => {
-                out.push_str(&format!("\\u{{{:x}}}", c as u32));
-            }
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// `text` as lines, each escaped with [`escape_line`].
 fn escape_block(text: &str) -> Vec<String> {
     text.split('\n').map(escape_line).collect()
@@ -525,7 +502,7 @@ mod tests {
         let shown = escape_line(hostile);
         assert!(!shown
             .chars()
-            .any(|c| c.is_control() || is_bidi_or_invisible(c)));
+            .any(airlock_core::terminal_text::is_hidden_or_control));
         assert_eq!(shown, "ls\\u{1b}[2K\\rrm -rf ~\\u{202e}gnp.exe\\u{7}");
     }
 

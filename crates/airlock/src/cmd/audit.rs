@@ -34,14 +34,47 @@ pub fn verify() -> anyhow::Result<i32> {
 }
 
 pub fn tail(n: usize, as_json: bool) -> anyhow::Result<i32> {
+    use airlock_audit::TailRecord;
+    use airlock_core::terminal_text::escape_json_text;
+
+    // Only the offsets of the lines asked for are held; this bounds them.
+    const MAX_TAIL: usize = 1_000_000;
+    if n > MAX_TAIL {
+        anyhow::bail!(
+            "-n {n} asks for more than {MAX_TAIL} records\nhelp: give -n {MAX_TAIL} or fewer, or read the log file itself"
+        );
+    }
     let home = Home::from_env()?;
-    let records = airlock_audit::tail(&home.audit_dir(), n).map_err(|e| anyhow::anyhow!("{e}"))?;
-    for r in records {
-        if as_json {
-            crate::out!("{r}");
-        } else {
-            crate::out!("{}", airlock_audit::format_record_line(&r));
+    let mut unreadable = 0usize;
+    let printed = airlock_audit::for_each_tail_record(&home.audit_dir(), n, |r| {
+        match r {
+            TailRecord::Record(v) if as_json => crate::out!("{}", escape_json_text(&v.to_string())),
+            TailRecord::Record(v) => crate::out!("{}", airlock_audit::format_record_line(&v)),
+            TailRecord::Unreadable {
+                offset,
+                bytes,
+                reason,
+            } => {
+                unreadable += 1;
+                if as_json {
+                    crate::out!(
+                        "{}",
+                        serde_json::json!({"unreadable": {"offset": offset, "bytes": bytes, "reason": reason}})
+                    );
+                } else {
+                    crate::out!("#? [line at byte {offset}, {bytes} bytes, not shown: {reason}]");
+                }
+            }
         }
+        Ok::<(), anyhow::Error>(())
+    })
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    printed?;
+    if unreadable > 0 {
+        eprintln!(
+            "airlock: {unreadable} of the last lines of the audit log are not records\nhelp: run `airlock audit verify` to check the log"
+        );
+        return Ok(1);
     }
     Ok(0)
 }

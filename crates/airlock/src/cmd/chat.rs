@@ -11,8 +11,9 @@ use std::io::Write;
 use airlock_agent::agent::{Outcome, TurnReport};
 use airlock_agent::provider::{EnvOverrides, StreamEvent};
 
+use airlock_core::terminal_text::{escape_block, escape_line};
+
 use crate::agent_host::{provider_config, AgentHost, HostOptions};
-use crate::cmd::approvals::escape_line;
 use crate::cmd::run::{exit_code, CHANNEL, EXIT_KILLED};
 use crate::config;
 use crate::home::Home;
@@ -90,7 +91,8 @@ pub fn run(args: ChatArgs) -> anyhow::Result<i32> {
                         let _ = out.write_all(b"model> ");
                         started_text = true;
                     }
-                    let _ = out.write_all(t.as_bytes());
+                    // The model's text may span lines, but never carries a raw control.
+                    let _ = out.write_all(escape_block(&t).as_bytes());
                 }
                 StreamEvent::ToolCallStarted { name, .. } => {
                     if started_text {
@@ -112,12 +114,12 @@ pub fn run(args: ChatArgs) -> anyhow::Result<i32> {
         match &report.outcome {
             Outcome::Completed { .. } => {}
             Outcome::Killed => {
-                crate::out!("{}", report.outcome.summary());
+                crate::out!("{}", escape_block(&report.outcome.summary()));
                 code = EXIT_KILLED;
                 break;
             }
             other => {
-                crate::out!("{}", other.summary());
+                crate::out!("{}", escape_block(&other.summary()));
                 code = exit_code(other);
             }
         }
@@ -134,7 +136,7 @@ fn print_calls(report: &TurnReport) -> anyhow::Result<()> {
     for c in &report.tool_calls {
         let decision = c.decision.map_or("refused before the Gate", |d| d.as_str());
         let ran = if c.executed { "ran" } else { "did not run" };
-        let first = c.result.lines().next().unwrap_or("");
+        let first = c.result.split('\n').next().unwrap_or("");
         crate::out!(
             "  [{}] {decision}, {ran}{}: {}",
             escape_line(&c.tool),

@@ -3,11 +3,10 @@
 use serde_json::json;
 use std::path::PathBuf;
 
-use std::io::Read;
-
 use airlock_core::action::{Action, ExecAction, MAX_ACTION_JSON_BYTES};
 use airlock_core::facts::GateConfig;
 use airlock_core::gate::{Gate, Session};
+use airlock_core::terminal_text::{escape_json_text, escape_line};
 use airlock_core::DecisionKind;
 
 use crate::home::Home;
@@ -42,12 +41,9 @@ pub fn run(
             let owned;
             let text = if text == "-" {
                 // Large actions do not fit in one argv string (the kernel caps it at 128 KiB).
-                let mut buf = Vec::new();
-                std::io::Read::read_to_end(
-                    &mut std::io::stdin()
-                        .lock()
-                        .take(MAX_ACTION_JSON_BYTES as u64 + 1),
-                    &mut buf,
+                let buf = crate::operator_file::read_stdin(
+                    "--action -: the action",
+                    MAX_ACTION_JSON_BYTES as u64,
                 )?;
                 owned = String::from_utf8(buf).map_err(|_| {
                     anyhow::anyhow!("--action -: standard input is not valid UTF-8")
@@ -81,8 +77,11 @@ pub fn run(
     if as_json {
         crate::out!(
             "{}",
-            json!({"decision": eval.decision.as_str(), "reasons": eval.reasons, "policies": eval.policies,
+            escape_json_text(
+                &json!({"decision": eval.decision.as_str(), "reasons": eval.reasons, "policies": eval.policies,
                    "facts": eval.facts, "action_hash": eval.action_hash, "profile": profile.name()})
+                .to_string()
+            )
         );
     } else {
         crate::out!(
@@ -94,11 +93,15 @@ pub fn run(
             let by = eval
                 .policies
                 .get(i)
-                .map(|p| format!(" [{p}]"))
+                .map(|p| format!(" [{}]", escape_line(p)))
                 .unwrap_or_default();
-            crate::out!("  reason{by}: {}", r.replace('\n', "\n    "));
+            let lines: Vec<String> = r.split('\n').map(escape_line).collect();
+            crate::out!("  reason{by}: {}", lines.join("\n    "));
         }
-        crate::out!("facts: {}", serde_json::to_string_pretty(&eval.facts)?);
+        crate::out!(
+            "facts: {}",
+            escape_json_text(&serde_json::to_string_pretty(&eval.facts)?)
+        );
     }
     Ok(exit_code(eval.decision))
 }

@@ -26,7 +26,6 @@ use airlock_store::{BudgetLimits, BudgetState, Counter, SessionStore};
 
 use crate::agent_executors::EgressExtras;
 use crate::agent_host::{AgentHost, HostOptions};
-use crate::cmd::approvals::escape_line;
 use crate::cmd::run::CHANNEL;
 use crate::config::Config;
 use crate::demo_world::{DemoWorld, ATTACKER_HOST, NEWS_HOST};
@@ -34,6 +33,7 @@ use crate::home::{create_private_dir, Home};
 use crate::inline_approvals::{
     Approver, FixedApprover, InlineApprovals, StdinLines, TerminalApprover,
 };
+use airlock_core::terminal_text::{escape_block, escape_line};
 
 /// `airlock demo`'s arguments.
 pub struct DemoArgs {
@@ -171,7 +171,7 @@ fn play(root: &Path, throwaway: bool, args: &DemoArgs) -> anyhow::Result<i32> {
                     let _ = out.write_all(b"scripted model> ");
                     at_line_start = false;
                 }
-                let _ = out.write_all(t.as_bytes());
+                let _ = out.write_all(escape_block(&t).as_bytes());
             }
             StreamEvent::ToolCallStarted { name, .. } => {
                 if !at_line_start {
@@ -206,7 +206,7 @@ fn play(root: &Path, throwaway: bool, args: &DemoArgs) -> anyhow::Result<i32> {
     crate::out!("");
     crate::out!("What happened");
     crate::out!("-------------");
-    crate::out!("outcome:    {}", report.outcome.summary());
+    crate::out!("outcome:    {}", escape_block(&report.outcome.summary()));
     if let Some(src) = session.gate.taint.first_untrusted_source() {
         crate::out!(
             "taint:      untrusted content entered the session ({}); from then on, actions",
@@ -498,7 +498,10 @@ fn verify_audit(home: &Home) -> anyhow::Result<bool> {
             Ok(true)
         }
         Some(p) => {
-            crate::out!("audit:      `airlock audit verify`: FAILED: {p}");
+            crate::out!(
+                "audit:      `airlock audit verify`: FAILED: {}",
+                escape_block(&p.to_string())
+            );
             Ok(false)
         }
     }

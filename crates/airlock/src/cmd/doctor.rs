@@ -10,7 +10,11 @@ use serde_json::Value;
 use airlock_core::action::ExecAction;
 use airlock_core::gate::{Session, Verdict};
 use airlock_core::policy::Profile;
-use airlock_sandbox::{describe_profile, host_support, OutputMode, Sandbox};
+use airlock_sandbox::{
+    describe_profile, host_support, CgroupReport, OutputMode, Sandbox, SandboxProfile,
+};
+
+use airlock_core::terminal_text::escape_line;
 
 use crate::cmd::exec;
 use crate::home::Home;
@@ -41,7 +45,11 @@ pub fn run() -> anyhow::Result<i32> {
             "!! weakened sandbox mode configured: {} (written into every audit record)\n",
             w.name()
         ),
-        None => crate::out!("sandbox mode: full confinement\n"),
+        // Isolation only: whether resources are bounded is said after the probe run,
+        // from what that run really had applied.
+        None => crate::out!(
+            "sandbox mode: no weakened mode (namespaces, Landlock and seccomp in full)\n"
+        ),
     }
 
     let tmp = std::env::temp_dir().join(format!("airlock-doctor-{}", std::process::id()));
@@ -155,10 +163,10 @@ fn probe_run(
         crate::out!(
             "  {} {:<34} {:<12} expected {:<18} got {}",
             if ok { "pass" } else { "FAIL" },
-            v["probe"].as_str().unwrap_or("?"),
-            v["category"].as_str().unwrap_or(""),
-            v["expected"].as_str().unwrap_or(""),
-            v["got"].as_str().unwrap_or("")
+            escape_line(v["probe"].as_str().unwrap_or("?")),
+            escape_line(v["category"].as_str().unwrap_or("")),
+            escape_line(v["expected"].as_str().unwrap_or("")),
+            escape_line(v["got"].as_str().unwrap_or(""))
         );
     }
     let leaked = tcp.accept().is_ok()
@@ -174,11 +182,17 @@ fn probe_run(
         crate::out!(
             "  FAIL the probes printed no results (exit {}): {}",
             outcome.status,
-            String::from_utf8_lossy(&outcome.stderr)
+            airlock_core::terminal_text::escape_block(&String::from_utf8_lossy(&outcome.stderr))
         );
         return Ok(1);
     }
     crate::out!("{passed} passed, {failed} failed");
+    let limits = ResourceLimits::of(&profile, &outcome.attestation.cgroup, cfg);
+    crate::out!("\n== resource limits (as applied to the probe run)");
+    for line in &limits.lines {
+        crate::out!("  {line}");
+    }
+    crate::out!("{}", limits.verdict());
     Ok(if failed == 0 { 0 } else { 1 })
 }
 
@@ -189,4 +203,145 @@ fn bind_abstract(name: &str) -> anyhow::Result<std::os::unix::net::UnixListener>
     let l = std::os::unix::net::UnixListener::bind_addr(&addr)?;
     l.set_nonblocking(true)?;
     Ok(l)
+}
+
+/// What bounds a run's use of the host's resources, as really applied: the rlimits the
+/// sandbox's init sets on every process, and the cgroup limits only when the run's
+/// attestation says a cgroup was applied.
+struct ResourceLimits {
+    lines: Vec<String>,
+    /// Resources with no bound on the run as a whole.
+    unbounded: Vec<&'static str>,
+}
+
+impl ResourceLimits {
+    fn of(profile: &SandboxProfile, cgroup: &CgroupReport, cfg: &config::Config) -> Self {
+        let r = &profile.rlimits;
+        let c = &profile.cgroup;
+        let mut lines = Vec::new();
+        let mut unbounded = Vec::new();
+        let in_cgroup = match cgroup {
+            CgroupReport::Applied { cgroup } => {
+                lines.push(format!("cgroup:      applied ({})", escape_line(cgroup)));
+                true
+            }
+            CgroupReport::Unavailable { reason } => {
+                lines.push(format!("cgroup:      NOT applied: {}", escape_line(reason)));
+                lines.push(
+                    "             help: run airlock in a systemd unit or scope with Delegate=yes (systemd-run --user --scope -p Delegate=yes airlock ...)"
+                        .into(),
+                );
+                false
+            }
+        };
+        if in_cgroup {
+            lines.push(format!(
+                "memory:      {} for the whole run, no swap (cgroup memory.max); {} of address space per process (RLIMIT_AS)",
+                bytes(c.memory_max_bytes),
+                bytes(r.address_space_bytes)
+            ));
+            lines.push(format!(
+                "processes:   {} in the run (cgroup pids.max); {} of the sandbox uid (RLIMIT_NPROC)",
+                c.pids_max, r.processes
+            ));
+            lines.push(format!(
+                "CPU:         {}% of one CPU (cgroup cpu.max); {} s of CPU time per process (RLIMIT_CPU); {} s wall clock per command",
+                c.cpu_percent, r.cpu_seconds, cfg.sandbox.timeout_secs
+            ));
+        } else {
+            unbounded.extend(["memory", "CPU share"]);
+            lines.push(format!(
+                "memory:      NOT BOUNDED for the run: only {} of address space per process (RLIMIT_AS), and up to {} processes",
+                bytes(r.address_space_bytes),
+                r.processes
+            ));
+            lines.push(format!(
+                "processes:   {} of the sandbox uid (RLIMIT_NPROC: counted per user, not per run)",
+                r.processes
+            ));
+            lines.push(format!(
+                "CPU:         NOT BOUNDED in share: {} s of CPU time per process (RLIMIT_CPU); {} s wall clock per command",
+                r.cpu_seconds, cfg.sandbox.timeout_secs
+            ));
+        }
+        lines.push(format!(
+            "open files:  {} per process (RLIMIT_NOFILE)",
+            r.open_files
+        ));
+        // Nothing sets a quota on the workspace: it is the operator's own directory.
+        unbounded.push("disk in the workspace");
+        lines.push(format!(
+            "disk:        NOT BOUNDED in total in the workspace: {} per file (RLIMIT_FSIZE); /tmp and /dev/shm {} each (tmpfs)",
+            bytes(r.file_size_bytes),
+            bytes(profile.tmp_size_bytes)
+        ));
+        lines.push(format!(
+            "output:      {} kept per command, the rest cut",
+            bytes(cfg.sandbox.output_cap_bytes)
+        ));
+        ResourceLimits { lines, unbounded }
+    }
+
+    /// One line that never claims more confinement than the run had.
+    fn verdict(&self) -> String {
+        format!(
+            "resource limits: PARTIAL: not bounded: {}",
+            self.unbounded.join(", ")
+        )
+    }
+}
+
+/// `n` bytes for people: "16 GiB", "512 MiB", or bytes.
+fn bytes(n: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    for (size, unit) in UNITS {
+        if n >= size && n.is_multiple_of(size) {
+            return format!("{} {unit}", n / size);
+        }
+    }
+    format!("{n} bytes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(cgroup: CgroupReport) -> String {
+        let profile = SandboxProfile::new("/tmp/ws");
+        let limits = ResourceLimits::of(&profile, &cgroup, &config::Config::default());
+        format!("{}\n{}", limits.lines.join("\n"), limits.verdict())
+    }
+
+    #[test]
+    fn i2_doctor_never_claims_bounds_a_run_did_not_have() {
+        let without = report(CgroupReport::Unavailable {
+            reason: "no cgroup v2 hierarchy".into(),
+        });
+        assert!(without.contains("memory:      NOT BOUNDED for the run: only 16 GiB of address space per process (RLIMIT_AS), and up to 512 processes"), "{without}");
+        assert!(
+            without.contains("CPU:         NOT BOUNDED in share"),
+            "{without}"
+        );
+        assert!(
+            without.contains("not bounded: memory, CPU share, disk in the workspace"),
+            "{without}"
+        );
+        assert!(!without.contains("full confinement"));
+        let with = report(CgroupReport::Applied {
+            cgroup: "/sys/fs/cgroup/airlock-1-0".into(),
+        });
+        assert!(
+            with.contains("memory:      4 GiB for the whole run"),
+            "{with}"
+        );
+        assert!(
+            with.contains("processes:   1024 in the run (cgroup pids.max)"),
+            "{with}"
+        );
+        assert!(
+            with.contains("not bounded: disk in the workspace"),
+            "{with}"
+        );
+        assert!(!with.contains("memory, CPU share"), "{with}");
+    }
 }

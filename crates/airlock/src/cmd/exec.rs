@@ -23,6 +23,7 @@ use crate::{config, policies, runtime};
 use airlock_audit::AuditEvent;
 use airlock_core::action::ExecAction;
 use airlock_core::gate::{Approval, Session, Verdict};
+use airlock_core::terminal_text::escape_line;
 use airlock_core::Authorized;
 use airlock_sandbox::{OutputMode, PreparedRun, Sandbox, SandboxProfile};
 use airlock_store::{
@@ -154,12 +155,16 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
     let token = match verdict {
         Verdict::Allow(token) => token,
         Verdict::Deny(d) => {
-            eprintln!(
-                "airlock: refused: {}",
-                d.reasons.join("\n  ").replace('\n', "\n  ")
-            );
+            // A reason may quote the command: each of its lines is shown escaped.
+            let reasons: Vec<String> = d
+                .reasons
+                .iter()
+                .flat_map(|r| r.split('\n'))
+                .map(escape_line)
+                .collect();
+            eprintln!("airlock: refused: {}", reasons.join("\n  "));
             if !d.policies.is_empty() {
-                eprintln!("  decided by: {}", d.policies.join(", "));
+                eprintln!("  decided by: {}", escape_line(&d.policies.join(", ")));
             }
             drop(preparing.finish());
             close_log(log).ok();
@@ -575,17 +580,18 @@ fn prompt_on_terminal(command: &str, hash: &str, reasons: &[String]) -> anyhow::
     if !std::io::stdin().is_terminal() {
         eprintln!(
             "airlock: this command needs approval ({}) and there is no terminal to ask on",
-            reasons.join("; ")
+            escape_line(&reasons.join("; "))
         );
         return Ok(false);
     }
     let mut err = std::io::stderr().lock();
     writeln!(err, "airlock: approval needed")?;
     for r in reasons {
-        writeln!(err, "  why:     {}", r.replace('\n', " "))?;
+        writeln!(err, "  why:     {}", escape_line(r))?;
     }
-    writeln!(err, "  command: {command}")?;
-    writeln!(err, "  payload: {hash}")?;
+    // Escaped on one line: an ESC, CR or newline in the command cannot hide part of it.
+    writeln!(err, "  command: {}", escape_line(command))?;
+    writeln!(err, "  payload: {}", escape_line(hash))?;
     write!(err, "  run it? [y/N] ")?;
     err.flush()?;
     let mut line = String::new();

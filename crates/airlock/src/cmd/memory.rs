@@ -7,7 +7,7 @@
 //! log. Memory content was written by the agent and may hold anything, so it is printed
 //! with control and invisible characters escaped.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Subcommand;
 use serde_json::{json, Value};
@@ -18,7 +18,9 @@ use airlock_store::{
     Timestamp,
 };
 
-use crate::cmd::approvals::{escape_line, open_store, operator_detail, OPERATOR};
+use airlock_core::terminal_text::{escape_json_text, escape_line};
+
+use crate::cmd::approvals::{open_store, operator_detail, OPERATOR};
 use crate::home::Home;
 use crate::{config, runtime};
 
@@ -116,7 +118,7 @@ fn store_err(what: &str, e: airlock_store::StoreError) -> anyhow::Error {
 
 fn warn_corrupt(corrupt: &[airlock_store::CorruptRow]) {
     for bad in corrupt {
-        eprintln!("warning: {bad}");
+        eprintln!("warning: {}", escape_line(&bad.to_string()));
     }
 }
 
@@ -203,8 +205,8 @@ fn list(store: &SqliteStore, pinned: bool, ns: Option<&str>) -> anyhow::Result<i
     for v in &listing.items {
         crate::out!(
             "{:<20} {:<22} {:<7} {:<10} {:<9} {:>3}  {}",
-            v.record_id,
-            v.namespace.key(),
+            escape_line(&v.record_id),
+            escape_line(&v.namespace.key()),
             v.tier.as_str(),
             kind_name(v.record.as_ref()),
             trust(v),
@@ -218,11 +220,11 @@ fn list(store: &SqliteStore, pinned: bool, ns: Option<&str>) -> anyhow::Result<i
 fn print_version(v: &MemoryVersion) -> anyhow::Result<()> {
     crate::out!(
         "{} version {} ({})",
-        v.record_id,
+        escape_line(&v.record_id),
         v.version,
         v.origin.as_str()
     );
-    crate::out!("  namespace: {}", v.namespace.key());
+    crate::out!("  namespace: {}", escape_line(&v.namespace.key()));
     crate::out!("  tier:      {}", v.tier.as_str());
     crate::out!("  kind:      {}", kind_name(v.record.as_ref()));
     crate::out!(
@@ -341,7 +343,8 @@ fn print_change(store: &SqliteStore, c: &PendingChange) -> anyhow::Result<()> {
             .as_ref()
             .map_or("(new record)".to_string(), |v| format!(
                 "{} version {}",
-                v.record_id, v.version
+                escape_line(&v.record_id),
+                v.version
             ))
     );
     crate::out!("  +++ proposed");
@@ -456,13 +459,13 @@ fn rollback_session(home: &Home, store: &SqliteStore, session: &str) -> anyhow::
     for v in &r.restored {
         crate::out!(
             "{} -> version {} ({})",
-            v.record_id,
+            escape_line(&v.record_id),
             v.version,
             summary(v.record.as_ref())
         );
     }
     for c in &r.rejected {
-        crate::out!("rejected held change {c}");
+        crate::out!("rejected held change {}", escape_line(c));
     }
     crate::out!(
         "undid {} record(s) and rejected {} held change(s) of session {}",
@@ -498,13 +501,12 @@ fn export(store: &SqliteStore) -> anyhow::Result<i32> {
             "table": c.table, "row": c.row, "column": c.column, "reason": c.reason,
         })).collect::<Vec<_>>(),
     });
-    crate::out!("{}", serde_json::to_string_pretty(&out)?);
+    crate::out!("{}", escape_json_text(&serde_json::to_string_pretty(&out)?));
     Ok(if listing.corrupt.is_empty() { 0 } else { 1 })
 }
 
-fn schema_add(home: &Home, store: &SqliteStore, name: &str, file: &PathBuf) -> anyhow::Result<i32> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+fn schema_add(home: &Home, store: &SqliteStore, name: &str, file: &Path) -> anyhow::Result<i32> {
+    let text = crate::operator_file::read_text(file, crate::operator_file::MEMORY_SCHEMA)?;
     let log = audit_log(home)?;
     store
         .operator_memory_register_schema(name, &text, OPERATOR, Timestamp::now())

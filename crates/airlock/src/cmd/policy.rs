@@ -1,5 +1,7 @@
 //! `airlock policy check`.
 
+use airlock_core::terminal_text::escape_line;
+
 use crate::home::Home;
 use crate::{config, policies};
 
@@ -15,7 +17,7 @@ pub fn check(profile_flag: Option<&str>) -> anyhow::Result<i32> {
         s.ids.len()
     );
     for f in &s.files {
-        crate::out!("  file   {f}");
+        crate::out!("  file   {}", escape_line(f));
     }
     crate::out!(
         "  permit {}   ask {}   forbid {}",
@@ -24,7 +26,7 @@ pub fn check(profile_flag: Option<&str>) -> anyhow::Result<i32> {
         s.forbids
     );
     for id in &s.ids {
-        crate::out!("  - {id}");
+        crate::out!("  - {}", escape_line(id));
     }
     Ok(0)
 }

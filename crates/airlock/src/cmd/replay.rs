@@ -18,9 +18,7 @@ pub fn run(path: &Path, profile_flag: Option<&str>, as_json: bool) -> anyhow::Re
     let cfg = config::load(&home.config_file())?;
     let profile = policies::pick_profile(profile_flag, &cfg.policy.profile)?;
     let loaded = policies::load(&home, profile)?;
-    let file = std::fs::File::open(path)
-        .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
-    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let (file, size) = crate::operator_file::open(path, crate::operator_file::TRACE_FILE)?;
     let bar = (size > PROGRESS_THRESHOLD && std::io::stderr().is_terminal()).then(|| {
         let b = indicatif::ProgressBar::new(size);
         b.set_style(
@@ -49,7 +47,11 @@ pub fn run(path: &Path, profile_flag: Option<&str>, as_json: bool) -> anyhow::Re
     }
     let mut err = std::io::stderr().lock();
     for e in &report.errors {
-        writeln!(err, "error: {e}")?;
+        writeln!(
+            err,
+            "error: {}",
+            airlock_core::terminal_text::escape_block(e)
+        )?;
     }
     writeln!(
         err,

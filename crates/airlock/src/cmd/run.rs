@@ -16,6 +16,8 @@ use serde_json::json;
 use airlock_agent::agent::{Outcome, TurnReport};
 use airlock_agent::provider::{EnvOverrides, StreamEvent};
 
+use airlock_core::terminal_text::{escape_block, escape_json_text, escape_line};
+
 use crate::agent_host::{provider_config, AgentHost, HostOptions};
 pub use crate::cmd::kill::EXIT_KILLED;
 use crate::config;
@@ -66,14 +68,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     if !args.json {
         println!(
             "session {session_id} (workspace {})",
-            host.workspace.display()
+            escape_line(&host.workspace.display().to_string())
         );
-        println!("> {}", args.prompt);
+        println!("> {}", escape_block(&args.prompt));
     }
     let mut print_stream = |event: StreamEvent| {
         if let StreamEvent::TextDelta(t) = event {
             let mut out = std::io::stdout().lock();
-            let _ = out.write_all(t.as_bytes());
+            // The model's text may span lines, but never carries a raw control.
+            let _ = out.write_all(escape_block(&t).as_bytes());
             let _ = out.flush();
         }
     };
@@ -91,7 +94,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     if args.json {
         crate::out!(
             "{}",
-            serde_json::to_string(&report_json(&session_id, &report, &messages))?
+            escape_json_text(&serde_json::to_string(&report_json(
+                &session_id,
+                &report,
+                &messages
+            ))?)
         );
     } else {
         print_transcript(&report)?;
@@ -154,18 +161,19 @@ pub fn print_transcript(report: &TurnReport) -> anyhow::Result<()> {
     for c in &report.tool_calls {
         let decision = c.decision.map_or("refused before the Gate", |d| d.as_str());
         let ran = if c.executed { "ran" } else { "did not run" };
-        crate::out!("[{}] {decision}, {ran}", c.tool);
+        crate::out!("[{}] {decision}, {ran}", escape_line(&c.tool));
         if let Some(id) = &c.approval_id {
-            crate::out!("  approval request: {id}");
+            crate::out!("  approval request: {}", escape_line(id));
         }
         let marker = if c.is_error { "error" } else { "result" };
-        for line in c.result.lines().take(20) {
-            crate::out!("  {marker}: {line}");
+        // Split on `\n` only: a CR inside a line of tool output is shown, not obeyed.
+        for line in c.result.split('\n').take(20) {
+            crate::out!("  {marker}: {}", escape_line(line));
         }
     }
     match &report.outcome {
         Outcome::Completed { .. } => crate::out!("completed ({} model calls)", report.model_calls),
-        other => crate::out!("{}", other.summary()),
+        other => crate::out!("{}", escape_block(&other.summary())),
     }
     Ok(())
 }

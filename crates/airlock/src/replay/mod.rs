@@ -7,12 +7,13 @@
 pub mod metrics;
 pub mod trace;
 
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Read, Write};
 
 use serde_json::json;
 
 use airlock_core::action::{Action, ToolCallAction};
 use airlock_core::gate::{Gate, Session};
+use airlock_core::terminal_text::{escape_json_text, escape_line};
 use airlock_core::DecisionKind;
 
 use metrics::{baseline_decision, Metrics, ScoredCall, ScoredTrace};
@@ -129,6 +130,27 @@ pub fn replay_trace(
     (scored, [allow_all, rule_of_two])
 }
 
+/// Consume `input` up to and including the next newline, without keeping it; returns how
+/// many bytes were consumed.
+fn skip_line(input: &mut dyn BufRead) -> std::io::Result<u64> {
+    let mut skipped = 0u64;
+    loop {
+        let available = input.fill_buf()?;
+        if available.is_empty() {
+            return Ok(skipped);
+        }
+        let (used, done) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (available.len(), false),
+        };
+        input.consume(used);
+        skipped += used as u64;
+        if done {
+            return Ok(skipped);
+        }
+    }
+}
+
 /// Replay every trace of `input`, writing decisions to `out` (JSON lines if `json`).
 /// `progress` is told each line read (for a progress bar).
 pub fn replay(
@@ -147,12 +169,28 @@ pub fn replay(
     let mut line_no = 0usize;
     loop {
         buf.clear();
-        let n = input.read_until(b'\n', &mut buf)?;
+        // At most one byte past the longest trace line is held: a file of one endless
+        // line costs a bounded buffer, not the host's memory.
+        let limit = trace::MAX_TRACE_LINE as u64 + 1;
+        let n = (&mut *input).take(limit).read_until(b'\n', &mut buf)?;
         if n == 0 {
             break;
         }
         line_no += 1;
         progress(n as u64);
+        if n as u64 == limit && buf.last() != Some(&b'\n') {
+            let skipped = skip_line(input)?;
+            progress(skipped);
+            errors.push(
+                trace::TraceError::TooLong {
+                    line: line_no,
+                    size: (n as u64 + skipped) as usize,
+                    limit: trace::MAX_TRACE_LINE,
+                }
+                .to_string(),
+            );
+            continue;
+        }
         let Ok(text) = std::str::from_utf8(&buf) else {
             errors.push(format!("line {line_no}: not valid UTF-8"));
             continue;
@@ -174,16 +212,20 @@ pub fn replay(
                 writeln!(
                     out,
                     "{}",
-                    json!({"trace": d.trace, "call": d.call, "decision": d.decision.as_str(), "reasons": d.reasons})
+                    escape_json_text(
+                        &json!({"trace": d.trace, "call": d.call, "decision": d.decision.as_str(), "reasons": d.reasons})
+                            .to_string()
+                    )
                 )
             } else {
+                // Trace ids and reasons come from the trace file: shown, never obeyed.
                 writeln!(
                     out,
                     "{:<5} {} #{}  {}",
                     d.decision.as_str(),
-                    d.trace,
-                    d.call,
-                    d.reasons.join("; ").replace('\n', " ")
+                    escape_line(d.trace),
+                    escape_line(d.call),
+                    escape_line(&d.reasons.join("; "))
                 )
             };
             if let Err(e) = res {

@@ -501,8 +501,10 @@ impl AuditLog {
         let log_end = last.map(|(s, _)| *s);
         if log_end.is_none_or(|s| s < mark.seq) {
             return Err(below(format!(
-                "the log ends {}, but a checkpoint at seq {} was made; records were removed",
-                log_end.map_or("before its first record".into(), |s| format!("at seq {s}")),
+                "{} but a checkpoint at seq {} was made; records were removed",
+                log_end.map_or("the log is empty".into(), |s| format!(
+                    "the log ends at seq {s}"
+                )),
                 mark.seq
             )));
         }

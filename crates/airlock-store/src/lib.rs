@@ -73,6 +73,7 @@ mod session;
 mod sqlite;
 mod time;
 mod traits;
+mod waiter;
 
 pub use approval::{
     ApprovalError, ApprovalLimits, ApprovalPreview, ApprovalRequest, ApprovalStatus,

@@ -123,6 +123,12 @@ pub trait ApprovalStore {
         now: Timestamp,
     ) -> Result<ApprovalRequest, ApprovalError>;
 
+    /// Mark orphaned every pending request whose waiting process is gone. Returns how many.
+    fn orphan_abandoned(&self, now: Timestamp) -> Result<usize, StoreError>;
+
+    /// Orphaned requests that would not have expired yet at `now`, oldest first.
+    fn orphaned_approvals(&self, now: Timestamp) -> Result<Listing<ApprovalRequest>, StoreError>;
+
     /// Mark every pending request whose expiry has passed as expired. Returns how many.
     fn expire_due(&self, now: Timestamp) -> Result<usize, StoreError>;
 

@@ -187,6 +187,17 @@ impl Agent<'_> {
                 ApprovalStatus::Expired => {
                     return self.refuse(run, request_id, "expired", "airlock", None);
                 }
+                // Only a process that is gone is marked orphaned; if this one was taken for
+                // gone, nothing will answer the request: refuse rather than wait.
+                ApprovalStatus::Orphaned => {
+                    return self.refuse(
+                        run,
+                        request_id,
+                        "orphaned",
+                        "airlock",
+                        current.note.as_deref(),
+                    );
+                }
                 ApprovalStatus::Cancelled => {
                     if self.is_killed(&id)? {
                         return Ok(ApprovalAnswer::stop(request_id, Outcome::Killed));

@@ -20,7 +20,8 @@ use serde_json::json;
 
 use airlock_audit::{AuditEvent, AuditLog};
 use airlock_store::{
-    ApprovalPreview, ApprovalRequest, ApprovalStatus, ApprovalStore, ApproveRequest, Timestamp,
+    ApprovalDecisions, ApprovalPreview, ApprovalRequest, ApprovalRequests, ApprovalStatus,
+    ApproveRequest, Timestamp,
 };
 
 use crate::cmd::approvals::{escape_line, open_store, OPERATOR};

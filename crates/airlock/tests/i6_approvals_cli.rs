@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use airlock_core::Action;
 use airlock_store::{
-    ApprovalLimits, ApprovalPreview, ApprovalRequest, ApprovalStatus, ApprovalStore, GrantLookup,
-    GrantStore, NewApproval, NewSession, SessionStore, SqliteStore, Timestamp,
+    ApprovalLimits, ApprovalPreview, ApprovalRequest, ApprovalRequests, ApprovalStatus,
+    GrantLookup, GrantQueries, NewApproval, NewSession, SessionStore, SqliteStore, Timestamp,
 };
 
 fn airlock(home: &Path, args: &[&str]) -> Output {

@@ -129,10 +129,9 @@ impl Agent<'_> {
             match current.status {
                 ApprovalStatus::Pending => {
                     if Timestamp::now() >= request.expires_at {
-                        match self.store.deny(
+                        match self.store.withdraw_approval(
                             &request.id,
-                            "airlock",
-                            Some("no answer within the approval timeout"),
+                            "no answer within the approval timeout",
                             Timestamp::now(),
                         ) {
                             // Answered in the meantime: read it again.

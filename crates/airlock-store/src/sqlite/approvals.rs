@@ -17,7 +17,7 @@ use crate::grant::{GrantScope, GrantTarget};
 use crate::ids::random_id;
 use crate::session::MAX_NAME_BYTES;
 use crate::time::Timestamp;
-use crate::traits::{ApprovalStore, Listing};
+use crate::traits::{ApprovalDecisions, ApprovalRequests, Listing};
 use crate::waiter::Waiter;
 
 const COLUMNS: &str =
@@ -181,7 +181,7 @@ enum Decided<T> {
     Orphaned(Waiter),
 }
 
-impl ApprovalStore for SqliteStore {
+impl ApprovalRequests for SqliteStore {
     fn create_approval(
         &self,
         new: &NewApproval<'_>,
@@ -277,13 +277,24 @@ impl ApprovalStore for SqliteStore {
         })
     }
 
-    fn pending_approvals(&self, now: Timestamp) -> Result<Listing<ApprovalRequest>, StoreError> {
-        self.list_where("status = 'pending' AND expires_at > ?1", now)
-    }
-
     fn get_approval(&self, id: &str) -> Result<ApprovalRequest, StoreError> {
         let r = self.read(|tx| load(tx, id));
         self.reported(r)
+    }
+
+    fn withdraw_approval(
+        &self,
+        id: &str,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<ApprovalRequest, ApprovalError> {
+        self.deny_inner(id, "airlock", Some(reason), now)
+    }
+}
+
+impl ApprovalDecisions for SqliteStore {
+    fn pending_approvals(&self, now: Timestamp) -> Result<Listing<ApprovalRequest>, StoreError> {
+        self.list_where("status = 'pending' AND expires_at > ?1", now)
     }
 
     fn approve(
@@ -353,6 +364,45 @@ impl ApprovalStore for SqliteStore {
         reason: Option<&str>,
         now: Timestamp,
     ) -> Result<ApprovalRequest, ApprovalError> {
+        self.deny_inner(id, by, reason, now)
+    }
+
+    fn orphan_abandoned(&self, now: Timestamp) -> Result<usize, StoreError> {
+        self.write(|tx| orphan_abandoned(tx, now))
+    }
+
+    fn orphaned_approvals(&self, now: Timestamp) -> Result<Listing<ApprovalRequest>, StoreError> {
+        self.list_where("status = 'orphaned' AND expires_at > ?1", now)
+    }
+
+    fn expire_due(&self, now: Timestamp) -> Result<usize, StoreError> {
+        self.write(|tx| {
+            Ok(tx.execute(
+                "UPDATE approvals SET status = 'expired', decided_at = ?1 WHERE status = 'pending' AND expires_at <= ?1",
+                [now.as_unix_ms()],
+            )?)
+        })
+    }
+
+    fn cancel_all_for_session(
+        &self,
+        session_id: &str,
+        by: &str,
+        now: Timestamp,
+    ) -> Result<usize, StoreError> {
+        self.write(|tx| cancel_pending(tx, session_id, by, "cancelled by the kill switch", now))
+    }
+}
+
+impl SqliteStore {
+    /// Deny a pending request (an operator's answer, or a requester withdrawing).
+    fn deny_inner(
+        &self,
+        id: &str,
+        by: &str,
+        reason: Option<&str>,
+        now: Timestamp,
+    ) -> Result<ApprovalRequest, ApprovalError> {
         if reason.is_some_and(|r| r.len() > MAX_NOTE_BYTES) {
             return Err(StoreError::invalid(
                 "reason",
@@ -386,34 +436,6 @@ impl ApprovalStore for SqliteStore {
         self.decided(id, r)
     }
 
-    fn orphan_abandoned(&self, now: Timestamp) -> Result<usize, StoreError> {
-        self.write(|tx| orphan_abandoned(tx, now))
-    }
-
-    fn orphaned_approvals(&self, now: Timestamp) -> Result<Listing<ApprovalRequest>, StoreError> {
-        self.list_where("status = 'orphaned' AND expires_at > ?1", now)
-    }
-
-    fn expire_due(&self, now: Timestamp) -> Result<usize, StoreError> {
-        self.write(|tx| {
-            Ok(tx.execute(
-                "UPDATE approvals SET status = 'expired', decided_at = ?1 WHERE status = 'pending' AND expires_at <= ?1",
-                [now.as_unix_ms()],
-            )?)
-        })
-    }
-
-    fn cancel_all_for_session(
-        &self,
-        session_id: &str,
-        by: &str,
-        now: Timestamp,
-    ) -> Result<usize, StoreError> {
-        self.write(|tx| cancel_pending(tx, session_id, by, "cancelled by the kill switch", now))
-    }
-}
-
-impl SqliteStore {
     /// Requests matching `condition` (in which `?1` is `now`), oldest first.
     fn list_where(
         &self,

@@ -23,9 +23,9 @@ use airlock_audit::AuditEvent;
 use airlock_core::facts::GateConfig;
 use airlock_core::Action;
 use airlock_store::{
-    ApprovalError, ApprovalPreview, ApprovalRequest, ApprovalStatus, ApprovalStore, ApproveRequest,
-    GrantScope, GrantTarget, NewGrant, SessionStore, SqliteStore, StoreError, Timestamp,
-    MAX_GRANT_TTL,
+    ApprovalDecisions, ApprovalError, ApprovalPreview, ApprovalRequest, ApprovalRequests,
+    ApprovalStatus, ApproveRequest, GrantScope, GrantTarget, NewGrant, SessionStore, SqliteStore,
+    StoreError, Timestamp, MAX_GRANT_TTL,
 };
 
 use crate::home::Home;

@@ -39,7 +39,8 @@ pub type AppendReceipt = RecordReceipt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AuditOptions {
     /// Write a signed checkpoint once this many records were appended since the last one.
-    /// `0` turns periodic checkpoints off (one is still written on close).
+    /// `0` turns periodic checkpoints off (one is still written after the first record and
+    /// on close).
     pub checkpoint_every: u64,
     /// `sync_data` each record before `append` returns. Turn off only for benchmarks and
     /// throwaway logs: without it, a crash can lose acknowledged records.

@@ -336,6 +336,48 @@ mod audit_key_and_wipe {
     }
 
     #[test]
+    fn i4_rotation_interrupted_before_the_new_key_took_over_is_finished_not_lost() {
+        let h = Home::new();
+        assert_eq!(h.exec_true().status.code(), Some(0));
+        let pub_path = h.path().join("config/keys/audit-signing.key.pub");
+        let (old_key, old_pub) = (
+            std::fs::read(h.key()).unwrap(),
+            std::fs::read(&pub_path).unwrap(),
+        );
+        let o = h.run(&["audit", "rotate-key"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        // As if the rotation died after recording the hand-over, before moving the key.
+        let next = h.path().join("config/keys/audit-signing.key.next");
+        std::fs::rename(h.key(), &next).unwrap();
+        std::fs::write(h.key(), &old_key).unwrap();
+        std::fs::set_permissions(h.key(), std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::write(&pub_path, &old_pub).unwrap();
+
+        // The old key may not sign on after the hand-over.
+        let o = h.exec_true();
+        assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+        assert!(text(&o).contains("signs with key"), "{}", text(&o));
+        // Rotating again finishes the interrupted rotation instead of starting another.
+        let o = h.run(&["audit", "rotate-key"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        assert!(
+            text(&o).contains("finished an interrupted key rotation"),
+            "{}",
+            text(&o)
+        );
+        assert!(!next.exists());
+        assert_eq!(h.exec_true().status.code(), Some(0));
+        let o = h.run(&["audit", "verify"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        // A stray key file the log never handed over to is not installed.
+        std::fs::write(&next, &old_key).unwrap();
+        std::fs::set_permissions(&next, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let o = h.run(&["audit", "rotate-key"]);
+        assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+        assert!(text(&o).contains("did not finish"), "{}", text(&o));
+    }
+
+    #[test]
     fn i4_emptied_or_cut_audit_log_fails_verify_and_stops_exec() {
         let h = Home::new();
         for _ in 0..2 {

@@ -95,6 +95,53 @@ pub fn tail(n: usize, as_json: bool) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// A rotation that recorded its hand-over in the log but died before the new key took the
+/// old one's place: finish it, if the log really hands over to the key waiting at
+/// `next_path`. Returns whether it did.
+fn finish_interrupted_rotation(
+    home: &Home,
+    key_path: &std::path::Path,
+    next_path: &std::path::Path,
+) -> anyhow::Result<bool> {
+    let Ok(next) = CheckpointSigner::load(next_path) else {
+        return Ok(false);
+    };
+    let key = next.verifying_key();
+    let mark = home.audit_mark();
+    let trust = Trust {
+        key: &key,
+        mark: Some(&mark),
+    };
+    let Ok(report) = airlock_audit::verify_with(&home.audit_dir(), &trust) else {
+        return Ok(false);
+    };
+    let handed_over = report
+        .key_changes
+        .last()
+        .is_some_and(|c| c.new_key_id == next.key_id());
+    if !report.is_ok() || !handed_over {
+        return Ok(false);
+    }
+    install_key(key_path, next_path)?;
+    crate::out!(
+        "finished an interrupted key rotation: the log hands over to key {}, which now signs",
+        next.key_id()
+    );
+    Ok(true)
+}
+
+/// Put the new secret key in place of the old one, and its public key beside it.
+fn install_key(key_path: &std::path::Path, next_path: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::rename(next_path, key_path)?;
+    let _ = std::fs::remove_file(airlock_audit::public_key_path(key_path));
+    // Loading writes the new public key beside the secret one.
+    CheckpointSigner::load(key_path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some(dir) = key_path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
 /// Replace the checkpoint signing key. Order matters for a crash at any point: the new key
 /// is written beside the old one first, the log records the hand-over, and only then does
 /// the new key take the old one's place.
@@ -108,10 +155,12 @@ pub fn rotate_key() -> anyhow::Result<i32> {
         std::path::PathBuf::from(name)
     };
     if std::fs::symlink_metadata(&next_path).is_ok() {
+        if finish_interrupted_rotation(&home, &key_path, &next_path)? {
+            return Ok(0);
+        }
         anyhow::bail!(
-            "{} exists: an earlier `airlock audit rotate-key` did not finish\nhelp: if `airlock audit tail` shows an `audit-key-in-use` record naming that key's id as the last key change, move it to {}; otherwise remove it, then run this again",
-            next_path.display(),
-            key_path.display()
+            "{} exists: an earlier `airlock audit rotate-key` did not finish, and the log does not hand over to that key\nhelp: remove it (it never signed anything), then run this again",
+            next_path.display()
         );
     }
     let old = match CheckpointSigner::load(&key_path) {
@@ -158,14 +207,8 @@ pub fn rotate_key() -> anyhow::Result<i32> {
             anyhow::bail!("{e}");
         }
     };
-    std::fs::rename(&next_path, &key_path)?;
+    install_key(&key_path, &next_path)?;
     let pub_path = airlock_audit::public_key_path(&key_path);
-    let _ = std::fs::remove_file(&pub_path);
-    // Loading writes the new public key beside the secret one.
-    CheckpointSigner::load(&key_path).map_err(|e| anyhow::anyhow!("{e}"))?;
-    if let Some(dir) = key_path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
     let old_id = old_id.unwrap_or_else(|| "(unknown)".into());
     if signed_by_old {
         crate::out!(

@@ -12,8 +12,8 @@ use airlock_agent::provider::ProviderKind;
 use airlock_agent::scripted::{ScriptedModel, Step};
 use airlock_core::DecisionKind;
 use airlock_store::{
-    ApprovalPreview, ApprovalStatus, ApprovalStore, ApproveRequest, SessionStore, Timestamp,
-    TranscriptEvent,
+    ApprovalDecisions, ApprovalPreview, ApprovalRequests, ApprovalStatus, ApproveRequest,
+    SessionStore, Timestamp, TranscriptEvent,
 };
 use serde_json::json;
 

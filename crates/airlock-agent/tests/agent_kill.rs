@@ -9,7 +9,7 @@ use agent_support::{args, Harness};
 use airlock_agent::agent::Outcome;
 use airlock_agent::provider::ProviderKind;
 use airlock_agent::scripted::{Fault, ScriptedModel, Step};
-use airlock_store::{ApprovalStatus, ApprovalStore, SessionStore, Timestamp};
+use airlock_store::{ApprovalDecisions, ApprovalRequests, ApprovalStatus, SessionStore, Timestamp};
 use serde_json::json;
 
 /// Kill the session from "another terminal" after `after`, or once an approval is pending.

@@ -54,9 +54,9 @@ pub(crate) fn build_checkpoint_line(
     Ok(canonical_json(&Value::Object(obj))?)
 }
 
-/// Read `seq` from a checkpoint line, for deciding when the next one is due. The full
-/// check is [`check_checkpoint_line`].
-pub(crate) fn parse_checkpoint_seq(line: &[u8]) -> Result<(u64, String), String> {
+/// Read `seq`, `record_hash` and `key_id` from a checkpoint line, for deciding when the
+/// next one is due and which key must sign it. The full check is [`check_checkpoint_line`].
+pub(crate) fn parse_checkpoint_seq(line: &[u8]) -> Result<(u64, String, String), String> {
     let value: Value = std::str::from_utf8(line)
         .ok()
         .and_then(|t| serde_json::from_str(t).ok())
@@ -69,16 +69,49 @@ pub(crate) fn parse_checkpoint_seq(line: &[u8]) -> Result<(u64, String), String>
         .get("record_hash")
         .and_then(Value::as_str)
         .ok_or("no `record_hash`")?;
-    Ok((seq, hash.to_string()))
+    let key = value
+        .get("key_id")
+        .and_then(Value::as_str)
+        .ok_or("no `key_id`")?;
+    Ok((seq, hash.to_string(), key.to_string()))
 }
 
-/// Check one checkpoint line completely: format, canonical bytes, key id, signature,
+/// A checkpoint line that passed every check except its signature, which depends on the
+/// key in use at its place in the log (see [`ParsedCheckpoint::check_signature`]).
+#[derive(Debug, Clone)]
+pub(crate) struct ParsedCheckpoint {
+    pub head: CheckpointHead,
+    pub key_id: String,
+    /// SHA-256 of the line.
+    pub line_hash: String,
+    signature: [u8; 64],
+    message: String,
+}
+
+impl ParsedCheckpoint {
+    /// Whether `key` signed this checkpoint.
+    pub(crate) fn check_signature(&self, key: &VerifyingKey) -> Result<(), String> {
+        let expected_key = key_id(key);
+        if self.key_id != expected_key {
+            return Err(format!(
+                "signed by key {}, but the verifying key is {expected_key}\nhelp: pass the public key that belongs to this audit log",
+                self.key_id
+            ));
+        }
+        key.verify_strict(
+            self.message.as_bytes(),
+            &Signature::from_bytes(&self.signature),
+        )
+        .map_err(|_| "the signature does not verify".to_string())
+    }
+}
+
+/// Check one checkpoint line completely except its signature: format, canonical bytes,
 /// `records`, and that `prev` is the hash of `prev_line` (the line before, if any).
-pub(crate) fn check_checkpoint_line(
+pub(crate) fn parse_checkpoint_line(
     line: &[u8],
-    key: &VerifyingKey,
     prev_line: Option<&[u8]>,
-) -> Result<CheckpointHead, String> {
+) -> Result<ParsedCheckpoint, String> {
     let text = std::str::from_utf8(line).map_err(|e| format!("not UTF-8 ({e})"))?;
     let value: Value = serde_json::from_str(text).map_err(|e| format!("not JSON ({e})"))?;
     let Value::Object(obj) = &value else {
@@ -121,17 +154,9 @@ pub(crate) fn check_checkpoint_line(
     {
         return Err("the line is not in canonical JSON form (bytes were changed)".into());
     }
-    let expected_key = key_id(key);
-    if claimed_key != expected_key {
-        return Err(format!(
-            "signed by key {claimed_key}, but the verifying key is {expected_key}\nhelp: pass the public key that belongs to this audit log"
-        ));
-    }
     let mut unsigned = obj.clone();
     unsigned.remove("signature");
     let message = canonical_json(&Value::Object(unsigned)).map_err(|e| e.to_string())?;
-    key.verify_strict(message.as_bytes(), &Signature::from_bytes(&signature))
-        .map_err(|_| "the signature does not verify".to_string())?;
     if records != seq.saturating_add(1) {
         return Err(format!("`records` is {records}, expected {}", seq + 1));
     }
@@ -142,10 +167,28 @@ pub(crate) fn check_checkpoint_line(
             Some(_) => "it does not chain onto the checkpoint line before it: checkpoints were removed, inserted or reordered".into(),
         });
     }
-    Ok(CheckpointHead {
-        seq,
-        record_hash: record_hash.to_string(),
+    Ok(ParsedCheckpoint {
+        head: CheckpointHead {
+            seq,
+            record_hash: record_hash.to_string(),
+        },
+        key_id: claimed_key.to_string(),
+        line_hash: sha256_hex(line),
+        signature,
+        message,
     })
+}
+
+/// Check one checkpoint line completely, signature by `key` included.
+#[cfg(test)]
+pub(crate) fn check_checkpoint_line(
+    line: &[u8],
+    key: &VerifyingKey,
+    prev_line: Option<&[u8]>,
+) -> Result<CheckpointHead, String> {
+    let parsed = parse_checkpoint_line(line, prev_line)?;
+    parsed.check_signature(key)?;
+    Ok(parsed.head)
 }
 
 #[cfg(test)]
@@ -174,7 +217,7 @@ mod tests {
             build_checkpoint_line(&signer, 7, &h, "t", &sha256_hex(first.as_bytes())).unwrap();
         assert!(check_checkpoint_line(second.as_bytes(), &key, Some(first.as_bytes())).is_ok());
         assert!(check_checkpoint_line(second.as_bytes(), &key, None).is_err());
-        let forged = first.replace("\"seq\":3", "\"seq\":4");
+        let forged = first.replace("\"time\":\"t\"", "\"time\":\"u\"");
         assert!(check_checkpoint_line(forged.as_bytes(), &key, None)
             .unwrap_err()
             .contains("signature"));

@@ -77,6 +77,46 @@ pub enum AuditError {
         /// How to fix it.
         help: String,
     },
+    /// The signing key file does not exist.
+    #[error("the audit signing key {path} is missing\nhelp: restore it from your backup of the config directory; to sign with a new key from now on, run `airlock audit rotate-key` (the log records the change and `airlock audit verify` reports it); a new key is never created silently, as the log's earlier checkpoints would then no longer verify", path = path.display())]
+    KeyMissing {
+        /// Where the key should be.
+        path: PathBuf,
+    },
+    /// This handle signs with another key than the log's last checkpoint.
+    #[error("{path} is signed by key {log_key} since its last checkpoint, but this process signs with key {own_key}\nhelp: the audit key was rotated since this process started (restart it), or the key file was replaced: restore the original key, or replace it with `airlock audit rotate-key`", path = path.display())]
+    KeyChanged {
+        /// The checkpoint file.
+        path: PathBuf,
+        /// Key id of the last checkpoint.
+        log_key: String,
+        /// Key id of this handle's signer.
+        own_key: String,
+    },
+    /// The high-water mark kept outside the audit directory says the log once reached
+    /// further than it does now.
+    #[error("{detail}\nhelp: records or checkpoints were removed from {dir}; keep the directory as evidence and restore it from a backup. The mark is {mark}; only if the log is knowingly lost for good, move the mark aside to start a new log", dir = dir.display(), mark = mark.display())]
+    BelowMark {
+        /// The audit directory.
+        dir: PathBuf,
+        /// The mark file.
+        mark: PathBuf,
+        /// What was found.
+        detail: String,
+    },
+    /// The high-water mark file is damaged or not signed by a known key.
+    #[error("the audit high-water mark {path} is unusable: {detail}\nhelp: the mark lives in the operator's config directory and only Airlock writes it; restore it from a backup of that directory", path = path.display())]
+    BadMark {
+        /// The mark file.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
+    /// An event of a kind only the key rotation may write.
+    #[error(
+        "audit events of kind {0:?} are written only by the key rotation\nhelp: use another kind"
+    )]
+    ReservedKind(String),
     /// The operating system could not provide randomness for a new key.
     #[error("cannot generate a signing key: no randomness available ({0})\nhelp: check that /dev/urandom or getrandom(2) works on this system")]
     Randomness(String),

@@ -13,7 +13,11 @@
 //! - `torn.bin`: bytes of a record whose write a crash interrupted (created only then).
 //!
 //! The signing key lives in the operator's config directory ([`CheckpointSigner`]);
-//! [`verify`] needs only the public key.
+//! [`verify`] needs only the public key. So does the high-water mark
+//! ([`AuditLog::open_marked`], [`HighWaterMark`]): how far the log had reached at its last
+//! checkpoint, out of reach of whoever can write the audit directory, so that emptying the
+//! log or cutting it together with its last checkpoints is detected. A key is replaced only
+//! by [`rotate_key`], which leaves signed records that [`verify_with`] follows.
 //!
 //! ## Architecture invariant
 //! An append returns `Ok` only after the record is on disk and chained onto the record that
@@ -25,6 +29,7 @@ mod error;
 mod lines;
 mod lock;
 mod log;
+mod mark;
 mod record;
 mod redact;
 mod signer;
@@ -34,10 +39,14 @@ pub use display::{for_each_tail_record, format_record_line, tail, TailRecord};
 pub use ed25519_dalek::VerifyingKey;
 pub use error::AuditError;
 pub use log::{
-    AppendReceipt, AuditLog, AuditOptions, CHECKPOINT_FILE, LOCK_FILE, LOG_FILE, TORN_FILE,
+    rotate_key, AppendReceipt, AuditLog, AuditOptions, KeyRotation, RotationReceipt,
+    CHECKPOINT_FILE, KEY_IN_USE_KIND, KEY_ROTATION_KIND, LOCK_FILE, LOG_FILE, TORN_FILE,
 };
+pub use mark::HighWaterMark;
 pub use record::{AuditEvent, MAX_RECORD_BYTES, ZERO_HASH};
 pub use redact::Redactor;
 pub use secrecy::SecretString;
 pub use signer::{key_id, load_verifier, public_key_path, CheckpointSigner};
-pub use verify::{verify, Problem, ProblemKind, VerifyReport};
+pub use verify::{
+    verify, verify_with, KeyChange, Problem, ProblemKind, TimeRegression, Trust, VerifyReport,
+};

@@ -13,6 +13,7 @@ use airlock_core::{DecisionRecord, DecisionSink, RecordReceipt, SinkError};
 use crate::checkpoint::{build_checkpoint_line, parse_checkpoint_seq};
 use crate::lines::read_tail;
 use crate::lock::DirLock;
+use crate::mark::{read_mark, write_mark};
 use crate::record::{build_record_line, parse_chain_head, MAX_RECORD_BYTES, ZERO_HASH};
 use crate::{AuditError, AuditEvent, CheckpointSigner, Redactor};
 
@@ -25,6 +26,12 @@ pub const LOCK_FILE: &str = "lock";
 /// Where bytes of a torn (crash-interrupted, never acknowledged) last line are kept.
 pub const TORN_FILE: &str = "torn.bin";
 
+/// Kind of the record that hands signing over from one key to the next. Only
+/// [`rotate_key`] writes it; `verify` follows the keys it names.
+pub const KEY_ROTATION_KIND: &str = "audit-key-rotated";
+/// Kind of the record the new key signs first after a rotation.
+pub const KEY_IN_USE_KIND: &str = "audit-key-in-use";
+
 /// What an append returns: where the record sits and its hash.
 pub type AppendReceipt = RecordReceipt;
 
@@ -32,7 +39,8 @@ pub type AppendReceipt = RecordReceipt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AuditOptions {
     /// Write a signed checkpoint once this many records were appended since the last one.
-    /// `0` turns periodic checkpoints off (one is still written on close).
+    /// `0` turns periodic checkpoints off (one is still written after the first record and
+    /// on close).
     pub checkpoint_every: u64,
     /// `sync_data` each record before `append` returns. Turn off only for benchmarks and
     /// throwaway logs: without it, a crash can lose acknowledged records.
@@ -71,6 +79,7 @@ pub struct AuditLog {
     log_path: PathBuf,
     cp_path: PathBuf,
     lock_path: PathBuf,
+    mark_path: Option<PathBuf>,
     signer: CheckpointSigner,
     opts: AuditOptions,
     redactor: Option<Redactor>,
@@ -82,14 +91,61 @@ struct LastCheckpoint {
     seq: u64,
     record_hash: String,
     line_hash: String,
+    key_id: String,
+}
+
+/// When [`AuditLog::append_locked`] writes a checkpoint after the record.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CheckpointAfter {
+    /// When one is due ([`AuditOptions::checkpoint_every`], and always after record #0).
+    WhenDue,
+    /// Always.
+    Always,
+    /// Never (a rotation whose old key is lost: nothing may sign in its name).
+    Never,
+}
+
+/// Which key the log's last checkpoint must be signed by for an append to go ahead.
+#[derive(Clone, Copy)]
+enum KeyCheck<'a> {
+    /// This key id (the appender's own).
+    Is(&'a str),
+    /// Any (a rotation whose old key is lost).
+    Any,
 }
 
 impl AuditLog {
-    /// Open (creating if needed, mode 0700) the audit directory `dir` and its files.
+    /// Open (creating if needed, mode 0700) the audit directory `dir` and its files,
+    /// without a high-water mark: a wipe of the whole directory, or a cut of the log
+    /// together with its last checkpoints, then goes unnoticed. Programs that keep a log
+    /// for an operator use [`AuditLog::open_marked`].
     ///
     /// `dir` must be in the state directory, never inside anything mounted into a sandbox.
     pub fn open(
         dir: &Path,
+        signer: CheckpointSigner,
+        opts: AuditOptions,
+    ) -> Result<AuditLog, AuditError> {
+        AuditLog::open_inner(dir, None, signer, opts)
+    }
+
+    /// Open like [`AuditLog::open`], keeping the high-water mark at `mark` (see
+    /// [`HighWaterMark`](crate::HighWaterMark)). `mark` must lie outside `dir`, where
+    /// whoever can write the audit directory cannot write (the operator's config
+    /// directory). Every append refuses to continue a log that fell below the mark, and
+    /// every checkpoint moves the mark up.
+    pub fn open_marked(
+        dir: &Path,
+        mark: &Path,
+        signer: CheckpointSigner,
+        opts: AuditOptions,
+    ) -> Result<AuditLog, AuditError> {
+        AuditLog::open_inner(dir, Some(mark), signer, opts)
+    }
+
+    fn open_inner(
+        dir: &Path,
+        mark: Option<&Path>,
         signer: CheckpointSigner,
         opts: AuditOptions,
     ) -> Result<AuditLog, AuditError> {
@@ -110,11 +166,27 @@ impl AuditLog {
             fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
                 .map_err(|e| AuditError::io("restrict permissions of", dir, e))?;
         }
+        if let Some(mark) = mark {
+            let mark_dir = mark.parent().and_then(|p| fs::canonicalize(p).ok());
+            let audit_dir = fs::canonicalize(dir).ok();
+            if mark_dir.is_none()
+                || mark_dir
+                    .as_ref()
+                    .zip(audit_dir.as_ref())
+                    .is_some_and(|(m, a)| m.starts_with(a))
+            {
+                return Err(AuditError::BadMark {
+                    path: mark.to_path_buf(),
+                    detail: "its directory must exist and lie outside the audit directory".into(),
+                });
+            }
+        }
         let log = AuditLog {
             dir: dir.to_path_buf(),
             log_path: dir.join(LOG_FILE),
             cp_path: dir.join(CHECKPOINT_FILE),
             lock_path: dir.join(LOCK_FILE),
+            mark_path: mark.map(Path::to_path_buf),
             signer,
             opts,
             redactor: None,
@@ -176,16 +248,45 @@ impl AuditLog {
     /// When a checkpoint is due it is written too, and a failure to write it is an `Err`
     /// as well (the record itself then stays in the log).
     pub fn append(&mut self, ev: AuditEvent) -> Result<AppendReceipt, AuditError> {
+        if matches!(ev.kind.as_str(), KEY_ROTATION_KIND | KEY_IN_USE_KIND) {
+            return Err(AuditError::ReservedKind(ev.kind));
+        }
         let ev = match &self.redactor {
             Some(r) => r.redact_event(ev),
             None => ev,
         };
         let _lock = DirLock::acquire(&self.lock_path)?;
+        self.append_locked(
+            &ev,
+            &self.signer,
+            KeyCheck::Is(self.signer.key_id()),
+            CheckpointAfter::WhenDue,
+        )
+    }
+
+    /// The append itself; the caller holds the directory lock.
+    fn append_locked(
+        &self,
+        ev: &AuditEvent,
+        signer: &CheckpointSigner,
+        key_check: KeyCheck<'_>,
+        checkpoint: CheckpointAfter,
+    ) -> Result<AppendReceipt, AuditError> {
         let mut log = open_data_file(&self.log_path)?;
         let mut cps = open_data_file(&self.cp_path)?;
         let (log_len, last) = self.last_record(&log)?;
         let (cp_len, last_cp) = self.last_checkpoint(&cps)?;
         self.check_against_checkpoint(last.as_ref(), last_cp.as_ref())?;
+        self.check_against_mark(last.as_ref(), last_cp.as_ref(), signer)?;
+        if let (KeyCheck::Is(own), Some(cp)) = (key_check, &last_cp) {
+            if cp.key_id != own {
+                return Err(AuditError::KeyChanged {
+                    path: self.cp_path.clone(),
+                    log_key: cp.key_id.clone(),
+                    own_key: own.to_string(),
+                });
+            }
+        }
 
         let (seq, prev) = match &last {
             None => (0, ZERO_HASH.to_string()),
@@ -196,17 +297,22 @@ impl AuditLog {
                 hash.clone(),
             ),
         };
-        let (line, hash) = build_record_line(&ev, seq, &now_rfc3339(), &prev)?;
+        let (line, hash) = build_record_line(ev, seq, &now_rfc3339(), &prev)?;
         self.write_line(&mut log, &self.log_path, log_len, line)?;
 
+        // The first record is always signed, so that a log with records but no checkpoint
+        // can only be one whose writer died between its first record and that checkpoint.
         let every = self.opts.checkpoint_every;
-        let due = every > 0
-            && match &last_cp {
-                None => seq.saturating_add(1) >= every,
-                Some(cp) => seq >= cp.seq.saturating_add(every),
-            };
+        let due = match checkpoint {
+            CheckpointAfter::Always => true,
+            CheckpointAfter::Never => false,
+            CheckpointAfter::WhenDue => match &last_cp {
+                None => true,
+                Some(cp) => every > 0 && seq >= cp.seq.saturating_add(every),
+            },
+        };
         if due {
-            self.write_checkpoint(&mut cps, cp_len, last_cp.as_ref(), seq, &hash)?;
+            self.write_checkpoint(signer, &mut cps, cp_len, last_cp.as_ref(), seq, &hash)?;
         }
         Ok(RecordReceipt {
             seq,
@@ -228,9 +334,19 @@ impl AuditLog {
         let (_, last) = self.last_record(&log)?;
         let (cp_len, last_cp) = self.last_checkpoint(&cps)?;
         self.check_against_checkpoint(last.as_ref(), last_cp.as_ref())?;
+        self.check_against_mark(last.as_ref(), last_cp.as_ref(), &self.signer)?;
+        if let Some(cp) = &last_cp {
+            if cp.key_id != self.signer.key_id() {
+                return Err(AuditError::KeyChanged {
+                    path: self.cp_path.clone(),
+                    log_key: cp.key_id.clone(),
+                    own_key: self.signer.key_id().to_string(),
+                });
+            }
+        }
         match (&last, &last_cp) {
             (Some((seq, hash)), cp) if cp.as_ref().is_none_or(|c| *seq > c.seq) => {
-                self.write_checkpoint(&mut cps, cp_len, last_cp.as_ref(), *seq, hash)
+                self.write_checkpoint(&self.signer, &mut cps, cp_len, last_cp.as_ref(), *seq, hash)
             }
             _ => Ok(()),
         }
@@ -255,7 +371,7 @@ impl AuditLog {
         let Some(line) = line else {
             return Ok((len, None));
         };
-        let (seq, record_hash) =
+        let (seq, record_hash, key_id) =
             parse_checkpoint_seq(&line).map_err(|detail| AuditError::CorruptTail {
                 path: self.cp_path.clone(),
                 detail,
@@ -266,6 +382,7 @@ impl AuditLog {
                 seq,
                 record_hash,
                 line_hash: sha256_hex(&line),
+                key_id,
             }),
         ))
     }
@@ -354,8 +471,67 @@ impl AuditLog {
         })
     }
 
+    /// Refuse to append to a log that fell below the high-water mark: records or
+    /// checkpoints were removed, and the next record would reuse a sequence number.
+    fn check_against_mark(
+        &self,
+        last: Option<&(u64, String)>,
+        cp: Option<&LastCheckpoint>,
+        signer: &CheckpointSigner,
+    ) -> Result<(), AuditError> {
+        let Some(mark_path) = &self.mark_path else {
+            return Ok(());
+        };
+        let Some(mark) = read_mark(mark_path)? else {
+            return Ok(());
+        };
+        // A mark by another key is checked by `verify`, which knows the retired keys; an
+        // appender only knows its own, and its key check refuses a stale key anyway.
+        if mark.key_id == signer.key_id() {
+            mark.check_signature(&signer.verifying_key())
+                .map_err(|detail| AuditError::BadMark {
+                    path: mark_path.clone(),
+                    detail,
+                })?;
+        }
+        let below = |detail: String| AuditError::BelowMark {
+            dir: self.dir.clone(),
+            mark: mark_path.clone(),
+            detail,
+        };
+        let log_end = last.map(|(s, _)| *s);
+        if log_end.is_none_or(|s| s < mark.seq) {
+            return Err(below(format!(
+                "{} but a checkpoint at seq {} was made; records were removed",
+                log_end.map_or("the log is empty".into(), |s| format!(
+                    "the log ends at seq {s}"
+                )),
+                mark.seq
+            )));
+        }
+        match cp {
+            Some(cp) if cp.seq > mark.seq => Ok(()),
+            Some(cp) if cp.seq == mark.seq => {
+                if cp.record_hash == mark.record_hash && cp.line_hash == mark.checkpoint_hash {
+                    Ok(())
+                } else {
+                    Err(below(format!(
+                        "the last checkpoint (seq {}) is not the one the high-water mark recorded; checkpoints were rewritten",
+                        cp.seq
+                    )))
+                }
+            }
+            _ => Err(below(format!(
+                "the checkpoints end {}, but a checkpoint at seq {} was made; checkpoints were removed",
+                cp.map_or("before the first one".into(), |c| format!("at seq {}", c.seq)),
+                mark.seq
+            ))),
+        }
+    }
+
     fn write_checkpoint(
         &self,
+        signer: &CheckpointSigner,
         cps: &mut File,
         cp_len: u64,
         last_cp: Option<&LastCheckpoint>,
@@ -363,8 +539,15 @@ impl AuditLog {
         record_hash: &str,
     ) -> Result<(), AuditError> {
         let prev = last_cp.map_or(ZERO_HASH, |c| c.line_hash.as_str());
-        let line = build_checkpoint_line(&self.signer, seq, record_hash, &now_rfc3339(), prev)?;
-        self.write_line(cps, &self.cp_path, cp_len, line)
+        let time = now_rfc3339();
+        let line = build_checkpoint_line(signer, seq, record_hash, &time, prev)?;
+        let line_hash = sha256_hex(line.as_bytes());
+        self.write_line(cps, &self.cp_path, cp_len, line)?;
+        // Only after the checkpoint is durable: the mark must never claim more than the log.
+        if let Some(mark) = &self.mark_path {
+            write_mark(mark, signer, seq, record_hash, &line_hash, &time)?;
+        }
+        Ok(())
     }
 
     /// Append `line` and a newline in one write, then fsync. On any failure, cut the file
@@ -400,6 +583,91 @@ impl AuditLog {
         }
         Ok(())
     }
+}
+
+/// A key rotation: the key signing checkpoints from now on, and the one it replaces.
+#[derive(Debug)]
+pub struct KeyRotation {
+    /// The key being replaced, if its secret is still there. It signs the record that names
+    /// the new key.
+    pub old: Option<CheckpointSigner>,
+    /// The replaced key's public half, when only that is left (its secret was lost).
+    pub old_public: Option<ed25519_dalek::VerifyingKey>,
+    /// The new key.
+    pub new: CheckpointSigner,
+    /// Who rotated (recorded as the records' principal).
+    pub principal: String,
+}
+
+/// What [`rotate_key`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RotationReceipt {
+    /// `seq` of the record naming the new key.
+    pub seq: u64,
+    /// Whether the old key signed that record (`false` when its secret was lost).
+    pub signed_by_old_key: bool,
+}
+
+/// Hand signing over to `rotation.new`, leaving a signed trail in the log:
+///
+/// 1. a record of kind [`KEY_ROTATION_KIND`] naming the old and new public keys, and a
+///    checkpoint over it signed by the old key (skipped when the old key is lost, which the
+///    record says);
+/// 2. a record of kind [`KEY_IN_USE_KIND`] and a checkpoint over it signed by the new key.
+///
+/// `verify` follows this chain of keys and reports a rotation the old key did not sign.
+/// The caller installs the new key file only after this returns.
+pub fn rotate_key(
+    dir: &Path,
+    mark: Option<&Path>,
+    opts: AuditOptions,
+    rotation: KeyRotation,
+) -> Result<RotationReceipt, AuditError> {
+    let old_public = rotation
+        .old
+        .as_ref()
+        .map(CheckpointSigner::verifying_key)
+        .or(rotation.old_public);
+    let mut log = AuditLog::open_inner(dir, mark, rotation.new.clone(), opts)?;
+    // No final checkpoint on drop: this handle only writes the two rotation records.
+    log.closed = true;
+    let _lock = DirLock::acquire(&log.lock_path)?;
+    let hex = |k: &ed25519_dalek::VerifyingKey| crate::signer::hex_encode(k.as_bytes());
+    let detail = serde_json::json!({
+        "old_key": old_public.as_ref().map(hex),
+        "old_key_id": old_public.as_ref().map(crate::key_id),
+        "old_key_signs": rotation.old.is_some(),
+        "new_key": rotation.new.public_key_hex(),
+        "new_key_id": rotation.new.key_id(),
+    });
+    let handover =
+        AuditEvent::new(KEY_ROTATION_KIND, "", rotation.principal.clone()).with_detail(detail);
+    let receipt = match &rotation.old {
+        Some(old) => log.append_locked(
+            &handover,
+            old,
+            KeyCheck::Is(old.key_id()),
+            CheckpointAfter::Always,
+        )?,
+        None => log.append_locked(
+            &handover,
+            &rotation.new,
+            KeyCheck::Any,
+            CheckpointAfter::Never,
+        )?,
+    };
+    let in_use = AuditEvent::new(KEY_IN_USE_KIND, "", rotation.principal)
+        .with_detail(serde_json::json!({"key_id": rotation.new.key_id()}));
+    log.append_locked(
+        &in_use,
+        &rotation.new,
+        KeyCheck::Any,
+        CheckpointAfter::Always,
+    )?;
+    Ok(RotationReceipt {
+        seq: receipt.seq,
+        signed_by_old_key: rotation.old.is_some(),
+    })
 }
 
 impl Drop for AuditLog {

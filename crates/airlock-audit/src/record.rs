@@ -174,6 +174,11 @@ pub(crate) struct RecordHead {
     pub seq: u64,
     pub prev: String,
     pub hash: String,
+    /// The record's `time`, as written.
+    pub time: String,
+    /// The `detail` of a key-rotation record ([`crate::KEY_ROTATION_KIND`]); `None` for
+    /// every other kind.
+    pub rotation: Option<Value>,
 }
 
 /// Whether `s` is 64 lower-case hex digits.
@@ -242,7 +247,15 @@ pub(crate) fn check_record_line(line: &[u8]) -> Result<RecordHead, String> {
             "content does not match its hash (stored {hash}, computed {computed})"
         ));
     }
-    Ok(RecordHead { seq, prev, hash })
+    let rotation =
+        (obj["kind"].as_str() == Some(crate::KEY_ROTATION_KIND)).then(|| obj["detail"].clone());
+    Ok(RecordHead {
+        seq,
+        prev,
+        hash,
+        time: obj["time"].as_str().unwrap_or_default().to_string(),
+        rotation,
+    })
 }
 
 /// Read just `seq` and `hash` from the last line of the log, for chaining the next record.

@@ -57,6 +57,52 @@ impl CheckpointSigner {
         Ok(signer)
     }
 
+    /// Load the secret key at `path`, which must exist. A key that is missing is never
+    /// replaced silently: checkpoints signed by the old key would no longer verify, and a
+    /// new key must be introduced by a signed rotation instead ([`crate::rotate_key`]).
+    pub fn load(path: &Path) -> Result<CheckpointSigner, AuditError> {
+        match fs::symlink_metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(AuditError::KeyMissing {
+                    path: path.to_path_buf(),
+                })
+            }
+            _ => {}
+        }
+        let signer = load_secret(path)?;
+        let pub_path = public_key_path(path);
+        if !pub_path.exists() {
+            let text = format!("{PUBLIC_PREFIX}{}\n", signer.public_key_hex());
+            write_atomic(&pub_path, text.as_bytes(), 0o644)?;
+        }
+        Ok(signer)
+    }
+
+    /// A fresh random key, not yet stored anywhere.
+    pub fn generate() -> Result<CheckpointSigner, AuditError> {
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed).map_err(|e| AuditError::Randomness(e.to_string()))?;
+        Ok(CheckpointSigner::from_signing_key(SigningKey::from_bytes(
+            &seed,
+        )))
+    }
+
+    /// Store this key as a new secret key file at `path` (mode 0600, fsynced). Fails if
+    /// anything is already there: a key file is never overwritten.
+    pub fn write_new(&self, path: &Path) -> Result<(), AuditError> {
+        let text = format!("{SECRET_PREFIX}{}\n", hex_encode(self.key.as_bytes()));
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| AuditError::io("create signing key", path, e))?;
+        f.write_all(text.as_bytes())
+            .and_then(|()| f.sync_all())
+            .map_err(|e| AuditError::io("write signing key", path, e))?;
+        sync_parent(path)
+    }
+
     /// Use an existing key (for tests and for callers that keep keys elsewhere).
     pub fn from_signing_key(key: SigningKey) -> CheckpointSigner {
         let key_id = key_id(&key.verifying_key());
@@ -89,6 +135,48 @@ pub fn public_key_path(secret_path: &Path) -> PathBuf {
     let mut name = secret_path.as_os_str().to_owned();
     name.push(".pub");
     PathBuf::from(name)
+}
+
+/// Replace the file at `path` with `bytes` so that a crash leaves the old or the new
+/// content, never a mix: write a temporary file beside it, fsync, rename, fsync the
+/// directory.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), AuditError> {
+    let tmp = {
+        let mut name = path.as_os_str().to_owned();
+        name.push(format!(".tmp-{}", std::process::id()));
+        PathBuf::from(name)
+    };
+    let _ = fs::remove_file(&tmp);
+    let written = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(AuditError::io("write", path, e));
+    }
+    sync_parent(path)
+}
+
+fn sync_parent(path: &Path) -> Result<(), AuditError> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    fs::File::open(parent)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| AuditError::io("fsync", parent, e))
+}
+
+/// Parse 64 hex digits as a public key.
+pub(crate) fn public_key_from_hex(hex: &str) -> Option<VerifyingKey> {
+    VerifyingKey::from_bytes(&hex_decode_32(hex)?).ok()
 }
 
 /// Load the key that verifies checkpoints from `path`: a public key file

@@ -4,6 +4,12 @@
 //! the record accepted before it (`seq` one more, `prev` equal to its hash). At the first
 //! record that does not, it looks at the rest of the file once to tell a deletion from a
 //! reordering or an insertion.
+//!
+//! Keys: each checkpoint must be signed by the key in use at its place in the log. That is
+//! the key the first checkpoint names (the configured one, or the old key a later rotation
+//! record names), until a rotation record ([`crate::KEY_ROTATION_KIND`]) hands over to the
+//! key it names. The last checkpoint must be signed by the configured key: through the hash
+//! chains, that one signature vouches for every record and key change before it.
 
 use std::fmt;
 use std::fs::File;
@@ -12,11 +18,16 @@ use std::path::{Path, PathBuf};
 
 use ed25519_dalek::VerifyingKey;
 
-use crate::checkpoint::{check_checkpoint_line, CheckpointHead};
+use crate::checkpoint::{parse_checkpoint_line, ParsedCheckpoint};
 use crate::lines::{LineReader, RawLine};
 use crate::log::{CHECKPOINT_FILE, LOG_FILE};
+use crate::mark::read_mark;
 use crate::record::{check_record_line, RecordHead, MAX_RECORD_BYTES, ZERO_HASH};
+use crate::signer::{key_id, public_key_from_hex};
 use crate::AuditError;
+
+/// At most this many time regressions are listed (all are counted).
+const MAX_TIME_REGRESSIONS: usize = 100;
 
 /// Largest checkpoint line accepted (real ones are about 400 bytes).
 const MAX_CHECKPOINT_BYTES: usize = 64 * 1024;
@@ -38,6 +49,12 @@ pub enum ProblemKind {
     /// A checkpoint is damaged, forged, missing from the chain of checkpoints, or the
     /// checkpoint file is missing.
     BadCheckpoint,
+    /// The chain of signing keys is broken: a checkpoint signed by a key that was not in
+    /// use there, or a rotation record that does not follow from the key before it.
+    KeyChain,
+    /// The log fell below the high-water mark kept outside the audit directory (records or
+    /// checkpoints were removed), or the mark itself is damaged.
+    BelowMark,
 }
 
 impl ProblemKind {
@@ -45,6 +62,12 @@ impl ProblemKind {
         match self {
             ProblemKind::BadCheckpoint => {
                 "checkpoints.jsonl was altered or signed by another key; check that you passed the right public key, then treat the directory as evidence"
+            }
+            ProblemKind::KeyChain => {
+                "the signing key changed without a signed rotation (`airlock audit rotate-key`); check that you passed the current public key, then treat the directory as evidence"
+            }
+            ProblemKind::BelowMark => {
+                "records or checkpoints were removed after they were signed; keep the directory as evidence and restore it from a backup (only if the log is knowingly lost for good, move the high-water mark aside to start a new one)"
             }
             _ => "the audit log was altered after it was written; keep the directory as evidence and restore from a backup",
         }
@@ -92,8 +115,61 @@ pub struct VerifyReport {
     /// signature vouches for them yet: normal after a crash, and exactly what a removed
     /// final checkpoint looks like. A log closed cleanly has none.
     pub unsigned_tail: u64,
+    /// `seq` the high-water mark covers, when one was checked.
+    pub mark_seq: Option<u64>,
+    /// Every change of signing key, in log order.
+    pub key_changes: Vec<KeyChange>,
+    /// Records whose time is earlier than the record before them (the first
+    /// [`MAX_TIME_REGRESSIONS`]); a clock set back, or records written under a false clock.
+    pub time_regressions: Vec<TimeRegression>,
+    /// How many records went back in time, listed or not.
+    pub time_regressions_total: u64,
     /// The first problem, if any.
     pub problem: Option<Problem>,
+}
+
+/// A change of signing key, as the rotation record in the log states it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyChange {
+    /// `seq` of the rotation record.
+    pub seq: u64,
+    /// 1-based line of the rotation record in `log.jsonl`.
+    pub line: u64,
+    /// Id of the key replaced, if the record names it.
+    pub old_key_id: Option<String>,
+    /// Id of the key that signs from then on.
+    pub new_key_id: String,
+    /// Whether a checkpoint signed by the old key covers the rotation record. When not
+    /// (the old secret key was lost), nothing but the new key vouches for the records
+    /// before the rotation that no earlier checkpoint covered.
+    pub signed_by_old_key: bool,
+    /// Checkpoints before the rotation that could not be checked because the old public
+    /// key is unknown.
+    pub unchecked_checkpoints: u64,
+}
+
+/// A record whose time is earlier than the one before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimeRegression {
+    /// The record that goes back in time.
+    pub seq: u64,
+    /// Its 1-based line.
+    pub line: u64,
+    /// Its time.
+    pub time: String,
+    /// The record before it.
+    pub previous_seq: u64,
+    /// That record's time.
+    pub previous_time: String,
+}
+
+/// What `verify_with` trusts: the current public key and, optionally, the high-water mark.
+#[derive(Debug, Clone, Copy)]
+pub struct Trust<'a> {
+    /// The key that signs checkpoints now (the operator's public key file).
+    pub key: &'a VerifyingKey,
+    /// The high-water mark the log was opened with ([`crate::AuditLog::open_marked`]).
+    pub mark: Option<&'a Path>,
 }
 
 impl VerifyReport {
@@ -103,23 +179,51 @@ impl VerifyReport {
     }
 }
 
-/// Verify the audit log in `dir` against the checkpoint key `key`.
+/// Verify the audit log in `dir` against the checkpoint key `key`, without a high-water
+/// mark. See [`verify_with`].
+pub fn verify(dir: &Path, key: &VerifyingKey) -> Result<VerifyReport, AuditError> {
+    verify_with(dir, &Trust { key, mark: None })
+}
+
+/// Verify the audit log in `dir`: every record, every checkpoint and the chain of keys
+/// ending at `trust.key`, and that the log did not fall below `trust.mark`.
 ///
 /// `Err` only when the files cannot be read at all; any damage to their content is a
 /// [`Problem`] in the report. Never panics on arbitrary content.
-pub fn verify(dir: &Path, key: &VerifyingKey) -> Result<VerifyReport, AuditError> {
+pub fn verify_with(dir: &Path, trust: &Trust<'_>) -> Result<VerifyReport, AuditError> {
     let log_path = dir.join(LOG_FILE);
     let cp_path = dir.join(CHECKPOINT_FILE);
-    if !log_path.exists() && !cp_path.exists() {
+    let mark = match trust.mark.map(read_mark).transpose() {
+        Ok(m) => m.flatten(),
+        Err(e) => {
+            let problem = Problem {
+                kind: ProblemKind::BelowMark,
+                file: trust.mark.unwrap_or(dir).to_path_buf(),
+                line: 0,
+                seq: None,
+                message: e.to_string(),
+            };
+            return Ok(VerifyReport::only(problem));
+        }
+    };
+    if !log_path.exists() && !cp_path.exists() && mark.is_none() {
         return Err(AuditError::NoLog {
             dir: dir.to_path_buf(),
         });
     }
-    let (checkpoints, cp_problem) = read_checkpoints(&cp_path, key)?;
+    let (checkpoints, cp_problem) = read_checkpoints(&cp_path)?;
     let mut walk = LogWalk {
         path: &log_path,
+        cp_path: &cp_path,
         checkpoints: &checkpoints,
+        anchor: trust.key,
         next_cp: 0,
+        key: None,
+        known_keys: vec![*trust.key],
+        pending: Vec::new(),
+        key_changes: Vec::new(),
+        times: Vec::new(),
+        times_total: 0,
         last: None,
         records: 0,
         lines: 0,
@@ -136,9 +240,12 @@ pub fn verify(dir: &Path, key: &VerifyingKey) -> Result<VerifyReport, AuditError
         })
     };
     let last_seq = walk.last.as_ref().map(|l| l.seq);
-    let last_cp_seq = checkpoints.last().map(|c| c.seq);
+    let last_cp_seq = checkpoints.last().map(|c| c.cp.head.seq);
     if problem.is_none() {
         problem = cp_problem;
+    }
+    if problem.is_none() {
+        problem = walk.check_rest();
     }
     if problem.is_none() {
         if let Some(cp_seq) = last_cp_seq {
@@ -156,6 +263,25 @@ pub fn verify(dir: &Path, key: &VerifyingKey) -> Result<VerifyReport, AuditError
             }
         }
     }
+    if problem.is_none() && checkpoints.is_empty() && walk.records > 1 {
+        // The first record is always checkpointed at once, so a writer that died leaves at
+        // most that one record unsigned.
+        problem = Some(Problem {
+            kind: ProblemKind::BadCheckpoint,
+            file: cp_path.clone(),
+            line: 1,
+            seq: None,
+            message: format!(
+                "the log holds {} records but no checkpoint: the checkpoints were removed (a crash leaves at most the first record unsigned)",
+                walk.records
+            ),
+        });
+    }
+    if problem.is_none() {
+        if let Some(mark) = &mark {
+            problem = walk.check_mark(mark, trust.mark.unwrap_or(dir));
+        }
+    }
     let unsigned_tail = match (last_seq, last_cp_seq) {
         (Some(s), Some(c)) => s.saturating_sub(c),
         (Some(s), None) => s + 1,
@@ -167,15 +293,40 @@ pub fn verify(dir: &Path, key: &VerifyingKey) -> Result<VerifyReport, AuditError
         last_seq,
         last_checkpoint_seq: last_cp_seq,
         unsigned_tail,
+        mark_seq: mark.as_ref().map(|m| m.seq),
+        key_changes: walk.key_changes,
+        time_regressions: walk.times,
+        time_regressions_total: walk.times_total,
         problem,
     })
 }
 
-/// Valid checkpoints up to the first bad one, and that first problem.
-fn read_checkpoints(
-    path: &Path,
-    key: &VerifyingKey,
-) -> Result<(Vec<CheckpointHead>, Option<Problem>), AuditError> {
+impl VerifyReport {
+    fn only(problem: Problem) -> VerifyReport {
+        VerifyReport {
+            records: 0,
+            checkpoints: 0,
+            last_seq: None,
+            last_checkpoint_seq: None,
+            unsigned_tail: 0,
+            mark_seq: None,
+            key_changes: Vec::new(),
+            time_regressions: Vec::new(),
+            time_regressions_total: 0,
+            problem: Some(problem),
+        }
+    }
+}
+
+/// A checkpoint that passed every check but its signature, and its line.
+struct CheckpointAt {
+    line: u64,
+    cp: ParsedCheckpoint,
+}
+
+/// Checkpoints valid in form and chaining, up to the first bad one, and that first problem.
+/// Signatures are checked during the walk, where the key in use is known.
+fn read_checkpoints(path: &Path) -> Result<(Vec<CheckpointAt>, Option<Problem>), AuditError> {
     let problem = |line: u64, message: String| Problem {
         kind: ProblemKind::BadCheckpoint,
         file: path.to_path_buf(),
@@ -194,7 +345,7 @@ fn read_checkpoints(
         Err(e) => return Err(AuditError::io("open", path, e)),
     };
     let mut reader = LineReader::new(file, MAX_CHECKPOINT_BYTES, 1, 0);
-    let mut found: Vec<CheckpointHead> = Vec::new();
+    let mut found: Vec<CheckpointAt> = Vec::new();
     let mut prev_line: Option<Vec<u8>> = None;
     while let Some(nl) = reader
         .next_line()
@@ -211,19 +362,22 @@ fn read_checkpoints(
                 return Ok((found, Some(problem(nl.number, msg))));
             }
         };
-        match check_checkpoint_line(&bytes, key, prev_line.as_deref()) {
+        match parse_checkpoint_line(&bytes, prev_line.as_deref()) {
             Err(reason) => return Ok((found, Some(problem(nl.number, reason)))),
-            Ok(head) => {
+            Ok(cp) => {
                 if let Some(last) = found.last() {
-                    if head.seq <= last.seq {
+                    if cp.head.seq <= last.cp.head.seq {
                         let msg = format!(
                             "checkpoint for record #{} follows one for #{}: checkpoints must move forward",
-                            head.seq, last.seq
+                            cp.head.seq, last.cp.head.seq
                         );
                         return Ok((found, Some(problem(nl.number, msg))));
                     }
                 }
-                found.push(head);
+                found.push(CheckpointAt {
+                    line: nl.number,
+                    cp,
+                });
                 prev_line = Some(bytes);
             }
         }
@@ -237,12 +391,26 @@ struct Accepted {
     hash: String,
     prev: String,
     line: u64,
+    time: String,
 }
 
 struct LogWalk<'a> {
     path: &'a Path,
-    checkpoints: &'a [CheckpointHead],
+    cp_path: &'a Path,
+    checkpoints: &'a [CheckpointAt],
+    /// The configured key: the last checkpoint must be signed by it.
+    anchor: &'a VerifyingKey,
     next_cp: usize,
+    /// The key in use at this point of the walk, once known.
+    key: Option<VerifyingKey>,
+    /// Every key seen so far (for checking the high-water mark's signature).
+    known_keys: Vec<VerifyingKey>,
+    /// Indexes of checkpoints met while the key in use was unknown (signed by a key that is
+    /// not the configured one), to be checked once a rotation record names it.
+    pending: Vec<usize>,
+    key_changes: Vec<KeyChange>,
+    times: Vec<TimeRegression>,
+    times_total: u64,
     last: Option<Accepted>,
     records: u64,
     lines: u64,
@@ -307,11 +475,18 @@ impl LogWalk<'_> {
                 {
                     return Ok(Some(p));
                 }
+                self.check_time(&head, nl.number);
+                if let Some(detail) = &head.rotation {
+                    if let Some(p) = self.follow_rotation(detail, head.seq, nl.number) {
+                        return Ok(Some(p));
+                    }
+                }
                 self.last = Some(Accepted {
                     seq: head.seq,
                     hash: head.hash,
                     prev: head.prev,
                     line: nl.number,
+                    time: head.time,
                 });
                 self.records += 1;
                 continue;
@@ -332,18 +507,21 @@ impl LogWalk<'_> {
         while self
             .checkpoints
             .get(self.next_cp)
-            .is_some_and(|c| c.seq < head.seq)
+            .is_some_and(|c| c.cp.head.seq < head.seq)
         {
             self.next_cp += 1;
         }
-        let Some(cp) = self.checkpoints.get(self.next_cp) else {
+        let Some(at) = self.checkpoints.get(self.next_cp) else {
             return Ok(None);
         };
-        if cp.seq != head.seq {
+        if at.cp.head.seq != head.seq {
             return Ok(None);
         }
+        if let Some(p) = self.check_signature(self.next_cp) {
+            return Ok(Some(p));
+        }
         self.next_cp += 1;
-        if cp.record_hash == head.hash {
+        if at.cp.head.record_hash == head.hash {
             return Ok(None);
         }
         let look = self.look_ahead(after, line + 1, head.seq, head.seq)?;
@@ -478,6 +656,258 @@ impl LogWalk<'_> {
             Some(seq),
             format!("record #{seq} was already seen before {after}; expected #{expected} here"),
         )
+    }
+
+    /// Check the signature of checkpoint `index` with the key in use. While no key is
+    /// known yet, the configured key is tried; a checkpoint by another key waits for a
+    /// rotation record to name it.
+    fn check_signature(&mut self, index: usize) -> Option<Problem> {
+        let at = &self.checkpoints[index];
+        let key = match self.key {
+            Some(k) => k,
+            None if at.cp.key_id == key_id(self.anchor) => *self.anchor,
+            None => {
+                self.pending.push(index);
+                return None;
+            }
+        };
+        match at.cp.check_signature(&key) {
+            Ok(()) => {
+                self.key = Some(key);
+                None
+            }
+            Err(reason) => Some(self.cp_problem(at, reason)),
+        }
+    }
+
+    fn cp_problem(&self, at: &CheckpointAt, message: String) -> Problem {
+        Problem {
+            kind: ProblemKind::BadCheckpoint,
+            file: self.cp_path.to_path_buf(),
+            line: at.line,
+            seq: Some(at.cp.head.seq),
+            message,
+        }
+    }
+
+    /// A rotation record hands over to the key it names. Any checkpoints still waiting for
+    /// a key are checked against the old key it names.
+    fn follow_rotation(
+        &mut self,
+        detail: &serde_json::Value,
+        seq: u64,
+        line: u64,
+    ) -> Option<Problem> {
+        let chain_problem = |message: String| Problem {
+            kind: ProblemKind::KeyChain,
+            file: self.path.to_path_buf(),
+            line,
+            seq: Some(seq),
+            message,
+        };
+        let key_field = |f: &str| detail.get(f).and_then(serde_json::Value::as_str);
+        let Some(new_key) = key_field("new_key").and_then(public_key_from_hex) else {
+            return Some(chain_problem(
+                "this key rotation record names no valid new key".into(),
+            ));
+        };
+        let old_key = match detail.get("old_key") {
+            Some(serde_json::Value::Null) | None => None,
+            Some(_) => match key_field("old_key").and_then(public_key_from_hex) {
+                Some(k) => Some(k),
+                None => {
+                    return Some(chain_problem(
+                        "this key rotation record names an invalid old key".into(),
+                    ))
+                }
+            },
+        };
+        let mut unchecked = 0;
+        match (self.key, old_key) {
+            (Some(in_use), Some(old)) if in_use != old => {
+                return Some(chain_problem(format!(
+                    "this record replaces key {}, but key {} signed the checkpoints before it",
+                    key_id(&old),
+                    key_id(&in_use)
+                )))
+            }
+            (None, Some(old)) => {
+                for index in std::mem::take(&mut self.pending) {
+                    let at = &self.checkpoints[index];
+                    if let Err(reason) = at.cp.check_signature(&old) {
+                        return Some(self.cp_problem(at, reason));
+                    }
+                }
+            }
+            (None, None) => unchecked = std::mem::take(&mut self.pending).len() as u64,
+            _ => {}
+        }
+        if !self.pending.is_empty() {
+            let at = &self.checkpoints[self.pending[0]];
+            let message = format!(
+                "signed by key {}, which is neither the configured key nor one a key rotation names",
+                at.cp.key_id
+            );
+            return Some(self.cp_problem(at, message));
+        }
+        let old = self.key.or(old_key);
+        // Signed by the old key: a checkpoint at exactly this record was checked with it.
+        let signed_by_old_key = self.next_cp > 0
+            && self.checkpoints[self.next_cp - 1].cp.head.seq == seq
+            && old.is_some_and(|k| self.checkpoints[self.next_cp - 1].cp.key_id == key_id(&k));
+        self.key_changes.push(KeyChange {
+            seq,
+            line,
+            old_key_id: old
+                .as_ref()
+                .map(key_id)
+                .or_else(|| key_field("old_key_id").map(str::to_string)),
+            new_key_id: key_id(&new_key),
+            signed_by_old_key,
+            unchecked_checkpoints: unchecked,
+        });
+        if let Some(old) = old {
+            self.known_keys.push(old);
+        }
+        self.known_keys.push(new_key);
+        self.key = Some(new_key);
+        None
+    }
+
+    /// Note a record whose time is before the one accepted before it.
+    fn check_time(&mut self, head: &RecordHead, line: u64) {
+        let Some(prev) = &self.last else { return };
+        let parse = |t: &str| humantime::parse_rfc3339_weak(t).ok();
+        let (Some(now), Some(before)) = (parse(&head.time), parse(&prev.time)) else {
+            return;
+        };
+        if now >= before {
+            return;
+        }
+        self.times_total += 1;
+        if self.times.len() < MAX_TIME_REGRESSIONS {
+            self.times.push(TimeRegression {
+                seq: head.seq,
+                line,
+                time: head.time.clone(),
+                previous_seq: prev.seq,
+                previous_time: prev.time.clone(),
+            });
+        }
+    }
+
+    /// After the walk: checkpoints it never reached (past the log's end) must still be
+    /// signed, checkpoints still waiting for a key are a problem, and the last checkpoint
+    /// must be signed by the configured key.
+    fn check_rest(&mut self) -> Option<Problem> {
+        for index in self.next_cp..self.checkpoints.len() {
+            if let Some(p) = self.check_signature(index) {
+                return Some(p);
+            }
+        }
+        if let Some(&index) = self.pending.first() {
+            let at = &self.checkpoints[index];
+            let message = format!(
+                "signed by key {}, but the configured key is {} and no key rotation record names key {}",
+                at.cp.key_id,
+                key_id(self.anchor),
+                at.cp.key_id
+            );
+            return Some(self.cp_problem(at, message));
+        }
+        let last = self.checkpoints.last()?;
+        if last.cp.key_id != key_id(self.anchor) {
+            return Some(Problem {
+                kind: ProblemKind::KeyChain,
+                file: self.cp_path.to_path_buf(),
+                line: last.line,
+                seq: Some(last.cp.head.seq),
+                message: format!(
+                    "the last checkpoint is signed by key {}, but the configured key is {}: a rotation to it was not completed, or this is not this log's key",
+                    last.cp.key_id,
+                    key_id(self.anchor)
+                ),
+            });
+        }
+        None
+    }
+
+    /// The log must reach the high-water mark, and hold the checkpoint it recorded.
+    fn check_mark(&self, mark: &crate::HighWaterMark, mark_path: &Path) -> Option<Problem> {
+        let signed = self
+            .known_keys
+            .iter()
+            .find(|k| key_id(k) == mark.key_id)
+            .map(|k| mark.check_signature(k));
+        let problem = |file: &Path, seq: Option<u64>, message: String| {
+            Some(Problem {
+                kind: ProblemKind::BelowMark,
+                file: file.to_path_buf(),
+                line: 0,
+                seq,
+                message,
+            })
+        };
+        match signed {
+            Some(Ok(())) => {}
+            Some(Err(reason)) => {
+                return problem(
+                    mark_path,
+                    None,
+                    format!("the high-water mark is not valid: {reason}"),
+                )
+            }
+            None => {
+                return problem(
+                    mark_path,
+                    None,
+                    format!(
+                        "the high-water mark is signed by key {}, which signed nothing in this log",
+                        mark.key_id
+                    ),
+                )
+            }
+        }
+        let last_seq = self.last.as_ref().map(|l| l.seq);
+        if last_seq.is_none_or(|s| s < mark.seq) {
+            let end = match last_seq {
+                Some(s) => format!("the log ends at seq {s}"),
+                None => "the log is empty".into(),
+            };
+            return problem(
+                self.path,
+                Some(mark.seq),
+                format!(
+                    "{end} but a checkpoint at seq {} was made; records were removed",
+                    mark.seq
+                ),
+            );
+        }
+        let at_mark = self.checkpoints.iter().find(|c| c.cp.head.seq == mark.seq);
+        match at_mark {
+            Some(c)
+                if c.cp.head.record_hash == mark.record_hash
+                    && c.cp.line_hash == mark.checkpoint_hash =>
+            {
+                None
+            }
+            Some(c) => problem(
+                self.cp_path,
+                Some(mark.seq),
+                format!(
+                    "the checkpoint at line {} (seq {}) is not the one the high-water mark recorded; checkpoints were rewritten",
+                    c.line, mark.seq
+                ),
+            ),
+            None => problem(
+                self.cp_path,
+                Some(mark.seq),
+                format!(
+                    "no checkpoint covers seq {}, but one was made; checkpoints were removed",
+                    mark.seq
+                ),
+            ),
+        }
     }
 
     fn problem(&self, kind: ProblemKind, line: u64, seq: Option<u64>, message: String) -> Problem {

@@ -27,6 +27,9 @@ pub enum ApprovalStatus {
     Expired,
     /// Cancelled by the kill switch.
     Cancelled,
+    /// The process that waited for the answer is gone: nothing would run if it were
+    /// approved.
+    Orphaned,
 }
 
 impl ApprovalStatus {
@@ -38,6 +41,7 @@ impl ApprovalStatus {
             ApprovalStatus::Denied => "denied",
             ApprovalStatus::Expired => "expired",
             ApprovalStatus::Cancelled => "cancelled",
+            ApprovalStatus::Orphaned => "orphaned",
         }
     }
 
@@ -48,6 +52,7 @@ impl ApprovalStatus {
             "denied" => Some(ApprovalStatus::Denied),
             "expired" => Some(ApprovalStatus::Expired),
             "cancelled" => Some(ApprovalStatus::Cancelled),
+            "orphaned" => Some(ApprovalStatus::Orphaned),
             _ => None,
         }
     }
@@ -178,6 +183,8 @@ pub enum ApprovalError {
     },
     #[error("approval request `{id}` is {} and cannot be decided again", status.as_str())]
     NotPending { id: String, status: ApprovalStatus },
+    #[error("approval request `{id}` is orphaned: the process that asked for it ({waiter}) is gone, so nothing would run if it were approved\nhelp: run the command again if it is still wanted; it will ask again")]
+    Orphaned { id: String, waiter: String },
     #[error("approval request `{id}` expired; it counts as denied\nhelp: let the agent propose the action again if it is still wanted")]
     Expired { id: String },
     #[error("approval for `{id}` names payload {given}, but the held payload is {stored}\nhelp: approve the exact payload that is shown (`airlock approvals show {id}`)")]

@@ -25,8 +25,13 @@ pub struct CorruptRow {
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The file exists but is not a SQLite database (or is encrypted or truncated).
-    #[error("{} is not an Airlock database: {detail}\nhelp: check that the state directory is the right one; if this file is not needed, move it away and Airlock will create a new database", path.display())]
+    #[error("{} is not an Airlock database: {detail}\nhelp: check that the state directory is the right one; restore the file from a backup, or, if it is not needed, move it aside and Airlock will create a new database", path.display())]
     NotADatabase { path: PathBuf, detail: String },
+
+    /// The database file lost its content (emptied, cut short) or is not a file at all.
+    /// Never replaced by a new database: that would reset budgets, grants and approvals.
+    #[error("{} cannot be used: {detail}\nhelp: restore it from a backup; or, to start over knowingly with no budgets spent, no grants and no approvals, move it aside (with any {}-wal file) and Airlock will create a new, empty database", path.display(), path.display())]
+    LostDatabase { path: PathBuf, detail: String },
 
     /// A SQLite database, but another program's.
     #[error("{} is a SQLite database of another program (application_id {found:#010x})\nhelp: point Airlock at its own state directory (AIRLOCK_HOME or the `state_dir` setting)", path.display())]
@@ -41,7 +46,7 @@ pub enum StoreError {
     },
 
     /// SQLite reports the file's structure as damaged.
-    #[error("{} is damaged: {detail}\nhelp: restore it from a backup, or salvage what is readable with `sqlite3 {} .recover`", path.display(), path.display())]
+    #[error("{} is damaged: {detail}\nhelp: restore it from a backup, or salvage what is readable with `sqlite3 {} .recover`; or, to start over knowingly with no budgets spent, no grants and no approvals, move it aside", path.display(), path.display())]
     Damaged { path: PathBuf, detail: String },
 
     /// A row could not be read into its declared type.

@@ -5,8 +5,10 @@
 //! that several processes (the agent waiting on an approval, the CLI granting it) share one
 //! database safely.
 //!
-//! The seams are traits — [`SessionStore`], [`BudgetStore`], [`ApprovalStore`],
-//! [`GrantStore`], bundled as [`Store`] — so a Postgres backend can follow. The embedded
+//! The seams are traits — [`SessionStore`], [`BudgetStore`], [`ApprovalRequests`] and
+//! [`GrantQueries`], bundled as the agent's [`Store`], and the operator's
+//! [`ApprovalDecisions`], [`GrantAdmin`] and [`OperatorControls`] — so a Postgres backend
+//! can follow. The embedded
 //! default is [`SqliteStore`]: SQLite compiled in, one file `<state>/airlock.db`, WAL, a
 //! busy timeout, and every write in a `BEGIN IMMEDIATE` transaction.
 //!
@@ -16,9 +18,9 @@
 //! A malformed row is reported as a [`CorruptRow`] naming its table and row and logged in
 //! the quarantine table; it never panics and never stops other rows from working.
 //!
-//! The agent is handed a [`Store`]; it holds no method that lowers a budget counter or
-//! decides an approval on the model's say. Resetting budgets is in [`OperatorControls`],
-//! which only the operator's CLI uses.
+//! The agent is handed a [`Store`]; it holds no method that lowers a budget counter,
+//! decides an approval, or makes or revokes a grant. Those are in [`OperatorControls`],
+//! [`ApprovalDecisions`] and [`GrantAdmin`], which only the operator's side uses.
 //!
 //! ## Example
 //!
@@ -73,6 +75,7 @@ mod session;
 mod sqlite;
 mod time;
 mod traits;
+mod waiter;
 
 pub use approval::{
     ApprovalError, ApprovalLimits, ApprovalPreview, ApprovalRequest, ApprovalStatus,
@@ -98,6 +101,6 @@ pub use sqlite::{
 };
 pub use time::Timestamp;
 pub use traits::{
-    ApprovalStore, BudgetStore, GrantStore, Listing, OperatorControls, QuarantinedRow,
-    SessionStore, Store,
+    ApprovalDecisions, ApprovalRequests, BudgetStore, GrantAdmin, GrantQueries, Listing,
+    OperatorControls, QuarantinedRow, SessionStore, Store,
 };

@@ -89,9 +89,12 @@ pub trait BudgetStore {
     fn budget_state(&self, session_id: &str, now: Timestamp) -> Result<BudgetState, StoreError>;
 }
 
-/// The approvals queue.
-pub trait ApprovalStore {
-    /// Hold an action for approval, subject to the per-session rate limits.
+/// The approvals queue as the requester sees it (the agent loop, the proxy's hook): hold an
+/// action, read the answer, withdraw the request. Nothing here decides one; see
+/// [`ApprovalDecisions`].
+pub trait ApprovalRequests {
+    /// Hold an action for approval, subject to the per-session rate limits. The calling
+    /// process is recorded as the one waiting for the answer.
     fn create_approval(
         &self,
         new: &NewApproval<'_>,
@@ -99,14 +102,29 @@ pub trait ApprovalStore {
         now: Timestamp,
     ) -> Result<ApprovalRequest, ApprovalError>;
 
-    /// Requests still pending and unexpired at `now`, oldest first.
-    fn pending_approvals(&self, now: Timestamp) -> Result<Listing<ApprovalRequest>, StoreError>;
-
     /// One request, whatever its status.
     fn get_approval(&self, id: &str) -> Result<ApprovalRequest, StoreError>;
 
+    /// Give up waiting for a pending request (its time ran out, say): it becomes expired
+    /// if its expiry has passed (then `Err(Expired)`), denied by `airlock` with `reason`
+    /// otherwise. Never approves.
+    fn withdraw_approval(
+        &self,
+        id: &str,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<ApprovalRequest, ApprovalError>;
+}
+
+/// The approvals queue as the operator sees it: list, approve, deny, expire, cancel. Only
+/// the binary's operator-side handle has it; the agent's [`Store`] bundle does not.
+pub trait ApprovalDecisions {
+    /// Requests still pending and unexpired at `now`, oldest first.
+    fn pending_approvals(&self, now: Timestamp) -> Result<Listing<ApprovalRequest>, StoreError>;
+
     /// Approve a pending, unexpired request whose stored hash equals
-    /// `req.payload_hash`. Returns the stored payload for the caller to run.
+    /// `req.payload_hash` and whose waiting process still runs. Returns the stored payload
+    /// for the caller to run.
     fn approve(
         &self,
         id: &str,
@@ -123,6 +141,12 @@ pub trait ApprovalStore {
         now: Timestamp,
     ) -> Result<ApprovalRequest, ApprovalError>;
 
+    /// Mark orphaned every pending request whose waiting process is gone. Returns how many.
+    fn orphan_abandoned(&self, now: Timestamp) -> Result<usize, StoreError>;
+
+    /// Orphaned requests that would not have expired yet at `now`, oldest first.
+    fn orphaned_approvals(&self, now: Timestamp) -> Result<Listing<ApprovalRequest>, StoreError>;
+
     /// Mark every pending request whose expiry has passed as expired. Returns how many.
     fn expire_due(&self, now: Timestamp) -> Result<usize, StoreError>;
 
@@ -135,12 +159,8 @@ pub trait ApprovalStore {
     ) -> Result<usize, StoreError>;
 }
 
-/// Scoped, expiring grants.
-pub trait GrantStore {
-    /// Store a grant. Its expiry must lie in the future and within
-    /// [`crate::MAX_GRANT_TTL`].
-    fn create_grant(&self, new: &NewGrant, now: Timestamp) -> Result<Grant, StoreError>;
-
+/// Looking up grants: what the agent loop needs to use one.
+pub trait GrantQueries {
     /// An unrevoked grant, unexpired at `now`, that covers the action: same session (or
     /// a rule), same kind, and either the same payload hash or one of the pattern keys.
     fn find_grant(
@@ -148,6 +168,13 @@ pub trait GrantStore {
         lookup: &GrantLookup<'_>,
         now: Timestamp,
     ) -> Result<Option<Grant>, StoreError>;
+}
+
+/// Making, listing and revoking grants: the operator's side only.
+pub trait GrantAdmin {
+    /// Store a grant. Its expiry must lie in the future and within
+    /// [`crate::MAX_GRANT_TTL`].
+    fn create_grant(&self, new: &NewGrant, now: Timestamp) -> Result<Grant, StoreError>;
 
     /// Unrevoked grants unexpired at `now`.
     fn active_grants(&self, now: Timestamp) -> Result<Listing<Grant>, StoreError>;
@@ -188,8 +215,38 @@ pub trait OperatorControls {
     fn quarantined_rows(&self) -> Result<Vec<QuarantinedRow>, StoreError>;
 }
 
-/// Everything the agent host needs from storage. Deliberately excludes
-/// [`OperatorControls`].
-pub trait Store: SessionStore + BudgetStore + ApprovalStore + GrantStore + Send + Sync {}
+/// Everything the agent loop needs from storage, and no more: it asks for approvals and
+/// reads their answers ([`ApprovalRequests`]) and looks grants up ([`GrantQueries`]), but
+/// cannot approve, deny, grant or revoke ([`ApprovalDecisions`], [`GrantAdmin`]) nor reset
+/// budgets ([`OperatorControls`]). A `&dyn Store` has no such methods at all:
+///
+/// ```compile_fail
+/// use airlock_store::{ApprovalDecisions, ApproveRequest, Store, Timestamp};
+/// fn agent(store: &dyn Store, req: &ApproveRequest<'_>) {
+///     let _ = store.approve("a-1", req, Timestamp::now());
+/// }
+/// ```
+///
+/// ```compile_fail
+/// use airlock_store::{GrantAdmin, NewGrant, Store, Timestamp};
+/// fn agent(store: &dyn Store, grant: &NewGrant) {
+///     let _ = store.create_grant(grant, Timestamp::now());
+/// }
+/// ```
+///
+/// while the agent's own side compiles:
+///
+/// ```
+/// use airlock_store::{ApprovalRequests, GrantLookup, GrantQueries, Store, Timestamp};
+/// fn agent(store: &dyn Store, lookup: &GrantLookup<'_>) {
+///     let _ = store.get_approval("a-1");
+///     let _ = store.withdraw_approval("a-1", "timed out", Timestamp::now());
+///     let _ = store.find_grant(lookup, Timestamp::now());
+/// }
+/// ```
+pub trait Store:
+    SessionStore + BudgetStore + ApprovalRequests + GrantQueries + Send + Sync
+{
+}
 
-impl<T: SessionStore + BudgetStore + ApprovalStore + GrantStore + Send + Sync> Store for T {}
+impl<T: SessionStore + BudgetStore + ApprovalRequests + GrantQueries + Send + Sync> Store for T {}

@@ -445,3 +445,104 @@ fn reopening_an_up_to_date_database_migrates_nothing() {
         (SCHEMA_VERSION, APPLICATION_ID, "wal")
     );
 }
+
+/// A database that lost its content must not be replaced by an empty one: that would reset
+/// budgets, grants and approvals. Each damaged form is refused, names the file, says how to
+/// recover, and is left untouched.
+mod lost_database {
+    use super::*;
+    use std::path::Path;
+
+    #[track_caller]
+    fn refused(dir: &Path) -> String {
+        let path = dir.join(DATABASE_FILE);
+        let before = std::fs::symlink_metadata(&path).map(|m| (m.len(), m.is_dir()));
+        let err = SqliteStore::open(dir).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains(&path.display().to_string()), "{msg}");
+        assert!(
+            matches!(
+                err,
+                StoreError::LostDatabase { .. }
+                    | StoreError::NotADatabase { .. }
+                    | StoreError::Damaged { .. }
+            ),
+            "{msg}"
+        );
+        let help = msg
+            .split("\nhelp: ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{msg}"));
+        assert!(help.contains("restore"), "{msg}");
+        assert!(help.contains("move it aside"), "{msg}");
+        let after = std::fs::symlink_metadata(&path).map(|m| (m.len(), m.is_dir()));
+        assert_eq!(before.ok(), after.ok(), "the file was changed");
+        msg
+    }
+
+    /// A database with a session whose budget was charged, closed cleanly.
+    fn used(dir: &Path) {
+        let store = open(dir);
+        let s = store.create_session(&NewSession::owner(), T0).unwrap();
+        let usage = Usage {
+            tool_calls: 3,
+            ..Usage::default()
+        };
+        store
+            .charge(s.id(), &usage, &BudgetLimits::default(), T0)
+            .unwrap();
+    }
+
+    #[test]
+    fn i7_zero_length_database_is_refused_not_recreated() {
+        let dir = tempfile::tempdir().unwrap();
+        used(dir.path());
+        std::fs::write(dir.path().join(DATABASE_FILE), b"").unwrap();
+        let msg = refused(dir.path());
+        assert!(msg.contains("empty (0 bytes)"), "{msg}");
+    }
+
+    #[test]
+    fn i7_database_cut_to_its_first_page_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        used(dir.path());
+        let path = dir.path().join(DATABASE_FILE);
+        let page: u64 = raw(dir.path())
+            .pragma_query_value(None, "page_size", |r| r.get(0))
+            .unwrap();
+        assert!(std::fs::metadata(&path).unwrap().len() > page);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(page)
+            .unwrap();
+        refused(dir.path());
+    }
+
+    #[test]
+    fn i7_database_shorter_than_a_header_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        used(dir.path());
+        let path = dir.path().join(DATABASE_FILE);
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..50]).unwrap();
+        refused(dir.path());
+    }
+
+    #[test]
+    fn i7_database_path_that_is_a_directory_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(DATABASE_FILE)).unwrap();
+        let msg = refused(dir.path());
+        assert!(msg.contains("not a regular file"), "{msg}");
+    }
+
+    #[test]
+    fn i7_a_new_state_directory_still_gets_a_new_database() {
+        let dir = tempfile::tempdir().unwrap();
+        used(dir.path());
+        let store = open(dir.path());
+        assert_eq!(store.list_sessions(None).unwrap().items.len(), 1);
+    }
+}

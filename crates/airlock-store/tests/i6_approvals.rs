@@ -551,3 +551,173 @@ fn approval_expiry_is_bounded() {
         Err(ApprovalError::Store(StoreError::InvalidInput { .. }))
     ));
 }
+
+/// An approval whose waiting process is gone is marked orphaned and cannot be approved:
+/// "approving" it would report success while nothing runs.
+mod orphaned {
+    use super::*;
+    use std::io::{BufRead, BufReader};
+    use std::process::{Child, Command, Stdio};
+
+    const ENV: &str = "AIRLOCK_STORE_TEST_WAITER_CHILD";
+    const TEST: &str = "orphaned::i6_requests_of_a_waiter_that_is_gone_are_orphaned";
+
+    /// The child's half: queue one request in the store at `dir`, say which, then wait for
+    /// the answer forever (`wait`) or leave without one (`leave`).
+    fn waiter_child(spec: &str) {
+        let mut parts = spec.split('\n');
+        let (dir, session, mode) = (
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+        );
+        let store = open(std::path::Path::new(dir));
+        let action = exec(&format!("touch ./{mode}"));
+        let req = store
+            .create_approval(
+                &new_approval(
+                    session,
+                    &action,
+                    Timestamp::now().plus(Duration::from_secs(600)),
+                ),
+                &ApprovalLimits::default(),
+                Timestamp::now(),
+            )
+            .unwrap();
+        println!("REQUEST={} {}", req.id, req.payload_hash);
+        if mode == "wait" {
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+    }
+
+    /// Start a waiter process; its request id and payload hash once it is queued.
+    fn start_waiter(dir: &std::path::Path, session: &str, mode: &str) -> (Child, String, String) {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+            .env(ENV, format!("{}\n{session}\n{mode}", dir.display()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = lines
+            .find_map(|l| {
+                l.ok()
+                    .and_then(|l| l.split_once("REQUEST=").map(|(_, r)| r.to_string()))
+            })
+            .expect("the waiter queued a request");
+        let (id, hash) = line.trim().split_once(' ').unwrap();
+        (child, id.to_string(), hash.to_string())
+    }
+
+    fn session(store: &SqliteStore) -> String {
+        store
+            .create_session(&NewSession::owner(), Timestamp::now())
+            .unwrap()
+            .id()
+            .to_string()
+    }
+
+    #[track_caller]
+    fn assert_orphaned(store: &SqliteStore, id: &str, hash: &str) {
+        let err = store
+            .approve(id, &approve_with(hash), Timestamp::now())
+            .unwrap_err();
+        assert!(matches!(err, ApprovalError::Orphaned { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(msg.contains("is gone") && msg.contains("\nhelp: "), "{msg}");
+        assert_eq!(
+            store.get_approval(id).unwrap().status,
+            ApprovalStatus::Orphaned
+        );
+        // And it stays refused.
+        let again = store.approve(id, &approve_with(hash), Timestamp::now());
+        assert!(
+            matches!(again, Err(ApprovalError::Orphaned { .. })),
+            "{again:?}"
+        );
+    }
+
+    #[test]
+    fn i6_requests_of_a_waiter_that_is_gone_are_orphaned() {
+        if let Ok(spec) = std::env::var(ENV) {
+            return waiter_child(&spec);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let s = session(&store);
+
+        // Killed with SIGKILL, not yet reaped (a zombie runs nothing either).
+        let (mut killed, id, hash) = start_waiter(dir.path(), &s, "wait");
+        let listed = store.pending_approvals(Timestamp::now()).unwrap();
+        assert!(
+            listed.items.iter().any(|r| r.id == id),
+            "queued while it waits"
+        );
+        killed.kill().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert_orphaned(&store, &id, &hash);
+        killed.wait().unwrap();
+
+        // Killed and reaped: found by the listing, listed as orphaned, not as pending.
+        let (mut killed, id2, hash2) = start_waiter(dir.path(), &s, "wait");
+        killed.kill().unwrap();
+        killed.wait().unwrap();
+        assert_eq!(store.orphan_abandoned(Timestamp::now()).unwrap(), 1);
+        let now = Timestamp::now();
+        assert!(!store
+            .pending_approvals(now)
+            .unwrap()
+            .items
+            .iter()
+            .any(|r| r.id == id2));
+        let orphans: Vec<String> = store
+            .orphaned_approvals(now)
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        assert!(
+            orphans.contains(&id2) && orphans.contains(&id),
+            "{orphans:?}"
+        );
+        assert_orphaned(&store, &id2, &hash2);
+
+        // Exited on its own without waiting for the answer.
+        let (mut left, id3, hash3) = start_waiter(dir.path(), &s, "leave");
+        left.wait().unwrap();
+        assert_orphaned(&store, &id3, &hash3);
+    }
+
+    #[test]
+    fn i6_a_reused_pid_is_not_taken_for_the_waiter() {
+        let (dir, store, s) = setup();
+        let action = exec("touch ./marker");
+        let now = Timestamp::now();
+        let limits = ApprovalLimits::default();
+        let expires = now.plus(Duration::from_secs(600));
+        let live = store
+            .create_approval(&new_approval(&s, &action, expires), &limits, now)
+            .unwrap();
+        let other = exec("touch ./other");
+        let reused = store
+            .create_approval(&new_approval(&s, &other, expires), &limits, now)
+            .unwrap();
+        // Same pid as this (live) process, another start time: another process.
+        raw(dir.path())
+            .execute(
+                "UPDATE approvals SET waiter_start = waiter_start + 1 WHERE id = ?1",
+                [&reused.id],
+            )
+            .unwrap();
+        assert_orphaned(&store, &reused.id, &reused.payload_hash);
+        // The live waiter's request is approved as before.
+        let ok = store
+            .approve(&live.id, &approve_with(&live.payload_hash), now)
+            .unwrap();
+        assert_eq!(ok.request.status, ApprovalStatus::Approved);
+    }
+}

@@ -245,11 +245,17 @@ fn a_version_2_database_is_searched_after_its_upgrade() {
             ids.push(save(&s, &a, &format!("the note {i}{extra}")));
         }
     }
-    // Take the file back to schema version 2, which had no term counts.
+    // Take the file back to schema version 2, which had no term counts (nor the
+    // approvals' waiter columns of version 4).
     {
         let db = raw(dir.path());
-        db.execute_batch("DROP TABLE memory_fts_terms; PRAGMA user_version = 2;")
-            .unwrap();
+        db.execute_batch(
+            "DROP TABLE memory_fts_terms;
+             ALTER TABLE approvals DROP COLUMN waiter_pid;
+             ALTER TABLE approvals DROP COLUMN waiter_start;
+             PRAGMA user_version = 2;",
+        )
+        .unwrap();
         let tables: i64 = db
             .query_row(
                 "SELECT count(*) FROM sqlite_schema WHERE name = 'memory_fts_terms'",

@@ -162,6 +162,9 @@ pub enum AuditCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Replace the checkpoint signing key: the old key (if it is still there) signs a record
+    /// naming the new one, and the new key signs from then on. Verify follows the change.
+    RotateKey,
 }
 
 /// Run the CLI and return the process exit code.
@@ -213,6 +216,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         } => cmd::replay::run(&traces, profile.as_deref(), json),
         Command::Audit(AuditCommand::Verify) => cmd::audit::verify(),
         Command::Audit(AuditCommand::Tail { n, json }) => cmd::audit::tail(n, json),
+        Command::Audit(AuditCommand::RotateKey) => cmd::audit::rotate_key(),
         Command::Doctor => cmd::doctor::run(),
         Command::Approvals(c) => cmd::approvals::run(c),
         Command::Memory(c) => cmd::memory::run(c),

@@ -57,6 +57,12 @@ impl Home {
         self.config.join("keys").join("audit-signing.key")
     }
 
+    /// The audit log's high-water mark: kept in the config dir, out of reach of whatever
+    /// can write the state dir, so that a wiped or cut log is detected.
+    pub fn audit_mark(&self) -> PathBuf {
+        self.config.join("keys").join("audit-high-water.mark")
+    }
+
     pub fn sessions_dir(&self) -> PathBuf {
         self.state.join("sessions")
     }

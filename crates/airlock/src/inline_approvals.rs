@@ -20,7 +20,8 @@ use serde_json::json;
 
 use airlock_audit::{AuditEvent, AuditLog};
 use airlock_store::{
-    ApprovalPreview, ApprovalRequest, ApprovalStatus, ApprovalStore, ApproveRequest, Timestamp,
+    ApprovalDecisions, ApprovalPreview, ApprovalRequest, ApprovalRequests, ApprovalStatus,
+    ApproveRequest, Timestamp,
 };
 
 use airlock_core::terminal_text::escape_line;

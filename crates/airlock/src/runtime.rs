@@ -12,20 +12,16 @@ use crate::config::Config;
 use crate::home::{create_private_dir, Home};
 use crate::policies;
 
-/// Open the audit log in the state dir, creating the signing key in the config dir on
-/// first use.
+/// Open the audit log in the state dir, with its high-water mark in the config dir.
 pub fn open_audit(home: &Home, cfg: &Config) -> anyhow::Result<AuditLog> {
-    if let Some(parent) = home.audit_key().parent() {
-        create_private_dir(parent)?;
-    }
-    let signer =
-        CheckpointSigner::load_or_create(&home.audit_key()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let opts = AuditOptions {
-        checkpoint_every: cfg.audit.checkpoint_every,
-        ..AuditOptions::default()
-    };
-    let mut log =
-        AuditLog::open(&home.audit_dir(), signer, opts).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let signer = audit_signer(home)?;
+    let mut log = AuditLog::open_marked(
+        &home.audit_dir(),
+        &home.audit_mark(),
+        signer,
+        audit_options(cfg),
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     // Every stored secret is redacted from every record, whatever the run uses: an operator
     // who pastes a value into a command must not find it in the log (I10).
     let secrets = airlock_proxy::SecretStore::new(&home.config)
@@ -38,6 +34,37 @@ pub fn open_audit(home: &Home, cfg: &Config) -> anyhow::Result<AuditLog> {
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     Ok(log)
+}
+
+/// How the audit log is written, from the config.
+pub fn audit_options(cfg: &Config) -> AuditOptions {
+    AuditOptions {
+        checkpoint_every: cfg.audit.checkpoint_every,
+        ..AuditOptions::default()
+    }
+}
+
+/// The checkpoint signing key. It is created only while nothing it would have to continue
+/// exists (no high-water mark, no audit records): a key that disappears later is an error,
+/// never silently replaced, because checkpoints signed by the old key would no longer
+/// verify. `airlock audit rotate-key` replaces a key on purpose.
+pub fn audit_signer(home: &Home) -> anyhow::Result<CheckpointSigner> {
+    let path = home.audit_key();
+    if !path.exists() && !audit_has_history(home) {
+        if let Some(parent) = path.parent() {
+            create_private_dir(parent)?;
+        }
+        return CheckpointSigner::load_or_create(&path).map_err(|e| anyhow::anyhow!("{e}"));
+    }
+    CheckpointSigner::load(&path).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Whether an audit log was started here: a key created now could not continue it.
+pub fn audit_has_history(home: &Home) -> bool {
+    let non_empty = |p: std::path::PathBuf| std::fs::symlink_metadata(p).is_ok_and(|m| m.len() > 0);
+    std::fs::symlink_metadata(home.audit_mark()).is_ok()
+        || non_empty(home.audit_dir().join(airlock_audit::LOG_FILE))
+        || non_empty(home.audit_dir().join(airlock_audit::CHECKPOINT_FILE))
 }
 
 /// The Gate for `workspace` under `profile`.

@@ -241,3 +241,203 @@ fn a_closed_output_pipe_ends_quietly() {
 
 // Operator config edits racing each other.
 mod config_races;
+
+/// Invariant I4 for the audit log as the operator runs it: a deleted signing key is never
+/// replaced silently, a key is replaced only by `airlock audit rotate-key` (which the log
+/// records), and an emptied log fails verification and stops every action.
+mod audit_key_and_wipe {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::{Path, PathBuf};
+
+    struct Home {
+        tmp: tempfile::TempDir,
+        ws: PathBuf,
+    }
+
+    impl Home {
+        fn new() -> Home {
+            let tmp = tempfile::tempdir().unwrap();
+            let ws = tmp.path().join("ws");
+            std::fs::create_dir(&ws).unwrap();
+            // As root the sandbox runs as 65534, which must reach and write the workspace.
+            std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::fs::set_permissions(&ws, std::fs::Permissions::from_mode(0o777)).unwrap();
+            let home = Home { tmp, ws };
+            let o = home.run(&["init"]);
+            assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+            home
+        }
+
+        fn path(&self) -> &Path {
+            self.tmp.path()
+        }
+
+        fn run(&self, args: &[&str]) -> Output {
+            let o = run(self.path(), args);
+            assert_no_panic(&o);
+            o
+        }
+
+        fn exec_true(&self) -> Output {
+            let ws = self.ws.to_str().unwrap();
+            self.run(&["exec", "--workspace", ws, "--", "true"])
+        }
+
+        fn key(&self) -> PathBuf {
+            self.path().join("config/keys/audit-signing.key")
+        }
+
+        fn audit(&self, file: &str) -> PathBuf {
+            self.path().join("state/audit").join(file)
+        }
+    }
+
+    #[test]
+    fn i4_deleted_audit_key_stops_exec_until_an_explicit_rotation() {
+        let h = Home::new();
+        let o = h.exec_true();
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        std::fs::remove_file(h.key()).unwrap();
+
+        for args in [&["init"][..], &["kill", "--all"][..]] {
+            let o = h.run(args);
+            assert_ne!(o.status.code(), Some(0), "{args:?}: {}", text(&o));
+            let t = text(&o);
+            assert!(
+                t.contains("audit signing key") && t.contains("is missing"),
+                "{t}"
+            );
+            assert!(
+                t.contains("help: ") && t.contains("airlock audit rotate-key"),
+                "{t}"
+            );
+            assert!(!h.key().exists(), "{args:?} created a new key silently");
+        }
+        let o = h.exec_true();
+        assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+        assert!(!h.key().exists(), "exec created a new key silently");
+
+        // The operator replaces the key knowingly; the old one was not there to sign.
+        let o = h.run(&["audit", "rotate-key"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        assert!(text(&o).contains("was not there to sign"), "{}", text(&o));
+        let o = h.exec_true();
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        let o = h.run(&["audit", "verify"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        assert!(
+            text(&o).contains("was NOT signed by the old key"),
+            "{}",
+            text(&o)
+        );
+
+        // With the key present, the old key signs the hand-over.
+        let o = h.run(&["audit", "rotate-key"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        let o = h.run(&["audit", "verify"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        assert!(text(&o).contains("signed the hand-over"), "{}", text(&o));
+        let log = std::fs::read_to_string(h.audit("log.jsonl")).unwrap();
+        assert_eq!(log.matches("\"audit-key-rotated\"").count(), 2, "{log}");
+    }
+
+    #[test]
+    fn i4_rotation_interrupted_before_the_new_key_took_over_is_finished_not_lost() {
+        let h = Home::new();
+        assert_eq!(h.exec_true().status.code(), Some(0));
+        let pub_path = h.path().join("config/keys/audit-signing.key.pub");
+        let (old_key, old_pub) = (
+            std::fs::read(h.key()).unwrap(),
+            std::fs::read(&pub_path).unwrap(),
+        );
+        let o = h.run(&["audit", "rotate-key"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        // As if the rotation died after recording the hand-over, before moving the key.
+        let next = h.path().join("config/keys/audit-signing.key.next");
+        std::fs::rename(h.key(), &next).unwrap();
+        std::fs::write(h.key(), &old_key).unwrap();
+        std::fs::set_permissions(h.key(), std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::write(&pub_path, &old_pub).unwrap();
+
+        // The old key may not sign on after the hand-over.
+        let o = h.exec_true();
+        assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+        assert!(text(&o).contains("signs with key"), "{}", text(&o));
+        // Rotating again finishes the interrupted rotation instead of starting another.
+        let o = h.run(&["audit", "rotate-key"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        assert!(
+            text(&o).contains("finished an interrupted key rotation"),
+            "{}",
+            text(&o)
+        );
+        assert!(!next.exists());
+        assert_eq!(h.exec_true().status.code(), Some(0));
+        let o = h.run(&["audit", "verify"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        // A stray key file the log never handed over to is not installed.
+        std::fs::write(&next, &old_key).unwrap();
+        std::fs::set_permissions(&next, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let o = h.run(&["audit", "rotate-key"]);
+        assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+        assert!(text(&o).contains("did not finish"), "{}", text(&o));
+    }
+
+    #[test]
+    fn i4_emptied_or_cut_audit_log_fails_verify_and_stops_exec() {
+        let h = Home::new();
+        for _ in 0..2 {
+            let o = h.exec_true();
+            assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        }
+        let log = std::fs::read(h.audit("log.jsonl")).unwrap();
+        let cps = std::fs::read(h.audit("checkpoints.jsonl")).unwrap();
+
+        // Emptied.
+        std::fs::write(h.audit("log.jsonl"), b"").unwrap();
+        std::fs::write(h.audit("checkpoints.jsonl"), b"").unwrap();
+        let o = h.run(&["audit", "verify"]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        assert!(
+            text(&o).contains(
+                "the log is empty but a checkpoint at seq 3 was made; records were removed"
+            ),
+            "{}",
+            text(&o)
+        );
+        let o = h.exec_true();
+        assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+        assert_eq!(
+            std::fs::read(h.audit("log.jsonl")).unwrap(),
+            b"",
+            "a new chain started"
+        );
+
+        // Cut together with the last checkpoints: records #0 and #1 and their checkpoint.
+        let keep = |bytes: &[u8], n: usize| -> Vec<u8> {
+            bytes
+                .split_inclusive(|&b| b == b'\n')
+                .take(n)
+                .flatten()
+                .copied()
+                .collect()
+        };
+        std::fs::write(h.audit("log.jsonl"), keep(&log, 2)).unwrap();
+        std::fs::write(h.audit("checkpoints.jsonl"), keep(&cps, 2)).unwrap();
+        let o = h.run(&["audit", "verify"]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        assert!(
+            text(&o).contains("the log ends at seq 1 but a checkpoint at seq 3 was made"),
+            "{}",
+            text(&o)
+        );
+        let o = h.exec_true();
+        assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+        assert_eq!(
+            std::fs::read(h.audit("log.jsonl")).unwrap(),
+            keep(&log, 2),
+            "seq #2 was written again"
+        );
+    }
+}

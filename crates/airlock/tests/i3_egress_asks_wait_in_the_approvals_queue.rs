@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use airlock_store::{ApprovalPreview, ApprovalRequest, ApprovalStatus, ApprovalStore};
+use airlock_store::{ApprovalPreview, ApprovalRequest, ApprovalRequests, ApprovalStatus};
 use i3_common::*;
 
 struct Env {

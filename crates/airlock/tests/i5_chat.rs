@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use airlock_agent::scripted::{ScriptedModel, Step};
 use airlock_proxy::{NetRule, NetRules};
-use airlock_store::{ApprovalStatus, ApprovalStore, SqliteStore};
+use airlock_store::{ApprovalRequests, ApprovalStatus, SqliteStore};
 use serde_json::Value;
 
 mod exec_fixture;

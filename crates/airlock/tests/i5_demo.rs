@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::{Output, Stdio};
 
-use airlock_store::{ApprovalStatus, ApprovalStore, SqliteStore};
+use airlock_store::{ApprovalRequests, ApprovalStatus, SqliteStore};
 use serde_json::Value;
 
 mod exec_fixture;

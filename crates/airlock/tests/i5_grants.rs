@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use airlock_agent::scripted::{Fault, ScriptedModel, Step};
 use airlock_store::{
-    ApprovalRequest, ApprovalStore, NewSession, SessionStore, SqliteStore, Timestamp,
+    ApprovalDecisions, ApprovalRequest, ApprovalRequests, NewSession, SessionStore, SqliteStore,
+    Timestamp,
 };
 use serde_json::Value;
 

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use airlock_agent::scripted::{ScriptedModel, Step};
-use airlock_store::{ApprovalRequest, ApprovalStore, SqliteStore, Timestamp};
+use airlock_store::{ApprovalDecisions, ApprovalRequest, SqliteStore, Timestamp};
 use serde_json::Value;
 
 mod exec_fixture;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use airlock_agent::scripted::{ScriptedModel, Step};
 use airlock_core::Action;
 use airlock_store::{
-    ApprovalLimits, ApprovalPreview, ApprovalStatus, ApprovalStore, NewApproval, NewSession,
+    ApprovalLimits, ApprovalPreview, ApprovalRequests, ApprovalStatus, NewApproval, NewSession,
     SessionStatus, SessionStore, SqliteStore, Timestamp,
 };
 use serde_json::Value;

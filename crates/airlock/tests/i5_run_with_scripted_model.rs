@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 
 use airlock_agent::scripted::{ScriptedModel, Step};
-use airlock_store::{ApprovalStore, NewSession, SessionStore, SqliteStore, Timestamp};
+use airlock_store::{ApprovalRequests, NewSession, SessionStore, SqliteStore, Timestamp};
 use serde_json::Value;
 
 mod exec_fixture;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use airlock_core::Action;
 use airlock_store::{
-    ApprovalLimits, ApprovalPreview, ApprovalStatus, ApprovalStore, NewApproval, SessionStatus,
+    ApprovalLimits, ApprovalPreview, ApprovalRequests, ApprovalStatus, NewApproval, SessionStatus,
     SessionStore, SqliteStore, Timestamp,
 };
 

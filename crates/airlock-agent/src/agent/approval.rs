@@ -129,10 +129,9 @@ impl Agent<'_> {
             match current.status {
                 ApprovalStatus::Pending => {
                     if Timestamp::now() >= request.expires_at {
-                        match self.store.deny(
+                        match self.store.withdraw_approval(
                             &request.id,
-                            "airlock",
-                            Some("no answer within the approval timeout"),
+                            "no answer within the approval timeout",
                             Timestamp::now(),
                         ) {
                             // Answered in the meantime: read it again.
@@ -186,6 +185,17 @@ impl Agent<'_> {
                 }
                 ApprovalStatus::Expired => {
                     return self.refuse(run, request_id, "expired", "airlock", None);
+                }
+                // Only a process that is gone is marked orphaned; if this one was taken for
+                // gone, nothing will answer the request: refuse rather than wait.
+                ApprovalStatus::Orphaned => {
+                    return self.refuse(
+                        run,
+                        request_id,
+                        "orphaned",
+                        "airlock",
+                        current.note.as_deref(),
+                    );
                 }
                 ApprovalStatus::Cancelled => {
                     if self.is_killed(&id)? {

@@ -46,7 +46,29 @@ pub struct Agent<'a> {
     pub gate: &'a Gate,
     /// Where decisions and results are recorded.
     pub audit: &'a mut AuditLog,
-    /// Sessions, budgets and approvals.
+    /// Sessions, budgets, approval requests and grant lookups: the agent's side only. The
+    /// loop can ask and read answers, never give them:
+    ///
+    /// ```compile_fail
+    /// use airlock_store::{ApprovalDecisions, ApproveRequest, Timestamp};
+    /// fn approve_own(agent: &airlock_agent::agent::Agent<'_>, req: &ApproveRequest<'_>) {
+    ///     let _ = agent.store.approve("a-1", req, Timestamp::now());
+    /// }
+    /// ```
+    ///
+    /// ```compile_fail
+    /// use airlock_store::{GrantAdmin, Timestamp};
+    /// fn revoke(agent: &airlock_agent::agent::Agent<'_>) {
+    ///     let _ = agent.store.revoke_grant("g-1", Timestamp::now());
+    /// }
+    /// ```
+    ///
+    /// ```
+    /// use airlock_store::{ApprovalRequests, Timestamp};
+    /// fn withdraw(agent: &airlock_agent::agent::Agent<'_>) {
+    ///     let _ = agent.store.withdraw_approval("a-1", "timed out", Timestamp::now());
+    /// }
+    /// ```
     pub store: &'a dyn Store,
     /// Shell, fetch and message execution.
     pub executors: &'a dyn Executors,

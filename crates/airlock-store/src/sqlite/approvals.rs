@@ -17,7 +17,8 @@ use crate::grant::{GrantScope, GrantTarget};
 use crate::ids::random_id;
 use crate::session::MAX_NAME_BYTES;
 use crate::time::Timestamp;
-use crate::traits::{ApprovalStore, Listing};
+use crate::traits::{ApprovalDecisions, ApprovalRequests, Listing};
+use crate::waiter::Waiter;
 
 const COLUMNS: &str =
     "id, session_id, action_kind, payload, payload_hash, preview, reasons, policies, \
@@ -86,6 +87,69 @@ pub(super) fn cancel_pending(
     )?)
 }
 
+/// The process waiting for request `id`, if one was recorded.
+fn waiter_of(tx: &Transaction<'_>, id: &str) -> Result<Option<Waiter>, StoreError> {
+    let (pid, start): (Option<i64>, Option<i64>) = tx.query_row(
+        "SELECT waiter_pid, waiter_start FROM approvals WHERE id = ?1",
+        [id],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    Ok(pid.map(|pid| to_waiter(pid, start)))
+}
+
+/// A waiter from its stored columns; values no process can have name no live process.
+fn to_waiter(pid: i64, start: Option<i64>) -> Waiter {
+    Waiter {
+        pid: u32::try_from(pid).unwrap_or(0),
+        start: start
+            .and_then(|s| u64::try_from(s).ok())
+            .unwrap_or(u64::MAX),
+    }
+}
+
+fn describe(w: &Waiter) -> String {
+    format!("pid {}", w.pid)
+}
+
+/// Mark request `id` orphaned: its waiter `w` is gone.
+fn mark_orphaned(
+    tx: &Transaction<'_>,
+    id: &str,
+    w: &Waiter,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "UPDATE approvals SET status = 'orphaned', decided_by = 'airlock', decided_at = ?2, note = ?3
+         WHERE id = ?1 AND status = 'pending'",
+        params![
+            id,
+            now.as_unix_ms(),
+            format!("the waiting process ({}) is gone", describe(w))
+        ],
+    )?;
+    Ok(())
+}
+
+/// Mark orphaned every pending request whose waiter is gone. Returns how many.
+fn orphan_abandoned(tx: &Transaction<'_>, now: Timestamp) -> Result<usize, StoreError> {
+    let waiting: Vec<(String, i64, Option<i64>)> = {
+        let mut stmt = tx.prepare_cached(
+            "SELECT id, waiter_pid, waiter_start FROM approvals WHERE status = 'pending' AND waiter_pid IS NOT NULL",
+        )?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        rows.collect::<Result<_, _>>()?
+    };
+    let mut n = 0;
+    for (id, pid, start) in waiting {
+        let w = to_waiter(pid, start);
+        if !w.is_alive() {
+            mark_orphaned(tx, &id, &w, now)?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
 /// Mark one request expired.
 fn mark_expired(tx: &Transaction<'_>, id: &str, now: Timestamp) -> Result<(), StoreError> {
     tx.execute(
@@ -114,9 +178,10 @@ fn verified_payload(req: &ApprovalRequest) -> Result<Action, CorruptRow> {
 enum Decided<T> {
     Done(T),
     Expired,
+    Orphaned(Waiter),
 }
 
-impl ApprovalStore for SqliteStore {
+impl ApprovalRequests for SqliteStore {
     fn create_approval(
         &self,
         new: &NewApproval<'_>,
@@ -146,6 +211,8 @@ impl ApprovalStore for SqliteStore {
         let policies = to_json_checked("policies", &new.policies, MAX_REASONS_BYTES)?;
         let id = random_id("a")?;
         let session = new.session_id;
+        // The creating process is the one that waits for the answer.
+        let waiter = Waiter::current();
         self.write(|tx| {
             require_active(tx, session)?;
             let pending: u64 = tx.query_row(
@@ -174,7 +241,7 @@ impl ApprovalStore for SqliteStore {
                 });
             }
             tx.execute(
-                &format!("INSERT INTO approvals ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', NULL, NULL, NULL)"),
+                &format!("INSERT INTO approvals ({COLUMNS}, waiter_pid, waiter_start) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', NULL, NULL, NULL, ?11, ?12)"),
                 params![
                     id,
                     session,
@@ -185,7 +252,9 @@ impl ApprovalStore for SqliteStore {
                     reasons,
                     policies,
                     now.as_unix_ms(),
-                    new.expires_at.as_unix_ms()
+                    new.expires_at.as_unix_ms(),
+                    waiter.map(|w| i64::from(w.pid)),
+                    waiter.and_then(|w| i64::try_from(w.start).ok()),
                 ],
             )?;
             Ok(())
@@ -208,30 +277,24 @@ impl ApprovalStore for SqliteStore {
         })
     }
 
-    fn pending_approvals(&self, now: Timestamp) -> Result<Listing<ApprovalRequest>, StoreError> {
-        let listing = self.read(|tx| {
-            let sql = format!("SELECT {COLUMNS} FROM approvals WHERE status = 'pending' AND expires_at > ?1 ORDER BY created_at, id");
-            let mut stmt = tx.prepare_cached(&sql)?;
-            let mut rows = stmt.query([now.as_unix_ms()])?;
-            let mut listing = Listing {
-                items: Vec::new(),
-                corrupt: Vec::new(),
-            };
-            while let Some(row) = rows.next()? {
-                match decode(row) {
-                    Ok(a) => listing.items.push(a),
-                    Err(c) => listing.corrupt.push(c),
-                }
-            }
-            Ok(listing)
-        })?;
-        self.quarantine(&listing.corrupt);
-        Ok(listing)
-    }
-
     fn get_approval(&self, id: &str) -> Result<ApprovalRequest, StoreError> {
         let r = self.read(|tx| load(tx, id));
         self.reported(r)
+    }
+
+    fn withdraw_approval(
+        &self,
+        id: &str,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<ApprovalRequest, ApprovalError> {
+        self.deny_inner(id, "airlock", Some(reason), now)
+    }
+}
+
+impl ApprovalDecisions for SqliteStore {
+    fn pending_approvals(&self, now: Timestamp) -> Result<Listing<ApprovalRequest>, StoreError> {
+        self.list_where("status = 'pending' AND expires_at > ?1", now)
     }
 
     fn approve(
@@ -242,6 +305,12 @@ impl ApprovalStore for SqliteStore {
     ) -> Result<Approved, ApprovalError> {
         let r = self.write(|tx| {
             let mut request = load(tx, id)?;
+            if request.status == ApprovalStatus::Orphaned {
+                return Err(ApprovalError::Orphaned {
+                    id: id.to_string(),
+                    waiter: request.note.clone().unwrap_or_else(|| "its waiter".into()),
+                });
+            }
             if request.status != ApprovalStatus::Pending {
                 return Err(ApprovalError::NotPending {
                     id: id.to_string(),
@@ -251,6 +320,11 @@ impl ApprovalStore for SqliteStore {
             if now >= request.expires_at {
                 mark_expired(tx, id, now)?;
                 return Ok(Decided::Expired);
+            }
+            // Approving a request nobody waits for would report success while nothing runs.
+            if let Some(w) = waiter_of(tx, id)?.filter(|w| !w.is_alive()) {
+                mark_orphaned(tx, id, &w, now)?;
+                return Ok(Decided::Orphaned(w));
             }
             if req.payload_hash != request.payload_hash {
                 return Err(ApprovalError::HashMismatch {
@@ -290,6 +364,45 @@ impl ApprovalStore for SqliteStore {
         reason: Option<&str>,
         now: Timestamp,
     ) -> Result<ApprovalRequest, ApprovalError> {
+        self.deny_inner(id, by, reason, now)
+    }
+
+    fn orphan_abandoned(&self, now: Timestamp) -> Result<usize, StoreError> {
+        self.write(|tx| orphan_abandoned(tx, now))
+    }
+
+    fn orphaned_approvals(&self, now: Timestamp) -> Result<Listing<ApprovalRequest>, StoreError> {
+        self.list_where("status = 'orphaned' AND expires_at > ?1", now)
+    }
+
+    fn expire_due(&self, now: Timestamp) -> Result<usize, StoreError> {
+        self.write(|tx| {
+            Ok(tx.execute(
+                "UPDATE approvals SET status = 'expired', decided_at = ?1 WHERE status = 'pending' AND expires_at <= ?1",
+                [now.as_unix_ms()],
+            )?)
+        })
+    }
+
+    fn cancel_all_for_session(
+        &self,
+        session_id: &str,
+        by: &str,
+        now: Timestamp,
+    ) -> Result<usize, StoreError> {
+        self.write(|tx| cancel_pending(tx, session_id, by, "cancelled by the kill switch", now))
+    }
+}
+
+impl SqliteStore {
+    /// Deny a pending request (an operator's answer, or a requester withdrawing).
+    fn deny_inner(
+        &self,
+        id: &str,
+        by: &str,
+        reason: Option<&str>,
+        now: Timestamp,
+    ) -> Result<ApprovalRequest, ApprovalError> {
         if reason.is_some_and(|r| r.len() > MAX_NOTE_BYTES) {
             return Err(StoreError::invalid(
                 "reason",
@@ -323,26 +436,34 @@ impl ApprovalStore for SqliteStore {
         self.decided(id, r)
     }
 
-    fn expire_due(&self, now: Timestamp) -> Result<usize, StoreError> {
-        self.write(|tx| {
-            Ok(tx.execute(
-                "UPDATE approvals SET status = 'expired', decided_at = ?1 WHERE status = 'pending' AND expires_at <= ?1",
-                [now.as_unix_ms()],
-            )?)
-        })
-    }
-
-    fn cancel_all_for_session(
+    /// Requests matching `condition` (in which `?1` is `now`), oldest first.
+    fn list_where(
         &self,
-        session_id: &str,
-        by: &str,
+        condition: &str,
         now: Timestamp,
-    ) -> Result<usize, StoreError> {
-        self.write(|tx| cancel_pending(tx, session_id, by, "cancelled by the kill switch", now))
+    ) -> Result<Listing<ApprovalRequest>, StoreError> {
+        let listing = self.read(|tx| {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM approvals WHERE {condition} ORDER BY created_at, id"
+            );
+            let mut stmt = tx.prepare_cached(&sql)?;
+            let mut rows = stmt.query([now.as_unix_ms()])?;
+            let mut listing = Listing {
+                items: Vec::new(),
+                corrupt: Vec::new(),
+            };
+            while let Some(row) = rows.next()? {
+                match decode(row) {
+                    Ok(a) => listing.items.push(a),
+                    Err(c) => listing.corrupt.push(c),
+                }
+            }
+            Ok(listing)
+        })?;
+        self.quarantine(&listing.corrupt);
+        Ok(listing)
     }
-}
 
-impl SqliteStore {
     /// Turn a committed expiry into its error, and log a malformed row.
     fn decided<T>(
         &self,
@@ -352,6 +473,10 @@ impl SqliteStore {
         match r {
             Ok(Decided::Done(t)) => Ok(t),
             Ok(Decided::Expired) => Err(ApprovalError::Expired { id: id.to_string() }),
+            Ok(Decided::Orphaned(w)) => Err(ApprovalError::Orphaned {
+                id: id.to_string(),
+                waiter: describe(&w),
+            }),
             Err(e) => {
                 if let ApprovalError::Store(StoreError::CorruptRow(c)) = &e {
                     self.quarantine(std::slice::from_ref(c));

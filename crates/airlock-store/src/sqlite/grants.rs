@@ -12,7 +12,7 @@ use crate::grant::{
 use crate::ids::random_id;
 use crate::session::MAX_NAME_BYTES;
 use crate::time::Timestamp;
-use crate::traits::{GrantStore, Listing};
+use crate::traits::{GrantAdmin, GrantQueries, Listing};
 
 const COLUMNS: &str = "id, scope, session_id, target, action_kind, value, created_by, created_at, expires_at, approval_id, revoked_at";
 
@@ -63,7 +63,7 @@ fn decode(row: &Row<'_>) -> Result<Grant, CorruptRow> {
     })
 }
 
-/// Validate and insert a grant. Shared by [`GrantStore::create_grant`] and approvals.
+/// Validate and insert a grant. Shared by [`GrantAdmin::create_grant`] and approvals.
 pub(super) fn insert_grant(
     tx: &Transaction<'_>,
     new: &NewGrant,
@@ -138,42 +138,9 @@ pub(super) fn insert_grant(
     })
 }
 
-impl GrantStore for SqliteStore {
+impl GrantAdmin for SqliteStore {
     fn create_grant(&self, new: &NewGrant, now: Timestamp) -> Result<Grant, StoreError> {
         self.write(|tx| insert_grant(tx, new, None, now))
-    }
-
-    fn find_grant(
-        &self,
-        lookup: &GrantLookup<'_>,
-        now: Timestamp,
-    ) -> Result<Option<Grant>, StoreError> {
-        let r = self.read(|tx| {
-            let sql = format!(
-                "SELECT {COLUMNS} FROM grants
-                 WHERE action_kind = ?1
-                   AND ((target = ?3 AND value = ?2)
-                        -- The payload a scoped grant was approved for is covered by it,
-                        -- whatever pattern the caller computed.
-                        OR (?3 = 'payload' AND target = 'pattern' AND approval_id IS NOT NULL
-                            AND (SELECT payload_hash FROM approvals WHERE id = grants.approval_id) = ?2))
-                   AND revoked_at IS NULL AND expires_at > ?4
-                   AND (scope = 'rule' OR session_id = ?5)
-                   AND (session_id IS NULL OR (SELECT status FROM sessions WHERE id = grants.session_id) = 'active')
-                 ORDER BY expires_at DESC, id LIMIT 1"
-            );
-            let mut stmt = tx.prepare_cached(&sql)?;
-            let candidates = std::iter::once(("payload", lookup.action_hash))
-                .chain(lookup.patterns.iter().map(|p| ("pattern", p.as_str())));
-            for (target, value) in candidates {
-                let mut rows = stmt.query(params![lookup.action_kind, value, target, now.as_unix_ms(), lookup.session_id])?;
-                if let Some(row) = rows.next()? {
-                    return Ok(Some(decode(row)?));
-                }
-            }
-            Ok(None)
-        });
-        self.reported(r)
     }
 
     fn active_grants(&self, now: Timestamp) -> Result<Listing<Grant>, StoreError> {
@@ -218,5 +185,40 @@ impl GrantStore for SqliteStore {
             }
             Ok(())
         })
+    }
+}
+
+impl GrantQueries for SqliteStore {
+    fn find_grant(
+        &self,
+        lookup: &GrantLookup<'_>,
+        now: Timestamp,
+    ) -> Result<Option<Grant>, StoreError> {
+        let r = self.read(|tx| {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM grants
+                 WHERE action_kind = ?1
+                   AND ((target = ?3 AND value = ?2)
+                        -- The payload a scoped grant was approved for is covered by it,
+                        -- whatever pattern the caller computed.
+                        OR (?3 = 'payload' AND target = 'pattern' AND approval_id IS NOT NULL
+                            AND (SELECT payload_hash FROM approvals WHERE id = grants.approval_id) = ?2))
+                   AND revoked_at IS NULL AND expires_at > ?4
+                   AND (scope = 'rule' OR session_id = ?5)
+                   AND (session_id IS NULL OR (SELECT status FROM sessions WHERE id = grants.session_id) = 'active')
+                 ORDER BY expires_at DESC, id LIMIT 1"
+            );
+            let mut stmt = tx.prepare_cached(&sql)?;
+            let candidates = std::iter::once(("payload", lookup.action_hash))
+                .chain(lookup.patterns.iter().map(|p| ("pattern", p.as_str())));
+            for (target, value) in candidates {
+                let mut rows = stmt.query(params![lookup.action_kind, value, target, now.as_unix_ms(), lookup.session_id])?;
+                if let Some(row) = rows.next()? {
+                    return Ok(Some(decode(row)?));
+                }
+            }
+            Ok(None)
+        });
+        self.reported(r)
     }
 }

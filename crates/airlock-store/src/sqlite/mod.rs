@@ -113,21 +113,26 @@ impl SqliteStore {
         // process closing its connection could then checkpoint and unlink the WAL under
         // the live one, whose writes would vanish. SQLite reports a foreign file itself
         // (SQLITE_NOTADB, mapped by `open_error`).
-        let existed = db_path.exists();
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let mut conn =
-            Connection::open_with_flags(&db_path, flags).map_err(|e| open_error(&db_path, e))?;
-        if !existed {
-            // The database holds approvals and budgets: only the operator may read it.
-            fs::set_permissions(&db_path, fs::Permissions::from_mode(0o600)).map_err(|source| {
-                StoreError::Io {
+        // `stat` only (no descriptor, see above). SQLite takes an empty file for a new
+        // database, so an emptied one would silently reset every budget, grant and
+        // approval: a missing file is created below, complete, under its final name, and
+        // an existing one must look like a database.
+        match fs::metadata(&db_path) {
+            Ok(meta) => check_database_file(&db_path, &meta)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                create_database(&db_path, options.busy_timeout)?
+            }
+            Err(source) => {
+                return Err(StoreError::Io {
                     path: db_path.clone(),
                     source,
-                }
-            })?;
+                })
+            }
         }
+        // No SQLITE_OPEN_CREATE: a file that vanished since is an error, not a new database.
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn =
+            Connection::open_with_flags(&db_path, flags).map_err(|e| open_error(&db_path, e))?;
         // Opening can meet SQLITE_BUSY without SQLite's busy handler being asked: while
         // another process rebuilds the write-ahead log's index (the first opener after
         // every connection closed), readers get SQLITE_BUSY_RECOVERY at once. Retry it
@@ -135,6 +140,7 @@ impl SqliteStore {
         let deadline = std::time::Instant::now() + options.busy_timeout;
         retry_while_busy(deadline, || {
             configure(&conn, options.busy_timeout, options.sync).map_err(StoreError::Sqlite)?;
+            check_not_cut_short(&conn, &db_path)?;
             schema::check_and_migrate(&mut conn, &db_path)
         })
         .map_err(|e| match e {
@@ -215,6 +221,106 @@ impl SqliteStore {
         }
         r
     }
+}
+
+/// The smallest SQLite file: its header alone is 100 bytes.
+const SQLITE_HEADER_BYTES: u64 = 100;
+
+/// Refuse an existing database path that cannot hold a database: not a regular file,
+/// empty, or shorter than SQLite's header.
+fn check_database_file(path: &Path, meta: &fs::Metadata) -> Result<(), StoreError> {
+    let lost = |detail: String| StoreError::LostDatabase {
+        path: path.to_path_buf(),
+        detail,
+    };
+    if !meta.is_file() {
+        return Err(lost("it is not a regular file".into()));
+    }
+    match meta.len() {
+        0 => Err(lost("it is empty (0 bytes): its content was lost".into())),
+        n if n < SQLITE_HEADER_BYTES => Err(StoreError::NotADatabase {
+            path: path.to_path_buf(),
+            detail: format!("it is {n} bytes long, shorter than a SQLite header"),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Refuse a database whose file holds fewer pages than its header says, and whose
+/// write-ahead log cannot hold the rest: it was cut short.
+fn check_not_cut_short(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let pages: u64 = conn.pragma_query_value(None, "page_count", |r| r.get(0))?;
+    let page_size: u64 = conn.pragma_query_value(None, "page_size", |r| r.get(0))?;
+    let size = |p: &Path| fs::metadata(p).map_or(0, |m| m.len());
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let have = size(path).saturating_add(size(Path::new(&wal)));
+    let need = pages.saturating_mul(page_size);
+    if have < need {
+        return Err(StoreError::LostDatabase {
+            path: path.to_path_buf(),
+            detail: format!(
+                "it holds {have} bytes (with its write-ahead log), but its header says {pages} pages of {page_size} bytes: it was cut short"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Create a new database at `path`: built and migrated under a temporary name, then linked
+/// into place, so that `path` never exists empty (a crash while creating leaves only the
+/// temporary file). If another process created it meanwhile, theirs is kept.
+fn create_database(path: &Path, busy_timeout: Duration) -> Result<(), StoreError> {
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| StoreError::Io { path: p, source }
+    };
+    let tmp = {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let mut name = path.as_os_str().to_owned();
+        name.push(format!(".new-{}-{nanos}", std::process::id()));
+        PathBuf::from(name)
+    };
+    let remove_tmp = |tmp: &Path| {
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut name = tmp.as_os_str().to_owned();
+            name.push(suffix);
+            let _ = fs::remove_file(PathBuf::from(name));
+        }
+    };
+    let built = (|| {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn = Connection::open_with_flags(&tmp, flags)?;
+        // The database holds approvals and budgets: only the operator may read it.
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o600)).map_err(io(&tmp))?;
+        configure(&conn, busy_timeout, SyncMode::EveryCommit)?;
+        schema::check_and_migrate(&mut conn, &tmp)?;
+        // Closing the only connection checkpoints the write-ahead log into the file.
+        conn.close().map_err(|(_, e)| StoreError::Sqlite(e))?;
+        fs::File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(io(&tmp))
+    })();
+    if let Err(e) = built {
+        remove_tmp(&tmp);
+        return Err(e);
+    }
+    let linked = fs::hard_link(&tmp, path);
+    remove_tmp(&tmp);
+    match linked {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(e) => return Err(io(path)(e)),
+    }
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
+    let dir = dir.unwrap_or(Path::new("."));
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(dir))
 }
 
 /// Write-ahead log pages after which a [`SyncMode::ProcessLifetime`] commit checkpoints.

@@ -173,6 +173,12 @@ CREATE VIRTUAL TABLE memory_fts USING fts5(text, namespace UNINDEXED, tokenize =
     r#"
 CREATE VIRTUAL TABLE memory_fts_terms USING fts5vocab(memory_fts, 'row');
 "#,
+    // 4: the process waiting for each approval request (pid and start time), so a request
+    // whose waiter died is marked orphaned instead of being approved for nobody.
+    r#"
+ALTER TABLE approvals ADD COLUMN waiter_pid INTEGER;
+ALTER TABLE approvals ADD COLUMN waiter_start INTEGER;
+"#,
 ];
 
 /// The schema version this build writes.

@@ -24,9 +24,9 @@ use airlock_core::facts::GateConfig;
 use airlock_core::terminal_text::escape_line;
 use airlock_core::Action;
 use airlock_store::{
-    ApprovalError, ApprovalPreview, ApprovalRequest, ApprovalStatus, ApprovalStore, ApproveRequest,
-    GrantScope, GrantTarget, NewGrant, SessionStore, SqliteStore, StoreError, Timestamp,
-    MAX_GRANT_TTL,
+    ApprovalDecisions, ApprovalError, ApprovalPreview, ApprovalRequest, ApprovalRequests,
+    ApprovalStatus, ApproveRequest, GrantScope, GrantTarget, NewGrant, SessionStore, SqliteStore,
+    StoreError, Timestamp, MAX_GRANT_TTL,
 };
 
 use crate::home::Home;
@@ -127,11 +127,26 @@ fn list(store: &SqliteStore) -> anyhow::Result<i32> {
     store
         .expire_due(now)
         .map_err(|e| anyhow::anyhow!("cannot expire old requests: {e}"))?;
+    // A request whose waiting process is gone would be approved for nobody; say so.
+    store
+        .orphan_abandoned(now)
+        .map_err(|e| anyhow::anyhow!("cannot check who waits for the requests: {e}"))?;
     let listing = store
         .pending_approvals(now)
         .map_err(|e| anyhow::anyhow!("cannot list approval requests: {e}"))?;
-    for bad in &listing.corrupt {
+    let orphaned = store
+        .orphaned_approvals(now)
+        .map_err(|e| anyhow::anyhow!("cannot list approval requests: {e}"))?;
+    for bad in listing.corrupt.iter().chain(&orphaned.corrupt) {
         eprintln!("warning: {bad}");
+    }
+    for r in &orphaned.items {
+        crate::out!(
+            "orphaned {}  {}  ({}; it cannot be approved)",
+            escape_line(&r.id),
+            one_line_preview(&r.preview),
+            escape_line(r.note.as_deref().unwrap_or("its waiting process is gone"))
+        );
     }
     if listing.items.is_empty() {
         crate::out!("no approval requests are waiting");

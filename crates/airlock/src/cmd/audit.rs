@@ -1,22 +1,71 @@
-//! `airlock audit verify|tail`.
+//! `airlock audit verify|tail|rotate-key`.
 
+use airlock_audit::{AuditError, CheckpointSigner, KeyRotation, Trust};
+
+use crate::config;
 use crate::home::Home;
+use crate::runtime;
 
 pub fn verify() -> anyhow::Result<i32> {
     let home = Home::from_env()?;
     let key_path = airlock_audit::public_key_path(&home.audit_key());
     let key = airlock_audit::load_verifier(&key_path)
         .map_err(|e| anyhow::anyhow!("{e}\nhelp: run `airlock init` first"))?;
-    let report =
-        airlock_audit::verify(&home.audit_dir(), &key).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mark = home.audit_mark();
+    let trust = Trust {
+        key: &key,
+        mark: Some(&mark),
+    };
+    let report = airlock_audit::verify_with(&home.audit_dir(), &trust)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for change in &report.key_changes {
+        let old = change.old_key_id.as_deref().unwrap_or("(unknown)");
+        if change.signed_by_old_key {
+            crate::out!(
+                "key change at record #{} (line {}): key {old} signed the hand-over to key {}",
+                change.seq,
+                change.line,
+                change.new_key_id
+            );
+        } else {
+            crate::out!(
+                "warning: key change at record #{} (line {}) from key {old} to key {} was NOT signed by the old key (it was lost): records after the last checkpoint of key {old} are vouched for only by the new key{}",
+                change.seq,
+                change.line,
+                change.new_key_id,
+                match change.unchecked_checkpoints {
+                    0 => String::new(),
+                    n => format!(", and {n} earlier checkpoints could not be checked (the old public key is unknown)"),
+                }
+            );
+        }
+    }
+    for t in &report.time_regressions {
+        crate::out!(
+            "warning: time goes backwards: record #{} (line {}) at {} follows record #{} at {}",
+            t.seq,
+            t.line,
+            t.time,
+            t.previous_seq,
+            t.previous_time
+        );
+    }
+    let unlisted = report.time_regressions_total - report.time_regressions.len() as u64;
+    if unlisted > 0 {
+        crate::out!("warning: {unlisted} more records go backwards in time");
+    }
+    if report.time_regressions_total > 0 {
+        crate::out!("help: a clock set back explains this; otherwise records were written under a false clock");
+    }
     match &report.problem {
         None => {
             crate::out!(
-                "audit log OK: {} records, {} signed checkpoints (last covers seq {}), {} unsigned tail records",
+                "audit log OK: {} records, {} signed checkpoints (last covers seq {}), {} unsigned tail records, high-water mark at seq {}",
                 report.records,
                 report.checkpoints,
                 report.last_checkpoint_seq.map_or("-".into(), |s| s.to_string()),
-                report.unsigned_tail
+                report.unsigned_tail,
+                report.mark_seq.map_or("-".into(), |s| s.to_string()),
             );
             if report.unsigned_tail > 0 {
                 crate::out!(
@@ -76,5 +125,140 @@ pub fn tail(n: usize, as_json: bool) -> anyhow::Result<i32> {
         );
         return Ok(1);
     }
+    Ok(0)
+}
+
+/// A rotation that recorded its hand-over in the log but died before the new key took the
+/// old one's place: finish it, if the log really hands over to the key waiting at
+/// `next_path`. Returns whether it did.
+fn finish_interrupted_rotation(
+    home: &Home,
+    key_path: &std::path::Path,
+    next_path: &std::path::Path,
+) -> anyhow::Result<bool> {
+    let Ok(next) = CheckpointSigner::load(next_path) else {
+        return Ok(false);
+    };
+    let key = next.verifying_key();
+    let mark = home.audit_mark();
+    let trust = Trust {
+        key: &key,
+        mark: Some(&mark),
+    };
+    let Ok(report) = airlock_audit::verify_with(&home.audit_dir(), &trust) else {
+        return Ok(false);
+    };
+    let handed_over = report
+        .key_changes
+        .last()
+        .is_some_and(|c| c.new_key_id == next.key_id());
+    if !report.is_ok() || !handed_over {
+        return Ok(false);
+    }
+    install_key(key_path, next_path)?;
+    crate::out!(
+        "finished an interrupted key rotation: the log hands over to key {}, which now signs",
+        next.key_id()
+    );
+    Ok(true)
+}
+
+/// Put the new secret key in place of the old one, and its public key beside it.
+fn install_key(key_path: &std::path::Path, next_path: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::rename(next_path, key_path)?;
+    let _ = std::fs::remove_file(airlock_audit::public_key_path(key_path));
+    // Loading writes the new public key beside the secret one.
+    CheckpointSigner::load(key_path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some(dir) = key_path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// Replace the checkpoint signing key. Order matters for a crash at any point: the new key
+/// is written beside the old one first, the log records the hand-over, and only then does
+/// the new key take the old one's place.
+pub fn rotate_key() -> anyhow::Result<i32> {
+    let home = Home::from_env()?;
+    let cfg = config::load(&home.config_file())?;
+    let key_path = home.audit_key();
+    let next_path = {
+        let mut name = key_path.as_os_str().to_owned();
+        name.push(".next");
+        std::path::PathBuf::from(name)
+    };
+    if std::fs::symlink_metadata(&next_path).is_ok() {
+        if finish_interrupted_rotation(&home, &key_path, &next_path)? {
+            return Ok(0);
+        }
+        anyhow::bail!(
+            "{} exists: an earlier `airlock audit rotate-key` did not finish, and the log does not hand over to that key\nhelp: remove it (it never signed anything), then run this again",
+            next_path.display()
+        );
+    }
+    let old = match CheckpointSigner::load(&key_path) {
+        Ok(signer) => Some(signer),
+        Err(AuditError::KeyMissing { .. }) => None,
+        Err(e) => anyhow::bail!(
+            "{e}\nhelp: fix the key file; or, if it is lost for good, move it aside and run this again (the rotation then records that the old key did not sign it)"
+        ),
+    };
+    if old.is_none() && !runtime::audit_has_history(&home) {
+        anyhow::bail!(
+            "there is no audit signing key and no audit log to rotate\nhelp: run `airlock init` to create the first key"
+        );
+    }
+    // Without the secret, the public half lets verify still check the old checkpoints.
+    let old_public = match &old {
+        Some(_) => None,
+        None => airlock_audit::load_verifier(&airlock_audit::public_key_path(&key_path)).ok(),
+    };
+    let new = CheckpointSigner::generate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    new.write_new(&next_path)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let old_id = old
+        .as_ref()
+        .map(|s| s.key_id().to_string())
+        .or_else(|| old_public.as_ref().map(airlock_audit::key_id));
+    let signed_by_old = old.is_some();
+    let rotation = KeyRotation {
+        old,
+        old_public,
+        new: new.clone(),
+        principal: crate::cmd::approvals::OPERATOR.to_string(),
+    };
+    let receipt = airlock_audit::rotate_key(
+        &home.audit_dir(),
+        Some(&home.audit_mark()),
+        runtime::audit_options(&cfg),
+        rotation,
+    );
+    let receipt = match receipt {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = std::fs::remove_file(&next_path);
+            anyhow::bail!("{e}");
+        }
+    };
+    install_key(&key_path, &next_path)?;
+    let pub_path = airlock_audit::public_key_path(&key_path);
+    let old_id = old_id.unwrap_or_else(|| "(unknown)".into());
+    if signed_by_old {
+        crate::out!(
+            "rotated the audit signing key: key {old_id} signed record #{} naming the new key {}",
+            receipt.seq,
+            new.key_id()
+        );
+    } else {
+        crate::out!(
+            "rotated the audit signing key to {} at record #{}\nwarning: the old key {old_id} was not there to sign the change; `airlock audit verify` reports this break",
+            new.key_id(),
+            receipt.seq
+        );
+    }
+    crate::out!(
+        "new public key {}; keep a copy of it outside this machine",
+        pub_path.display()
+    );
     Ok(0)
 }

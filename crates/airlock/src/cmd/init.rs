@@ -39,8 +39,9 @@ pub fn run(force: bool) -> anyhow::Result<i32> {
         std::fs::write(&readme, LOCAL_README)?;
     }
     create_private_dir(home.audit_key().parent().unwrap_or(&home.config))?;
-    let signer = airlock_audit::CheckpointSigner::load_or_create(&home.audit_key())
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // A new key only for a new log: over an existing log it would make every earlier
+    // checkpoint fail verification. `runtime::audit_signer` refuses then, with help.
+    let signer = crate::runtime::audit_signer(&home)?;
     crate::out!(
         "audit signing key {} (id {})",
         home.audit_key().display(),

@@ -20,8 +20,8 @@ use airlock_core::gate::Approval;
 use airlock_core::Action;
 use airlock_proxy::{ApprovalHook, ApprovalRequest, BoxFuture};
 use airlock_store::{
-    ApprovalError, ApprovalLimits, ApprovalPreview, ApprovalStatus, ApprovalStore, GrantLookup,
-    GrantStore, NewApproval, SqliteStore, Timestamp,
+    ApprovalDecisions, ApprovalError, ApprovalLimits, ApprovalPreview, ApprovalRequests,
+    ApprovalStatus, GrantLookup, GrantQueries, NewApproval, SqliteStore, Timestamp,
 };
 use serde_json::json;
 

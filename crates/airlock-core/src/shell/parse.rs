@@ -195,6 +195,14 @@ impl Walker<'_, '_> {
             ));
             return;
         }
+        if kind == "heredoc_end" && !self.alone_on_its_line(node) {
+            self.c.unparsed(format!(
+                "the here-document delimiter at byte {} shares its line with other text; \
+                 bash ends a here-document only at a line holding the delimiter alone",
+                node.start_byte()
+            ));
+            return;
+        }
         if !node.is_named() {
             if kind == "&" {
                 self.c.facts.has_background = true;
@@ -232,6 +240,22 @@ impl Walker<'_, '_> {
         if kind == "redirected_statement" {
             self.repair_redirects(node);
         }
+    }
+
+    /// Whether `node` is alone on its line, but for leading tabs (`<<-` strips them).
+    fn alone_on_its_line(&self, node: Node) -> bool {
+        let bytes = self.src.as_bytes();
+        let before = &bytes[..node.start_byte().min(bytes.len())];
+        let line_start = before
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
+        let after = &bytes[node.end_byte().min(bytes.len())..];
+        let rest = after
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(after, |i| &after[..i]);
+        before[line_start..].iter().all(|&b| b == b'\t') && rest.is_empty()
     }
 
     /// More than one statement in one body is a list (`a; b`, newline-separated).

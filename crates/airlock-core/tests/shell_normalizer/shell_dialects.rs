@@ -119,3 +119,24 @@ fn i2_shells_with_their_own_grammar_run_arbitrary_code() {
         assert!(!f.runs_arbitrary_code, "{shell}: {f:?}");
     }
 }
+
+/// Found by the differential test: tree-sitter-bash ends a here-document at a line that
+/// starts with the delimiter (`EOF || id`), bash only at a line holding it alone, so
+/// everything after stays in the (expanded) body and its substitutions run.
+#[test]
+fn i2_a_here_document_ends_only_where_bash_ends_it() {
+    unparsed_because(
+        "cat <<EOF\nx\nEOF || ls\n$(id)\n",
+        "here-document delimiter",
+    );
+    unparsed_because("cat <<EOF\nx\nEOF; echo $(id)\n", "here-document delimiter");
+    unparsed_because("cat <<'EOF'\nx\n EOF\n", "");
+    for ok in [
+        "cat <<EOF\nx $(id)\nEOF\necho done",
+        "cat <<-EOF\n\tx\n\tEOF\necho done",
+        "cat <<'EOF' > out\nx\nEOF",
+    ] {
+        let f = normalize(ok);
+        assert_eq!(f.unparsed, None, "{ok:?}");
+    }
+}

@@ -6,6 +6,8 @@ use std::process::{Command, Output, Stdio};
 mod exec_fixture;
 use exec_fixture::{airlock_bin, fixture, Fixture};
 
+mod shell_differential;
+
 fn exec(f: &Fixture, extra: &[&str], cmd: &str) -> Output {
     Command::new(airlock_bin())
         .env("AIRLOCK_HOME", &f.home)

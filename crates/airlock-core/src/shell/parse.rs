@@ -195,6 +195,19 @@ impl Walker<'_, '_> {
             ));
             return;
         }
+        if kind == "command_substitution"
+            && self.text(node).starts_with('`')
+            && self.text(node).contains('\\')
+        {
+            // Inside backquotes bash removes the backslash of `\\`, `\``, `\$` before
+            // it parses the text again; the grammar parses the raw text.
+            self.c.unparsed(format!(
+                "the backquoted substitution at byte {} holds a backslash, which bash \
+                 removes before it reads the command; use $(…) instead",
+                node.start_byte()
+            ));
+            return;
+        }
         if kind == "heredoc_end" && !self.alone_on_its_line(node) {
             self.c.unparsed(format!(
                 "the here-document delimiter at byte {} shares its line with other text; \

@@ -140,3 +140,17 @@ fn i2_a_here_document_ends_only_where_bash_ends_it() {
         assert_eq!(f.unparsed, None, "{ok:?}");
     }
 }
+
+/// Found by the differential test: inside backquotes bash unescapes `\\`, `` \` `` and
+/// `\$` before parsing, the grammar does not, so the two could see other commands.
+#[test]
+fn i2_a_backquoted_substitution_with_a_backslash_is_unparsed() {
+    unparsed_because(
+        "echo `timeout 5 wc \"$(bash -c 'sort '\\''x'\\'' ')\"`",
+        "backquoted",
+    );
+    unparsed_because("echo `echo \\`id\\``", "backquoted");
+    unparsed_because("echo `echo \\$(id)`", "backquoted");
+    let f = normalize("echo `id -u` $(echo \\$x)");
+    assert_eq!(f.unparsed, None);
+}

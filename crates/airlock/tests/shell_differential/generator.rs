@@ -135,7 +135,7 @@ impl<'w> Generator<'w> {
     /// One command line.
     pub fn command(&mut self) -> String {
         let base = self.list(0);
-        if self.rng.chance(40) {
+        if self.rng.chance(30) {
             self.mutate(base)
         } else {
             base

@@ -222,13 +222,14 @@ impl<'w> Generator<'w> {
             6 if deeper => format!("f() {{ {}; }}; f", self.list(depth + 1)),
             7 => format!("{} > out.txt", self.simple(depth)),
             8 => format!("{} 2>&1 < a.txt", self.simple(depth)),
+            // The delimiter stands alone on its line; `true` carries what follows.
             9 => format!(
-                "cat <<EOF\n{} $({})\nEOF",
+                "cat <<EOF\n{} $({})\nEOF\ntrue",
                 self.word(),
                 self.simple(depth + 1)
             ),
             10 => format!(
-                "cat <<'EOF'\n{} $({})\nEOF",
+                "cat <<'EOF'\n{} $({})\nEOF\ntrue",
                 self.word(),
                 self.simple(depth + 1)
             ),

@@ -200,6 +200,8 @@ struct Tally {
     arbitrary: usize,
     dynamic: usize,
     execs: usize,
+    /// Why commands were unparsed, by the reason's first words.
+    reasons: std::collections::BTreeMap<String, (usize, String)>,
 }
 
 #[test]
@@ -239,7 +241,18 @@ fn i2_the_shell_never_runs_a_program_the_gate_did_not_list() {
             tally.run += 1;
             let facts = normalize(&command);
             match gate_admits_anything(&facts) {
-                Some("unparsed") => tally.unparsed += 1,
+                Some("unparsed") => {
+                    tally.unparsed += 1;
+                    let why = facts.unparsed.as_deref().unwrap_or_default();
+                    let key: String = why
+                        .split(" at byte")
+                        .next()
+                        .unwrap_or(why)
+                        .chars()
+                        .take(60)
+                        .collect();
+                    tally.reasons.entry(key).or_insert((0, command.clone())).0 += 1;
+                }
                 Some("arbitrary") => tally.arbitrary += 1,
                 Some(_) => tally.dynamic += 1,
                 None => tally.checked += 1,
@@ -262,6 +275,11 @@ fn i2_the_shell_never_runs_a_program_the_gate_did_not_list() {
         "shell differential: {} commands, {} checked against the Gate's list, {} unparsed, {} arbitrary, {} dynamic; {} programs executed",
         tally.run, tally.checked, tally.unparsed, tally.arbitrary, tally.dynamic, tally.execs
     );
+    let mut reasons: Vec<_> = tally.reasons.iter().collect();
+    reasons.sort_by_key(|(_, (n, _))| std::cmp::Reverse(*n));
+    for (why, (n, example)) in reasons.iter().take(8) {
+        eprintln!("  unparsed {n}×: {why}… e.g. {example:?}");
+    }
     assert!(
         failures.is_empty(),
         "the shell ran programs the Gate did not list:\n{}",

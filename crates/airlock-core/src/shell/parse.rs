@@ -208,6 +208,34 @@ impl Walker<'_, '_> {
             ));
             return;
         }
+        let stray_backquote = match kind {
+            "word" => has_unescaped_backquote(self.text(node)),
+            // A bare piece of a concatenation is literal text to the Gate.
+            _ if !node.is_named() => {
+                parent.is_some_and(|p| p.kind() == "concatenation")
+                    && has_unescaped_backquote(self.text(node))
+            }
+            _ => false,
+        };
+        if stray_backquote {
+            // An unquoted backquote always starts or ends a substitution in bash; in a
+            // plain word it means the grammar paired the backquotes differently
+            // (`` `date ` `id` `` read as one substitution running `date` `id`).
+            self.c.unparsed(format!(
+                "the parser paired the backquotes near byte {} differently than bash",
+                node.start_byte()
+            ));
+            return;
+        }
+        if kind == "command" {
+            if let Some(at) = self.line_break_between_words(node) {
+                self.c.unparsed(format!(
+                    "the parser read the line break at byte {at} as a blank inside one \
+                     command; bash ends the command there"
+                ));
+                return;
+            }
+        }
         if kind == "heredoc_end" && !self.alone_on_its_line(node) {
             self.c.unparsed(format!(
                 "the here-document delimiter at byte {} shares its line with other text; \
@@ -253,6 +281,24 @@ impl Walker<'_, '_> {
         if kind == "redirected_statement" {
             self.repair_redirects(node);
         }
+    }
+
+    /// A newline between two words of one simple command, other than a line
+    /// continuation. tree-sitter-bash reads `a | b | c⏎cat <<EOF` as `c cat`, hiding
+    /// `cat`; bash ends a command at an unescaped newline.
+    fn line_break_between_words(&self, command: Node) -> Option<usize> {
+        let bytes = self.src.as_bytes();
+        let mut cursor = command.walk();
+        let children: Vec<Node> = command.children(&mut cursor).collect();
+        for pair in children.windows(2) {
+            let (from, to) = (pair[0].end_byte(), pair[1].start_byte());
+            for at in from..to.min(bytes.len()) {
+                if bytes[at] == b'\n' && (at == 0 || bytes[at - 1] != b'\\') {
+                    return Some(at);
+                }
+            }
+        }
+        None
     }
 
     /// Whether `node` is alone on its line, but for leading tabs (`<<-` strips them).
@@ -591,6 +637,20 @@ fn bash_only(node: Node, text: &str) -> Option<&'static str> {
         "string" if text.starts_with("$\"") => Some("`$\"…\"`"),
         _ => None,
     }
+}
+
+/// An unescaped backquote in unquoted word text.
+fn has_unescaped_backquote(text: &str) -> bool {
+    let mut escaped = false;
+    for b in text.bytes() {
+        match b {
+            _ if escaped => escaped = false,
+            b'\\' => escaped = true,
+            b'`' => return true,
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Whether the `$'…'` string `text` ends at its last byte as bash reads it: a backslash

@@ -154,3 +154,28 @@ fn i2_a_backquoted_substitution_with_a_backslash_is_unparsed() {
     let f = normalize("echo `id -u` $(echo \\$x)");
     assert_eq!(f.unparsed, None);
 }
+
+/// Found by the differential test: after a pipeline of three commands, tree-sitter-bash
+/// reads a newline as a blank, so `c⏎cat <<EOF` became `c cat`; bash runs `cat`.
+#[test]
+fn i2_a_line_break_ends_a_command_for_the_gate_as_for_bash() {
+    unparsed_because("a | b | c\ncat <<EOF\nx\nEOF\ntrue", "line break");
+    let f = normalize("ls -l \\\n  -a\necho ok");
+    assert_eq!(f.unparsed, None);
+    assert_eq!(f.commands.len(), 2);
+    let f = normalize("a | b\ncat <<EOF\nx\nEOF\ntrue");
+    assert_eq!(f.unparsed, None);
+    assert_eq!(f.commands.len(), 4);
+}
+
+/// Found by the differential test: `` `date ` `dirname x` `` was one substitution whose
+/// program was the word "date` `dirname"; bash runs `date` and `dirname`.
+#[test]
+fn i2_backquotes_pair_for_the_gate_as_for_bash() {
+    unparsed_because("cat `date ` `dirname x`", "backquotes");
+    unparsed_because("cat `date` `dirname x`", "backquotes");
+    let f = normalize("cat `date` x `dirname x`");
+    assert_eq!(f.unparsed, None);
+    let names: Vec<&str> = f.commands.iter().map(|c| c.basename.as_str()).collect();
+    assert_eq!(names, ["cat", "date", "dirname"]);
+}

@@ -181,16 +181,24 @@ impl Gate {
             Ok(mut o) => {
                 // No rule, shipped or written by an operator, may pass a command whose
                 // effects the parser could not see: an allow becomes an ask.
-                if o.decision == DecisionKind::Allow
-                    && facts_json["context"]["shell"]["parsed"] == false
-                {
+                let unparsed = facts_json["context"]["shell"]["parsed"] == false;
+                let unparsed_reason = facts_json["context"]["shell"]["unparsed_reason"]
+                    .as_str()
+                    .unwrap_or("unknown syntax");
+                if o.decision == DecisionKind::Allow && unparsed {
                     o.decision = DecisionKind::Ask;
                     o.reasons = vec![format!(
-                        "the command could not be parsed ({}), so no allow rule applies to it",
-                        facts_json["context"]["shell"]["unparsed_reason"]
-                            .as_str()
-                            .unwrap_or("unknown syntax")
+                        "the command could not be parsed ({unparsed_reason}), so no allow rule applies to it"
                     )];
+                } else if unparsed && !o.reasons.iter().any(|r| r.contains("could not be parsed")) {
+                    // The operator must learn that the Gate could not read the command,
+                    // whichever rule asked or denied. The first reason is prefixed (not
+                    // preceded), so reasons stay paired with the rules that gave them.
+                    let why = format!("the command could not be parsed ({unparsed_reason})");
+                    match o.reasons.first_mut() {
+                        Some(first) => *first = format!("{why}; {first}"),
+                        None => o.reasons.push(why),
+                    }
                 }
                 // Operator rules decide where requests may go; taint decides whether
                 // their content may leave. After untrusted content, a URL part that

@@ -4,6 +4,11 @@
 use airlock_core::shell::{normalize, resolve_programs, RedirectKind, ShellFacts, SimpleCommand};
 use proptest::prelude::*;
 
+#[path = "shell_normalizer/bounded_parse.rs"]
+mod bounded_parse;
+#[path = "shell_normalizer/shell_dialects.rs"]
+mod shell_dialects;
+
 fn parsed(cmd: &str) -> ShellFacts {
     let facts = normalize(cmd);
     assert_eq!(facts.unparsed, None, "{cmd:?} should parse");
@@ -346,19 +351,35 @@ fn unparsed_inputs() {
 
 #[test]
 fn large_and_deep_inputs_do_not_overflow() {
-    let chain = vec!["true"; 50_000].join(" && ");
+    // Within the bounds, long and nested commands parse completely.
+    let chain = vec!["true"; 2_000].join(" && ");
     let f = normalize(&chain);
     assert_eq!(f.unparsed, None);
-    assert_eq!(f.commands.len(), 50_000);
-    let parens = format!("{}ls{}", "( ".repeat(5_000), " )".repeat(5_000));
+    assert_eq!(f.commands.len(), 2_000);
+    let parens = format!("{}ls{}", "( ".repeat(60), " )".repeat(60));
     let f = normalize(&parens);
     assert_eq!(f.unparsed, None);
     assert_eq!(names(&f), ["ls"]);
     assert!(f.has_subshell);
+    // Beyond them, the command is unparsed, for a reason that names the bound.
+    let long_chain = vec!["true"; 50_000].join(" && ");
+    let deep_parens = format!("{}ls{}", "( ".repeat(5_000), " )".repeat(5_000));
     let subst = format!("{}id{}", "$(echo ".repeat(2_000), ")".repeat(2_000));
-    let _ = normalize(&subst);
-    let expansions = format!("{}x{}", "${a:-".repeat(10_000), "}".repeat(10_000));
-    let _ = normalize(&format!("echo {expansions}"));
+    let expansions = format!("echo {}x{}", "${a:-".repeat(10_000), "}".repeat(10_000));
+    for (cmd, bound) in [
+        (&long_chain, "parsing work"),
+        (&deep_parens, "nest"),
+        (&subst, "nest"),
+        (&expansions, "nest"),
+    ] {
+        let f = normalize(cmd);
+        assert!(
+            f.unparsed.as_deref().is_some_and(|r| r.contains(bound)),
+            "{}…: {:?}",
+            &cmd[..20],
+            f.unparsed
+        );
+    }
 }
 
 #[test]

@@ -1,13 +1,16 @@
-//! Running a simple command without the intermediate `/bin/sh -c`.
+//! Running a simple command without the intermediate shell.
 //!
-//! Authorized commands are shell text, so the sandbox normally runs `/bin/sh -c <command>`.
+//! Authorized commands are shell text, so the sandbox normally runs them with
+//! [`shell_argv`]: `/bin/bash --noprofile --norc -c <command>`. The shell is bash because
+//! bash's is the grammar the Gate parses; `/bin/sh` (dash on Debian) reads some text
+//! differently (`$'…'`, control characters) and could run commands the Gate never saw.
 //! For a command that is only words (a program and plain arguments) the shell adds
 //! nothing but one more process and one more `execve`, about a fifth of the launch time
 //! of a short command. [`plan`] recognises exactly those commands, conservatively: any
 //! character the shell could give a meaning to (quotes, `$`, globs, `~`, redirections,
 //! separators, comments, tabs, newlines), a leading assignment, or a first word that
-//! names a shell builtin or reserved word sends the command back to the shell. What runs
-//! is then exactly what `sh -c` would have run: the same argv, `argv[0]` as typed, the
+//! names a bash builtin or reserved word sends the command back to the shell. What runs
+//! is then exactly what `bash -c` would have run: the same argv, `argv[0]` as typed, the
 //! program found on the sandbox's `PATH` the way the shell finds it.
 
 use std::os::unix::fs::PermissionsExt;
@@ -22,8 +25,19 @@ pub struct DirectExec {
     pub argv: Vec<String>,
 }
 
-/// Words `sh` would treat as something other than a program on `PATH`: dash's builtins
-/// and reserved words, plus the common bash ones (a `/bin/sh` that is bash has them).
+/// The argv that runs `command` in the sandbox: bash, without startup files. The
+/// environment holds none of the variables that would make it read one (see
+/// [`crate::payload_env`]).
+pub fn shell_argv(command: &str) -> Vec<String> {
+    ["/bin/bash", "--noprofile", "--norc", "-c", command]
+        .into_iter()
+        .map(String::from)
+        .collect()
+}
+
+/// Words bash treats as something other than a program on `PATH`: all of bash 5's
+/// builtins (`enable -a` lists them) and reserved words (`compgen -k`), plus dash's
+/// `chdir`.
 const SHELL_WORDS: &[&str] = &[
     "!",
     ".",
@@ -31,19 +45,24 @@ const SHELL_WORDS: &[&str] = &[
     "[",
     "[[",
     "]]",
-    "{",
-    "}",
     "alias",
     "bg",
     "bind",
     "break",
     "builtin",
+    "caller",
     "case",
     "cd",
     "chdir",
     "command",
+    "compgen",
+    "complete",
+    "compopt",
     "continue",
+    "coproc",
     "declare",
+    "dirs",
+    "disown",
     "do",
     "done",
     "echo",
@@ -63,6 +82,8 @@ const SHELL_WORDS: &[&str] = &[
     "function",
     "getopts",
     "hash",
+    "help",
+    "history",
     "if",
     "in",
     "jobs",
@@ -71,7 +92,9 @@ const SHELL_WORDS: &[&str] = &[
     "local",
     "logout",
     "mapfile",
+    "popd",
     "printf",
+    "pushd",
     "pwd",
     "read",
     "readarray",
@@ -82,6 +105,7 @@ const SHELL_WORDS: &[&str] = &[
     "shift",
     "shopt",
     "source",
+    "suspend",
     "test",
     "then",
     "time",
@@ -97,6 +121,8 @@ const SHELL_WORDS: &[&str] = &[
     "until",
     "wait",
     "while",
+    "{",
+    "}",
 ];
 
 /// Characters with no meaning to the shell's parser or its expansions.
@@ -110,6 +136,10 @@ fn is_plain(c: char) -> bool {
 /// (where every `PATH` entry of the sandbox lives) read-only at the same place.
 pub fn plan(command: &str, path: &str) -> Option<DirectExec> {
     if !command.chars().all(|c| c == ' ' || is_plain(c)) {
+        return None;
+    }
+    // `%1` as a command word is bash's job control (`fg %1`).
+    if command.trim_start().starts_with('%') {
         return None;
     }
     let argv: Vec<String> = command
@@ -198,6 +228,34 @@ fn is_kernel_executable(file: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every builtin and reserved word of the bash the sandbox runs goes to the shell.
+    #[test]
+    fn shell_words_cover_every_bash_builtin_and_reserved_word() {
+        let out = std::process::Command::new("/bin/bash")
+            .args(["--noprofile", "--norc", "-c", "enable -a; compgen -k"])
+            .env_clear()
+            .output()
+            .expect("/bin/bash runs");
+        let listing = String::from_utf8(out.stdout).expect("UTF-8");
+        let words: Vec<&str> = listing
+            .lines()
+            .map(|l| l.strip_prefix("enable ").unwrap_or(l).trim())
+            .filter(|w| !w.is_empty())
+            .collect();
+        assert!(words.len() > 60, "{listing}");
+        for w in words {
+            assert!(SHELL_WORDS.contains(&w), "bash's `{w}` would run directly");
+        }
+    }
+
+    #[test]
+    fn the_shell_is_bash_without_startup_files() {
+        assert_eq!(
+            shell_argv("ls"),
+            ["/bin/bash", "--noprofile", "--norc", "-c", "ls"]
+        );
+    }
 
     const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 

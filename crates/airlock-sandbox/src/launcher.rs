@@ -101,11 +101,13 @@ impl Sandbox {
         &self.init
     }
 
-    /// Run the authorized command as `/bin/sh -c <command>` in a sandbox built from
+    /// Run the authorized command as `/bin/bash --noprofile --norc -c <command>` (see
+    /// [`crate::direct_exec::shell_argv`]) in a sandbox built from
     /// `profile`, or directly when it is only plain words and the shell would add nothing
     /// (see [`crate::direct_exec`]). The action's `cwd` (if any) picks the working
-    /// directory inside the workspace. The environment is exactly `profile.env` (plus
-    /// `PWD`, which the shell would have set, for a direct run).
+    /// directory inside the workspace. The environment is `profile.env` without the
+    /// variables that change how bash reads or starts (see [`crate::payload_env`]), plus
+    /// `PWD`, which the shell would have set, for a direct run.
     pub fn run(
         &self,
         auth: &Authorized<ExecAction>,

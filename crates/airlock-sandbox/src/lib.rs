@@ -49,6 +49,7 @@ pub mod init;
 mod launcher;
 pub mod mount_plan;
 mod output;
+pub mod payload_env;
 pub mod profile;
 pub mod protocol;
 mod running;

@@ -84,7 +84,8 @@ impl PreparedRun {
         &self.attestation
     }
 
-    /// Run the authorized command in this sandbox: as `/bin/sh -c <command>`, or directly
+    /// Run the authorized command in this sandbox: as `/bin/bash --noprofile --norc -c
+    /// <command>` (bash is the grammar the Gate parsed), or directly
     /// when it is only plain words (see [`crate::direct_exec`]). The action's working
     /// directory must be the one the sandbox was prepared with.
     pub fn run(mut self, auth: &Authorized<ExecAction>) -> Result<RunOutcome, SandboxError> {
@@ -113,7 +114,7 @@ impl PreparedRun {
                 program: Some(direct.program.display().to_string()),
             },
             None => ExecOrder {
-                argv: vec!["/bin/sh".into(), "-c".into(), action.command.clone()],
+                argv: crate::direct_exec::shell_argv(&action.command),
                 program: None,
             },
         };

@@ -116,7 +116,8 @@ fn protected_git_hooks_are_read_only_and_cannot_be_swapped() {
     );
     let text = String::from_utf8_lossy(&out.stdout);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(text.contains("h=2") && text.contains("c=2"), "{text} {err}");
+    // bash (the sandbox's shell) gives status 1 for a redirection that fails.
+    assert!(text.contains("h=1") && text.contains("c=1"), "{text} {err}");
     assert!(err.contains("Read-only file system"), "{err}");
     assert!(text.contains("m=1") && err.contains("busy"), "{text} {err}");
     assert!(!ws.join(".git/hooks/pre-commit").exists());

@@ -441,3 +441,103 @@ mod audit_key_and_wipe {
         );
     }
 }
+
+/// Commands whose text the shell reads differently than a naive parse: each hides an
+/// `rm -rf ./important` behind something harmless.
+const HIDDEN_RM: &[&str] = &[
+    // Control characters that tree-sitter-bash reads as blanks, bash as word characters.
+    "ls\r# ; rm -rf ./important",
+    "ls\x0c# ; rm -rf ./important",
+    "ls\x0b# ; rm -rf ./important",
+    "ls\x1b# ; rm -rf ./important",
+    "touch marker\r# ; rm -rf ./important",
+    // A `$'…'` string bash ends earlier than the grammar does.
+    "echo $'\\\\' ; rm -rf ./important ; # '",
+    // Dialect: one `echo` to bash, an `rm` to dash.
+    "sh -c \"echo \\$'\\\\' ; rm -rf ./important ; # '\"",
+    // Dialect: `[[ … && … ]]` is one test to bash; dash runs `rm` after `[[ -n x`.
+    "sh -c '[[ -n x && rm -rf ./important ]]'",
+    // Dialect through another string runner.
+    "watch -n 1 '[[ -n x && rm -rf ./important ]]'",
+];
+
+#[test]
+fn i2_text_the_shell_reads_differently_is_unparsed_and_never_allowed() {
+    let home = tempfile::tempdir().unwrap();
+    assert_eq!(run(home.path(), &["init"]).status.code(), Some(0));
+    for cmd in HIDDEN_RM {
+        for profile in ["strict", "default"] {
+            let o = run(
+                home.path(),
+                &["check", "--profile", profile, "--json", "--", cmd],
+            );
+            assert_no_panic(&o);
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+                .unwrap_or_else(|e| panic!("{cmd:?}: {e}: {}", text(&o)));
+            assert_ne!(v["decision"], "allow", "{profile} {cmd:?}: {v}");
+            assert_eq!(v["facts"]["context"]["shell"]["parsed"], false, "{cmd:?}");
+            let reasons = v["reasons"].to_string();
+            assert!(
+                reasons.contains("could not be parsed"),
+                "{profile} {cmd:?}: {reasons}"
+            );
+        }
+    }
+}
+
+#[test]
+fn i2_an_operator_forbid_is_not_bypassed_by_text_the_shell_reads_differently() {
+    let home = tempfile::tempdir().unwrap();
+    assert_eq!(run(home.path(), &["init"]).status.code(), Some(0));
+    std::fs::write(
+        home.path().join("config/policy/local/no-rm.cedar"),
+        "@id(\"local.no-rm\")\n@reason(\"rm is not allowed here\")\nforbid (principal, action == Airlock::Action::\"exec\", resource)\nwhen { context.shell.programs.contains(\"rm\") };\n\
+         @id(\"local.allow-all\")\npermit (principal, action == Airlock::Action::\"exec\", resource);\n",
+    )
+    .unwrap();
+    let o = run(
+        home.path(),
+        &["check", "--json", "--", "rm -rf ./important"],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["decision"], "deny", "{v}");
+    let o = run(home.path(), &["check", "--json", "--", "ls -la"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["decision"], "allow", "{v}");
+    for cmd in HIDDEN_RM {
+        let o = run(home.path(), &["check", "--json", "--", cmd]);
+        assert_no_panic(&o);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_ne!(v["decision"], "allow", "{cmd:?}: {v}");
+        assert!(
+            v["reasons"].to_string().contains("could not be parsed"),
+            "{v}"
+        );
+    }
+}
+
+#[test]
+fn deeply_nested_policy_is_a_clean_error_naming_the_file() {
+    let home = tempfile::tempdir().unwrap();
+    assert_eq!(run(home.path(), &["init"]).status.code(), Some(0));
+    let local = home.path().join("config/policy/local/deep.cedar");
+    for body in [
+        format!("{}true{}", "(".repeat(1_000), ")".repeat(1_000)),
+        format!("{}true", "!".repeat(1_000)),
+        format!("{}1 > 0", "1 + ".repeat(100_000)),
+    ] {
+        std::fs::write(
+            &local,
+            format!("// fine so far\npermit (principal, action, resource)\nwhen {{ {body} }};\n"),
+        )
+        .unwrap();
+        for args in [&["policy", "check"][..], &["check", "--", "ls"][..]] {
+            let o = run(home.path(), args);
+            assert_no_panic(&o);
+            assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
+            let t = text(&o);
+            assert!(t.contains("deep.cedar:3: "), "{args:?}: {t}");
+            assert!(t.contains("help: "), "{args:?}: {t}");
+        }
+    }
+}

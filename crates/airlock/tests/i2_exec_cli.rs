@@ -6,6 +6,8 @@ use std::process::{Command, Output, Stdio};
 mod exec_fixture;
 use exec_fixture::{airlock_bin, fixture, Fixture};
 
+mod shell_differential;
+
 fn exec(f: &Fixture, extra: &[&str], cmd: &str) -> Output {
     Command::new(airlock_bin())
         .env("AIRLOCK_HOME", &f.home)
@@ -367,4 +369,49 @@ fn i4_exec_refuses_a_bind_mount_of_the_config_dir() {
     );
     assert!(!f.home.join("config/AIRLOCK_RAN_HERE").exists());
     assert!(!f.home.join("AIRLOCK_RAN_HERE").exists());
+
+/// The attack and its class, run for real: `rm` must not run, and the refusal
+/// must say the command could not be parsed.
+#[test]
+fn i2_a_command_the_shell_reads_differently_does_not_run() {
+    let f = fixture();
+    for cmd in [
+        "ls\r# ; rm -rf ./important",
+        "ls\x0c# ; rm -rf ./important",
+        "ls\x0b# ; rm -rf ./important",
+        "ls\x1b# ; rm -rf ./important",
+        "echo $'\\\\' ; rm -rf ./important ; # '",
+        "sh -c \"echo \\$'\\\\' ; rm -rf ./important ; # '\"",
+        "sh -c '[[ -n x && rm -rf ./important ]]'",
+    ] {
+        std::fs::write(f.ws.join("important"), "keep").unwrap();
+        for profile in ["strict", "default"] {
+            let o = exec(&f, &["--profile", profile], cmd);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(126), "{profile} {cmd:?}: {err}");
+            assert!(
+                err.contains("could not be parsed"),
+                "{profile} {cmd:?}: {err}"
+            );
+            assert!(
+                f.ws.join("important").exists(),
+                "{profile} {cmd:?} removed the file"
+            );
+        }
+    }
+}
+
+/// What runs is bash, the grammar the Gate parsed, without startup files.
+#[test]
+fn i2_commands_run_in_bash() {
+    let f = fixture();
+    let o = exec(
+        &f,
+        &[],
+        "[[ -n \"$BASH_VERSION\" ]] && echo \"bash ${BASH_VERSINFO[0]}\"; echo \"${BASH_ENV-unset} ${ENV-unset}\"",
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.starts_with("bash "), "{out}");
+    assert!(out.contains("unset unset"), "{out}");
 }

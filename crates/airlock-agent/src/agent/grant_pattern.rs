@@ -12,13 +12,15 @@
 //!   match, so a grant never covers a question the operator was not asked;
 //! - **the target shape**, per kind, chosen so that a grant never reaches another
 //!   program, host or recipient:
-//!   - `exec`: the exact program and arguments. For one plain command (no pipeline, list,
-//!     redirection, substitution, here-document, assignment, wrapper or dynamic program)
-//!     that is the resolved program and its argument words after quote removal, so only
-//!     quoting and spacing may differ; anything else keeps its exact command text. The
-//!     working directory may differ, but must be inside the workspace. The environment
-//!     variable names must be equal. Arguments never vary: in an arbitrary program's argv
-//!     the Gate cannot tell a file name from a host, a recipient or code.
+//!   - `exec`: the exact command text *and* its parse together: every simple command the
+//!     Gate found (resolved program, arguments, wrapper chain) and the structure flags.
+//!     Either alone is not enough: the text alone trusts that the Gate and the shell
+//!     read it alike, and the parse alone lets text the Gate reads the same way but the
+//!     shell does not (`touch marker\r# ; rm …`) ride on a grant. A command the Gate
+//!     could not parse has no pattern. The working directory may differ, but must be
+//!     inside the workspace. The environment variable names must be equal. Arguments
+//!     never vary: in an arbitrary program's argv the Gate cannot tell a file name from
+//!     a host, a recipient or code.
 //!   - `fs.read`, `fs.write`: a workspace path in the same directory (not below it); the
 //!     content written may differ. Protected paths and paths outside the workspace have
 //!     no pattern.
@@ -47,12 +49,12 @@ use airlock_core::Action;
 
 /// Version tag of the pattern format; bump it if the shape definition changes, so old
 /// grants stop matching instead of matching something new.
-const PATTERN_VERSION: &str = "grant-shape-v1";
+const PATTERN_VERSION: &str = "grant-shape-v2";
 
 /// The pattern of one action, for storing in a grant or looking one up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GrantPattern {
-    /// `grant-shape-v1:sha256:<hex>`: the key the store matches exactly.
+    /// `grant-shape-v2:sha256:<hex>`: the key the store matches exactly.
     pub pattern: String,
     /// The readable shape the key was computed from (kind, asking rules, target shape).
     pub shape: Value,
@@ -119,22 +121,28 @@ fn target_shape(action: &Action, config: &GateConfig) -> Result<(Value, String),
             env.sort_unstable();
             env.dedup();
             let mut facts = shell::normalize(&e.command);
+            if let Some(reason) = &facts.unparsed {
+                return Err(not_scopable(format!(
+                    "the command could not be parsed ({reason}), so no grant may cover it"
+                )));
+            }
             if let Some(resolve) = &config.resolver {
                 shell::resolve_programs(&mut facts, resolve.as_ref());
             }
-            Ok(match plain_argv(&facts) {
-                Some(argv) => {
-                    let summary = format!("the command `{}` (same arguments, any quoting, any directory in the workspace)", argv.join(" "));
-                    (json!({"argv": argv, "env": env}), summary)
-                }
-                None => (
-                    json!({"command": e.command, "env": env}),
-                    format!(
-                        "the command `{}` exactly (any directory in the workspace)",
-                        e.command
-                    ),
+            let summary = match plain_argv(&facts) {
+                Some(argv) => format!(
+                    "the command `{}` exactly (any directory in the workspace)",
+                    argv.join(" ")
                 ),
-            })
+                None => format!(
+                    "the command `{}` exactly (any directory in the workspace)",
+                    e.command.escape_debug()
+                ),
+            };
+            Ok((
+                json!({"command": e.command, "parsed": parsed_shape(&facts), "env": env}),
+                summary,
+            ))
         }
         Action::FsRead(p) => {
             let rel = workspace_file(&p.path, config, false)?;
@@ -200,6 +208,46 @@ fn target_shape(action: &Action, config: &GateConfig) -> Result<(Value, String),
             action.kind()
         ))),
     }
+}
+
+/// What the Gate read in a command line: every simple command (resolved program,
+/// arguments, wrapper chain, dynamic and arbitrary-code marks), every redirection and
+/// assignment, and the structure flags.
+fn parsed_shape(facts: &ShellFacts) -> Value {
+    let commands: Vec<Value> = facts
+        .commands
+        .iter()
+        .map(|c| {
+            json!({
+                "program": c.resolved_path.clone().unwrap_or_else(|| c.program.clone()),
+                "args": c.args,
+                "via": c.via,
+                "dynamic": c.dynamic_program,
+                "arbitrary": c.runs_arbitrary_code.is_some(),
+            })
+        })
+        .collect();
+    let redirections: Vec<Value> = facts
+        .redirections
+        .iter()
+        .map(|r| json!({"kind": r.kind, "target": r.target, "dynamic": r.dynamic}))
+        .collect();
+    json!({
+        "commands": commands,
+        "redirections": redirections,
+        "assignments": facts.assignments,
+        "structure": [
+            facts.has_pipeline,
+            facts.has_list,
+            facts.has_background,
+            facts.has_subshell,
+            facts.has_command_substitution,
+            facts.has_process_substitution,
+            facts.has_heredoc,
+            facts.has_compound,
+            facts.runs_arbitrary_code,
+        ],
+    })
 }
 
 /// The argv of a command line that is exactly one plain simple command, with the program
@@ -390,11 +438,20 @@ mod tests {
             ASK,
         )
         .unwrap();
-        // Quoting and the directory inside the workspace may differ.
+        // The directory inside the workspace may differ.
         assert_eq!(
             base,
             pattern(
-                r#"{"type":"exec","command":"git  push 'origin' \"main\"","cwd":"/ws/sub"}"#,
+                r#"{"type":"exec","command":"git push origin main","cwd":"/ws/sub"}"#,
+                ASK
+            )
+            .unwrap()
+        );
+        // The text must be equal too: quoting the Gate reads alike is still other text.
+        assert_ne!(
+            base,
+            pattern(
+                r#"{"type":"exec","command":"git  push 'origin' \"main\"","cwd":""}"#,
                 ASK
             )
             .unwrap()
@@ -437,6 +494,38 @@ mod tests {
             .unwrap()
         );
         assert!(pattern(r#"{"type":"exec","command":"ls","cwd":"/etc"}"#, ASK).is_err());
+    }
+
+    /// A grant for `touch marker` covers no text the shell reads differently: a control
+    /// character, a dialect trick or anything unparsed has no pattern at all.
+    #[test]
+    fn i6_exec_grant_covers_no_text_the_shell_reads_differently() {
+        let exec = |command: &str| {
+            pattern(
+                &serde_json::json!({"type": "exec", "command": command, "cwd": ""}).to_string(),
+                ASK,
+            )
+        };
+        let base = exec("touch marker").unwrap();
+        for trick in [
+            "touch marker\r# ; rm -rf ./important",
+            "touch marker\x0c# ; rm -rf ./important",
+            "touch marker\x0b# ; rm -rf ./important",
+            "touch marker\x1b# ; rm -rf ./important",
+            "touch marker\u{85}# ; rm -rf ./important",
+            "touch $'marker\\\\' ; rm -rf ./important ; # '",
+            "sh -c \"touch \\$'marker\\\\' ; rm -rf ./important ; # '\"",
+        ] {
+            let p = exec(trick);
+            assert!(p.is_err(), "{trick:?} got a pattern");
+            assert!(
+                p.unwrap_err().reason.contains("could not be parsed"),
+                "{trick:?}"
+            );
+        }
+        for other in ["touch marker ", "touch 'marker'", "touch marker # x"] {
+            assert_ne!(base, exec(other).unwrap(), "{other:?}");
+        }
     }
 
     #[test]

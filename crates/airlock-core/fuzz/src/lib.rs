@@ -18,6 +18,16 @@ pub fn shell_normalize(data: &[u8]) {
             "a dynamic program must be marked as running arbitrary code"
         );
     }
+    // The shell and the Gate read control characters differently: never parsed.
+    if text
+        .chars()
+        .any(|c| c.is_control() && c != '\t' && c != '\n')
+    {
+        assert!(
+            facts.unparsed.is_some(),
+            "a command holding a control character must be unparsed"
+        );
+    }
 }
 
 /// Parse any bytes as an action; errors are fine, panics are not.

@@ -23,6 +23,13 @@ pub enum PolicyError {
         file: String,
         line: usize,
     },
+    #[error("{file}:{line}: {message}\nhelp: {help}")]
+    TooComplex {
+        file: String,
+        line: usize,
+        message: String,
+        help: String,
+    },
     #[error("cannot build the policy request: {0}")]
     Request(String),
     #[error("cannot read policy file {file}: {reason}")]

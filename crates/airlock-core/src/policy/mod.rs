@@ -5,6 +5,7 @@
 //! `@ask`, a human must approve. Every decision names the deciding policies by their
 //! `@id` and gives their human reasons.
 
+mod bounds;
 mod compiled;
 mod errors;
 mod profiles;
@@ -78,6 +79,7 @@ impl PolicyEngine {
         let mut all = PolicySet::new();
         let mut meta = BTreeMap::new();
         for src in sources {
+            bounds::check(&src.name, &src.text)?;
             let parsed = PolicySet::from_str(&src.text)
                 .map_err(|e| PolicyError::Parse(errors::render(&e, &src.name, &src.text)))?;
             let result = validator.validate(&parsed, ValidationMode::Strict);

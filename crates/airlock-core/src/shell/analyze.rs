@@ -24,6 +24,30 @@ pub(crate) struct Scope {
     pub via: Vec<String>,
     pub depth: usize,
     pub anchor: Option<usize>,
+    /// The grammar of the shell that runs this text.
+    pub dialect: Dialect,
+}
+
+/// Which shell reads a piece of text. The command line itself is run by bash (the
+/// grammar parsed here); a string given to `sh -c`, `su -c`, `watch`, git aliases and
+/// the like is run by `/bin/sh` (dash) or another shell, which reads some bash syntax
+/// differently (`$'…'`, `[[`, `((`, `<<<`, …), so such syntax is unparsed there.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    #[default]
+    Bash,
+    /// POSIX sh: only syntax that bash and dash read alike is accepted.
+    Posix,
+}
+
+/// The dialect of a shell string run by `basename`, inside text of dialect `outer`.
+fn script_dialect(basename: &str, outer: Dialect) -> Dialect {
+    match basename {
+        "bash" | "rbash" => Dialect::Bash,
+        // Builtins that run their string in the current shell.
+        "eval" | "trap" | "alias" => outer,
+        _ => Dialect::Posix,
+    }
 }
 
 /// Facts gathered so far.
@@ -32,6 +56,10 @@ pub(crate) struct Collector {
     pub facts: ShellFacts,
     /// Commands with their source position, sorted at the end.
     pub commands: Vec<(usize, SimpleCommand)>,
+    /// Syntax tree nodes parsed so far, nested shell strings included.
+    pub nodes: usize,
+    /// Parser operations spent so far, nested shell strings included.
+    pub parse_ops: usize,
 }
 
 impl Collector {
@@ -226,16 +254,24 @@ pub(crate) fn analyze(
     if ins.inner.is_empty() {
         return;
     }
+    let dialect = script_dialect(&basename, scope.dialect);
     let mut via = scope.via.clone();
     via.push(if basename.is_empty() {
         program.text.clone()
     } else {
         basename
     });
+    let argv_scope = Scope {
+        via: via.clone(),
+        depth: scope.depth + 1,
+        anchor: Some(pos),
+        dialect: scope.dialect,
+    };
     let child = Scope {
         via,
         depth: scope.depth + 1,
         anchor: Some(pos),
+        dialect,
     };
     if child.depth > MAX_DEPTH {
         c.unparsed(too_deep());
@@ -243,7 +279,7 @@ pub(crate) fn analyze(
     }
     for inner in ins.inner {
         match inner {
-            Inner::Argv(words) => analyze(c, words, &[], &child, pos),
+            Inner::Argv(words) => analyze(c, words, &[], &argv_scope, pos),
             Inner::Script(word) if !word.dynamic => parse_into(c, &word.text, &child),
             Inner::Script(_) => {}
         }

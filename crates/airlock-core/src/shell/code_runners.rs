@@ -148,7 +148,17 @@ fn shell(basename: &str, args: &[Word]) -> Inspection {
         ..Inspection::default()
     };
     match (command_mode, args.get(i)) {
-        (true, Some(script)) => ins.inner.push(Inner::Script(script.clone())),
+        (true, Some(script)) => {
+            ins.inner.push(Inner::Script(script.clone()));
+            // The string is read as bash (or, for `sh`-like shells, as the syntax bash
+            // and POSIX sh share); zsh, ksh, fish and csh have grammars of their own that
+            // can run code bash would not (zsh's `*(e:…:)` glob qualifiers).
+            if !matches!(basename, "sh" | "bash" | "rbash" | "dash" | "ash" | "posh") {
+                ins.set_arbitrary(format!(
+                    "{basename} reads its command string with its own grammar"
+                ));
+            }
+        }
         (true, None) => ins.set_arbitrary(format!("{basename} -c without a command string")),
         (false, Some(file)) => {
             ins.set_arbitrary(format!("{basename} runs the script file {}", file.text))

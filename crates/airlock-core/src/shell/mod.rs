@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 mod analyze;
 mod awk_program;
+mod bounds;
 mod code_runners;
 mod git;
 mod inspection;
@@ -113,15 +114,6 @@ pub struct ShellFacts {
 /// assert_eq!(facts.commands[3].via, ["sudo", "env", "find"]);
 /// ```
 pub fn normalize(command: &str) -> ShellFacts {
-    if command.len() > MAX_COMMAND_BYTES {
-        return ShellFacts {
-            unparsed: Some(format!(
-                "command line is {} bytes, more than the {MAX_COMMAND_BYTES} analysed",
-                command.len()
-            )),
-            ..ShellFacts::default()
-        };
-    }
     let mut collector = analyze::Collector::default();
     parse::parse_into(&mut collector, command, &analyze::Scope::default());
     collector.finish()

@@ -6,15 +6,23 @@
 
 use std::collections::HashSet;
 
-use tree_sitter::{Node, Parser};
+use tree_sitter::{Node, ParseOptions, Parser};
 
-use super::analyze::{analyze, Collector, Scope};
+use super::analyze::{analyze, Collector, Dialect, Scope};
+use super::bounds;
 use super::words::{eval_word, is_word_kind, Word};
 use super::{RedirectKind, Redirection};
 
 /// Parse `src` and add its facts to `c`, in the given scope.
 pub(crate) fn parse_into(c: &mut Collector, src: &str, scope: &Scope) {
     if c.facts.unparsed.is_some() {
+        return;
+    }
+    // Every string parsed (the command line, `sh -c` strings, eval's words, backquotes in
+    // here-documents) passes the same bounds: a decoded `$'…'` can hold a control
+    // character that the outer text did not.
+    if let Some(reason) = bounds::precheck(src) {
+        c.unparsed(reason);
         return;
     }
     let mut parser = Parser::new();
@@ -29,14 +37,46 @@ pub(crate) fn parse_into(c: &mut Collector, src: &str, scope: &Scope) {
     // is undefined (and crashes) for code points above 255. The parser therefore sees
     // each non-ASCII byte as `%`, an ordinary word character to bash as non-ASCII
     // letters are, and offsets stay equal so every node's text is read from `src`.
-    let ascii: String = src
+    let ascii: Vec<u8> = src
         .bytes()
-        .map(|b| if b.is_ascii() { char::from(b) } else { '%' })
+        .map(|b| if b.is_ascii() { b } else { b'%' })
         .collect();
-    let Some(tree) = parser.parse(&ascii, None) else {
-        c.unparsed("the parser gave no result".into());
+    // tree-sitter calls back every 100 operations; the work of all the parses of one
+    // command line is bounded together, and a parse that would exceed it is cut off.
+    const OPS_PER_CALL: usize = 100;
+    let spent_before = c.parse_ops;
+    let mut spent = spent_before;
+    let mut progress = |_: &tree_sitter::ParseState| {
+        spent += OPS_PER_CALL;
+        spent > bounds::MAX_PARSE_OPS
+    };
+    let mut input = |at: usize, _| ascii.get(at..).unwrap_or_default();
+    let tree = parser.parse_with_options(
+        &mut input,
+        None,
+        Some(ParseOptions::new().progress_callback(&mut progress)),
+    );
+    c.parse_ops = spent;
+    let Some(tree) = tree else {
+        c.unparsed(if spent > bounds::MAX_PARSE_OPS {
+            format!(
+                "the command needs more parsing work than the {} operations allowed",
+                bounds::MAX_PARSE_OPS
+            )
+        } else {
+            "the parser gave no result".into()
+        });
         return;
     };
+    let root = tree.root_node();
+    c.nodes = c.nodes.saturating_add(root.descendant_count());
+    if c.nodes > bounds::MAX_NODES {
+        c.unparsed(format!(
+            "the command has more than {} syntax nodes",
+            bounds::MAX_NODES
+        ));
+        return;
+    }
     Walker {
         c,
         src,
@@ -45,7 +85,7 @@ pub(crate) fn parse_into(c: &mut Collector, src: &str, scope: &Scope) {
         herestrings: HashSet::new(),
         read_write: HashSet::new(),
     }
-    .walk(tree.root_node());
+    .walk(root);
 }
 
 struct Walker<'a, 'c> {
@@ -140,6 +180,70 @@ impl Walker<'_, '_> {
 
     fn visit(&mut self, node: Node, parent: Option<Node>) {
         let kind = node.kind();
+        if self.scope.dialect == Dialect::Posix {
+            if let Some(what) = bash_only(node, self.text(node)) {
+                self.c.unparsed(format!(
+                    "{what} in a string run by a POSIX shell, which reads it differently than bash"
+                ));
+                return;
+            }
+        }
+        if kind == "ansi_c_string" && !ansi_c_string_ends_at_its_end(self.text(node)) {
+            self.c.unparsed(format!(
+                "the `$'…'` string at byte {} ends earlier for bash than for the parser",
+                node.start_byte()
+            ));
+            return;
+        }
+        if kind == "command_substitution"
+            && self.text(node).starts_with('`')
+            && self.text(node).contains('\\')
+        {
+            // Inside backquotes bash removes the backslash of `\\`, `\``, `\$` before
+            // it parses the text again; the grammar parses the raw text.
+            self.c.unparsed(format!(
+                "the backquoted substitution at byte {} holds a backslash, which bash \
+                 removes before it reads the command; use $(…) instead",
+                node.start_byte()
+            ));
+            return;
+        }
+        let stray_backquote = match kind {
+            "word" => has_unescaped_backquote(self.text(node)),
+            // A bare piece of a concatenation is literal text to the Gate.
+            _ if !node.is_named() => {
+                parent.is_some_and(|p| p.kind() == "concatenation")
+                    && has_unescaped_backquote(self.text(node))
+            }
+            _ => false,
+        };
+        if stray_backquote {
+            // An unquoted backquote always starts or ends a substitution in bash; in a
+            // plain word it means the grammar paired the backquotes differently
+            // (`` `date ` `id` `` read as one substitution running `date` `id`).
+            self.c.unparsed(format!(
+                "the parser paired the backquotes near byte {} differently than bash",
+                node.start_byte()
+            ));
+            return;
+        }
+        if kind == "command" {
+            if let Some(at) = self.line_break_between_words(node) {
+                self.c.unparsed(format!(
+                    "the parser read the line break at byte {at} as a blank inside one \
+                     command; bash ends the command there"
+                ));
+                return;
+            }
+        }
+        if kind == "heredoc_end" && !self.alone_on_its_line(node) {
+            self.c.unparsed(format!(
+                "the here-document delimiter at byte {} shares its line with other text; \
+                 bash ends a here-document only at a line holding the delimiter alone",
+                node.start_byte()
+            ));
+            return;
+        }
         if !node.is_named() {
             if kind == "&" {
                 self.c.facts.has_background = true;
@@ -177,6 +281,40 @@ impl Walker<'_, '_> {
         if kind == "redirected_statement" {
             self.repair_redirects(node);
         }
+    }
+
+    /// A newline between two words of one simple command, other than a line
+    /// continuation. tree-sitter-bash reads `a | b | c⏎cat <<EOF` as `c cat`, hiding
+    /// `cat`; bash ends a command at an unescaped newline.
+    fn line_break_between_words(&self, command: Node) -> Option<usize> {
+        let bytes = self.src.as_bytes();
+        let mut cursor = command.walk();
+        let children: Vec<Node> = command.children(&mut cursor).collect();
+        for pair in children.windows(2) {
+            let (from, to) = (pair[0].end_byte(), pair[1].start_byte());
+            for at in from..to.min(bytes.len()) {
+                if bytes[at] == b'\n' && (at == 0 || bytes[at - 1] != b'\\') {
+                    return Some(at);
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether `node` is alone on its line, but for leading tabs (`<<-` strips them).
+    fn alone_on_its_line(&self, node: Node) -> bool {
+        let bytes = self.src.as_bytes();
+        let before = &bytes[..node.start_byte().min(bytes.len())];
+        let line_start = before
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
+        let after = &bytes[node.end_byte().min(bytes.len())..];
+        let rest = after
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(after, |i| &after[..i]);
+        before[line_start..].iter().all(|&b| b == b'\t') && rest.is_empty()
     }
 
     /// More than one statement in one body is a list (`a; b`, newline-separated).
@@ -451,6 +589,7 @@ impl Walker<'_, '_> {
                     via: self.scope.via.clone(),
                     depth: self.scope.depth + 1,
                     anchor: Some(self.scope.anchor.unwrap_or(start + offset)),
+                    dialect: self.scope.dialect,
                 };
                 if scope.depth > super::analyze::MAX_DEPTH {
                     self.c.unparsed(super::analyze::too_deep());
@@ -460,6 +599,106 @@ impl Walker<'_, '_> {
             }
         }
     }
+}
+
+/// Syntax that bash reads one way and a POSIX shell (dash, the sandbox's `/bin/sh`)
+/// another: `echo $'\' ; id ; # '` is one `echo` to bash and three commands to dash.
+/// Named by what the operator would recognise.
+fn bash_only(node: Node, text: &str) -> Option<&'static str> {
+    if !node.is_named() {
+        return match node.kind() {
+            "[[" => Some("`[[`"),
+            "((" => Some("`((`"),
+            "|&" => Some("`|&`"),
+            "&>" | "&>>" => Some("`&>`"),
+            "<<<" => Some("`<<<`"),
+            ";&" | ";;&" => Some("a `case` fall-through"),
+            "function" => Some("`function`"),
+            "select" => Some("`select`"),
+            "=~" => Some("`=~`"),
+            "$[" => Some("`$[`"),
+            _ => None,
+        };
+    }
+    match node.kind() {
+        "ansi_c_string" => Some("`$'…'`"),
+        "translated_string" => Some("`$\"…\"`"),
+        "brace_expression" => Some("brace expansion"),
+        "herestring_redirect" => Some("`<<<`"),
+        "process_substitution" => Some("process substitution"),
+        "c_style_for_statement" => Some("`for ((…))`"),
+        "array" | "subscript" => Some("an array"),
+        "extglob_pattern" => Some("an extended glob"),
+        "regex" => Some("`=~`"),
+        "arithmetic_expansion" if !text.starts_with("$((") => Some("`$[…]`"),
+        "expansion" if !posix_expansion(text) => Some("a bash parameter expansion"),
+        "test_command" if text.starts_with("[[") => Some("`[[`"),
+        "compound_statement" if text.starts_with("((") => Some("`((`"),
+        "string" if text.starts_with("$\"") => Some("`$\"…\"`"),
+        _ => None,
+    }
+}
+
+/// An unescaped backquote in unquoted word text.
+fn has_unescaped_backquote(text: &str) -> bool {
+    let mut escaped = false;
+    for b in text.bytes() {
+        match b {
+            _ if escaped => escaped = false,
+            b'\\' => escaped = true,
+            b'`' => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Whether the `$'…'` string `text` ends at its last byte as bash reads it: a backslash
+/// escapes the next character, the first other `'` ends the string. The grammar's rule
+/// lets `\\'` escape the quote, so `$'\\' ; id ; # '` would hide `id` from the Gate.
+fn ansi_c_string_ends_at_its_end(text: &str) -> bool {
+    let Some(body) = text.strip_prefix("$'") else {
+        return false;
+    };
+    let bytes = body.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => i += 2,
+            b'\'' => return i + 1 == bytes.len(),
+            _ => i += 1,
+        }
+    }
+    false
+}
+
+/// `${name}`, `${#name}` and `${name<op>word}` with a POSIX operator.
+fn posix_expansion(text: &str) -> bool {
+    let Some(inner) = text.strip_prefix("${") else {
+        return false;
+    };
+    let inner = inner
+        .strip_prefix('#')
+        .filter(|r| !r.starts_with('}'))
+        .unwrap_or(inner);
+    let name_len = if inner.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
+        inner
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(inner.len())
+    } else if inner.starts_with(|c: char| c.is_ascii_digit()) {
+        inner
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(inner.len())
+    } else if inner.starts_with(['@', '*', '#', '?', '$', '!', '-']) {
+        1
+    } else {
+        return false;
+    };
+    let rest = &inner[name_len..];
+    rest.starts_with('}')
+        || [":-", ":=", ":?", ":+", "-", "=", "?", "+", "%", "#"]
+            .iter()
+            .any(|op| rest.starts_with(op))
 }
 
 fn assignment_name(node: Node, src: &str) -> Option<String> {

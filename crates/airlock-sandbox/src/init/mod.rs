@@ -492,7 +492,7 @@ impl std::fmt::Display for ExecError {
 fn exec(request: &InitRequest, order: &ExecOrder) -> ExecError {
     let to_c = |s: &str| CString::new(s).map_err(|_| "argument contains a NUL byte".to_string());
     let argv: Result<Vec<CString>, String> = order.argv.iter().map(|a| to_c(a)).collect();
-    let mut env = request.profile.env.clone();
+    let mut env = crate::payload_env::for_payload(&request.profile.env);
     if order.program.is_some() {
         env.insert("PWD".into(), request.cwd.display().to_string());
     }

@@ -369,8 +369,10 @@ fn i4_exec_refuses_a_bind_mount_of_the_config_dir() {
     );
     assert!(!f.home.join("config/AIRLOCK_RAN_HERE").exists());
     assert!(!f.home.join("AIRLOCK_RAN_HERE").exists());
+}
 
-/// The attack and its class, run for real: `rm` must not run, and the refusal
+/// A comment hidden behind a control character, and other text bash reads differently from
+/// the Gate, run for real: `rm` must not run, and the refusal
 /// must say the command could not be parsed.
 #[test]
 fn i2_a_command_the_shell_reads_differently_does_not_run() {

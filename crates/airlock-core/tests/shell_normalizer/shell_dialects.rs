@@ -69,7 +69,7 @@ fn i2_an_ansi_c_string_ends_where_bash_ends_it() {
 
 #[test]
 fn i2_bash_syntax_in_a_string_for_a_posix_shell_is_unparsed() {
-    // The example: one `echo` to bash, three commands to dash.
+    // One `echo` to bash, three commands to dash.
     unparsed_because(
         "sh -c \"echo \\$'\\\\' ; echo HIDDEN ; # '\"",
         "POSIX shell",

@@ -263,7 +263,13 @@ fn fifty_concurrent_runs_succeed_and_keep_the_chain_valid() {
                 .args([
                     "exec",
                     "--",
-                    &format!("echo {marker} {i} > out-{i}; sleep 0.2"),
+                    // The loop left behind carries the marker in its own command line
+                    // (`$0`), so a stray one is found on the host after the run.
+                    &format!(
+                        "echo {marker} {i} > out-{i}; \
+                         sh -c 'while :; do sleep 1; done' {marker}-{i} </dev/null >/dev/null 2>&1 & \
+                         sleep 0.2"
+                    ),
                 ])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())

@@ -5,6 +5,7 @@
 //! replaced by a directory, a device, and the file size limit (`RLIMIT_FSIZE`).
 
 mod common;
+mod fsync_traced;
 
 use std::fs;
 use std::os::unix::fs::symlink;

@@ -50,14 +50,84 @@ fn runs_in_the_sandbox_and_passes_the_exit_status() {
     assert!(f.ws.join("created").exists());
     let o = exec(&f, &[], "kill -TERM $$");
     assert_eq!(o.status.code(), Some(128 + 15));
-    // The decision precedes the execution record, which carries the attestation.
+    // The execution record carries the attestation.
     let recs = audit_records(&f.home);
     let exec_rec = recs.iter().find(|r| r["kind"] == "execution").unwrap();
     let att = &exec_rec["detail"]["attestation"];
     assert!(att.is_object(), "{exec_rec}");
-    let i_dec = recs.iter().position(|r| r["kind"] == "decision").unwrap();
-    let i_exec = recs.iter().position(|r| r["kind"] == "execution").unwrap();
-    assert!(i_dec < i_exec);
+    assert!(verify(&f.home).status.success());
+}
+
+/// I1: the decision that names the exact command is in the log file before the payload
+/// starts. Each payload announces itself in the workspace and then waits; while it waits,
+/// the test reads the log on the host (the sandbox cannot see it) and only then lets the
+/// payload finish.
+#[test]
+fn i1_the_decision_is_in_the_log_while_the_payload_runs() {
+    let f = fixture();
+    // Commands of different shapes, each recorded verbatim: quoting, a pipeline, a
+    // subshell.
+    let payloads = [
+        "echo 'quoted  words' > started-0",
+        "echo piped | cat > started-1",
+        "(echo sub; echo shell) > started-2",
+    ];
+    for (i, start) in payloads.iter().enumerate() {
+        let release = format!("release-{i}");
+        let cmd = format!(
+            "{start}; n=0; while [ ! -e {release} ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n+1)); done; \
+             [ -e {release} ] && echo released-{i}"
+        );
+        let mut child = Command::new(airlock_bin())
+            .env("AIRLOCK_HOME", &f.home)
+            .current_dir(&f.ws)
+            .args(["exec", "--", &cmd])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = f.ws.join(format!("started-{i}"));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !started.exists() {
+            if let Some(status) = child.try_wait().unwrap() {
+                let o = child.wait_with_output().unwrap();
+                panic!(
+                    "{cmd}: ended ({status}) before it started: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                );
+            }
+            assert!(std::time::Instant::now() < deadline, "{cmd} never started");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        // The payload is running and waiting: its decision is already in the file.
+        let recs = audit_records(&f.home);
+        let decisions: Vec<_> = recs
+            .iter()
+            .filter(|r| r["kind"] == "decision" && r["action"]["command"] == cmd.as_str())
+            .collect();
+        assert_eq!(decisions.len(), 1, "{cmd}: {recs:#?}");
+        assert_eq!(decisions[0]["decision"], "allow", "{:#}", decisions[0]);
+        // And it is still running: its execution record is not written yet.
+        assert_eq!(
+            recs.iter().filter(|r| r["kind"] == "execution").count(),
+            i,
+            "{cmd}: {recs:#?}"
+        );
+        std::fs::write(f.ws.join(&release), b"").unwrap();
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{cmd}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&o.stdout).ends_with(&format!("released-{i}\n")),
+            "{}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
     assert!(verify(&f.home).status.success());
 }
 
@@ -195,7 +265,13 @@ fn fifty_concurrent_runs_succeed_and_keep_the_chain_valid() {
                 .args([
                     "exec",
                     "--",
-                    &format!("echo {marker} {i} > out-{i}; sleep 0.2"),
+                    // The loop left behind carries the marker in its own command line
+                    // (`$0`), so a stray one is found on the host after the run.
+                    &format!(
+                        "echo {marker} {i} > out-{i}; \
+                         sh -c 'while :; do sleep 1; done' {marker}-{i} </dev/null >/dev/null 2>&1 & \
+                         sleep 0.2"
+                    ),
                 ])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())

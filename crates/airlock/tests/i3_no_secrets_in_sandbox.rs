@@ -20,22 +20,74 @@ fn echo_with_placeholder(f: &Fixture, host: &str, path: &str) -> (String, String
     )
 }
 
+/// Where the payload searches for the value: every directory it can write or that holds
+/// run-time files, the system config, and the workspace (its working directory).
+const SEARCHED: &str = "/run /tmp /var /etc /home /root /dev/shm .";
+const HITS_BEGIN: &str = "secret-hits-begin";
+const HITS_END: &str = "secret-hits-end";
+const PH_BEGIN: &str = "placeholder-hits-begin";
+const PH_END: &str = "placeholder-hits-end";
+
+/// The lines of `text` between the lines `begin` and `end`; panics when either is missing,
+/// so a search that did not run never reads as a search that found nothing.
+fn between<'a>(text: &'a str, begin: &str, end: &str) -> Vec<&'a str> {
+    let mut lines = text.lines();
+    assert!(
+        lines.by_ref().any(|l| l == begin),
+        "{begin} missing from the output: {text}"
+    );
+    let inner: Vec<&str> = lines.by_ref().take_while(|l| *l != end).collect();
+    assert!(
+        text.lines().any(|l| l == end),
+        "{end} missing from the output: {text}"
+    );
+    inner
+}
+
 fn placeholder(f: &Fixture) -> String {
     airlock_proxy::SecretStore::new(&f.home.config)
         .placeholder(SECRET_NAME)
         .unwrap()
 }
 
+/// The proxy's `net.placeholder_misuse` records for requests to `path`.
+fn misuse_records(f: &Fixture, path: &str) -> Vec<serde_json::Value> {
+    f.audit_records()
+        .into_iter()
+        .filter(|r| r["kind"] == "net.placeholder_misuse" && r["detail"]["path"] == path)
+        .collect()
+}
+
+/// The misuse record of the one request to `path` names the secret, where it was sent and
+/// the host it went to; a record written for any other request does not count.
+fn assert_flagged_once(f: &Fixture, path: &str, host: &str) {
+    let flagged = misuse_records(f, path);
+    assert_eq!(
+        flagged.len(),
+        1,
+        "the placeholder sent to {host}{path} is not flagged exactly once: {:#?}",
+        f.audit_records()
+    );
+    let d = &flagged[0]["detail"];
+    assert_eq!(d["secret"], SECRET_NAME, "{d}");
+    assert_eq!(d["location"], "header:authorization", "{d}");
+    assert_eq!(d["host"], host, "{d}");
+}
+
 #[test]
 fn the_secret_is_injected_for_its_bound_host_and_path_only() {
     let f = fixture();
     let ph = placeholder(&f);
+    // Each request has a path of its own, so each audit check below can only be met by
+    // the record of that one request.
+    let (bound, off_path, other_host) =
+        ("/v1/bound/echo", "/v2/off-path/echo", "/v1/other-host/echo");
     // Bound host and path: the upstream gets the real value; the echo the sandbox reads
     // (body and header) carries only the placeholder.
-    let (text, err) = echo_with_placeholder(&f, "api.test", "/v1/echo");
+    let (text, err) = echo_with_placeholder(&f, "api.test", bound);
     let seen = f.seen();
     let last = seen.last().expect("the upstream saw the request");
-    assert_eq!(last.path, "/v1/echo");
+    assert_eq!(last.path, bound);
     assert_eq!(
         last.authorization.as_deref(),
         Some(format!("Bearer {SECRET_VALUE}").as_str())
@@ -53,27 +105,32 @@ fn the_secret_is_injected_for_its_bound_host_and_path_only() {
             .contains(&format!("x-echo-auth: bearer {}", ph.to_ascii_lowercase())),
         "{text}"
     );
+    // Where the secret belongs, its placeholder is used, not misused.
+    assert_eq!(misuse_records(&f, bound), Vec::<serde_json::Value>::new());
 
-    // Same host, outside the bound path: passes unchanged.
-    let (text, _) = echo_with_placeholder(&f, "api.test", "/v2/echo");
-    assert_eq!(f.seen().last().unwrap().path, "/v2/echo");
+    // Same host, outside the bound path: passes unchanged and is flagged.
+    let (text, _) = echo_with_placeholder(&f, "api.test", off_path);
+    assert_eq!(f.seen().last().unwrap().path, off_path);
     assert_eq!(
         f.seen().last().unwrap().authorization.as_deref(),
         Some(format!("Bearer {ph}").as_str())
     );
     assert!(!text.contains(SECRET_VALUE));
+    assert_flagged_once(&f, off_path, "api.test");
 
     // Another allowed host: passes unchanged and is flagged in the audit log.
-    let (text, _) = echo_with_placeholder(&f, "other.test", "/v1/echo");
+    let (text, _) = echo_with_placeholder(&f, "other.test", other_host);
     assert_eq!(
         f.seen().last().unwrap().host,
         format!("other.test:{}", f.upstream.port)
     );
+    assert_eq!(f.seen().last().unwrap().path, other_host);
     assert_eq!(
         f.seen().last().unwrap().authorization.as_deref(),
         Some(format!("Bearer {ph}").as_str())
     );
     assert!(!text.contains(SECRET_VALUE));
+    assert_flagged_once(&f, other_host, "other.test");
     let audit = f.audit_text();
     assert!(
         !audit.contains(SECRET_VALUE),
@@ -90,11 +147,7 @@ fn the_secret_is_injected_for_its_bound_host_and_path_only() {
         })
         .map(|r| r["detail"]["path"].as_str().unwrap_or("").to_string())
         .collect();
-    assert_eq!(injected, vec!["/v1/echo".to_string()], "{records:#?}");
-    assert!(
-        audit.contains("exfiltration") || audit.contains("misuse") || audit.contains("placeholder"),
-        "the placeholder sent to other.test is not flagged"
-    );
+    assert_eq!(injected, vec![bound.to_string()], "{records:#?}");
     f.assert_audit_verifies();
 }
 
@@ -103,14 +156,19 @@ fn the_sandbox_environment_and_files_never_hold_the_real_value() {
     let f = fixture();
     let ph = placeholder(&f);
     // Look everywhere the payload can: its environment (two ways), every process's
-    // environ it may read, /run/airlock, /tmp, the workspace; and keep a copy of each.
+    // environ it may read, the files under every writable or run-time directory and the
+    // workspace; and keep a copy of each. The file search lists its hits between two
+    // markers, and the same search for the placeholder shows it really looks.
     let out = f.run(
         &format!(
             "env > env.txt; tr '\\0' '\\n' < /proc/self/environ > environ.txt; \
              cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' > all-environ.txt; \
              curl -sS --max-time 30 -H \"Authorization: Bearer ${SECRET_VAR}\" {} > echo.txt; \
              cat env.txt environ.txt all-environ.txt echo.txt; \
-             a='{head}'; b='{tail}'; grep -rl \"$a$b\" /run /tmp /etc . 2>/dev/null; echo grep-done",
+             a='{head}'; b='{tail}'; \
+             echo {HITS_BEGIN}; grep -rlF -- \"$a$b\" {SEARCHED} 2>/dev/null; echo {HITS_END}; \
+             echo {PH_BEGIN}; grep -rlF -- \"${SECRET_VAR}\" {SEARCHED} 2>/dev/null; echo {PH_END}; \
+             echo grep-done",
             f.url("api.test", "/v1/echo"),
             // Split so the command (which the audit log records) never holds the value.
             head = &SECRET_VALUE[..6],
@@ -120,6 +178,20 @@ fn the_sandbox_environment_and_files_never_hold_the_real_value() {
     );
     let text = String::from_utf8_lossy(&out.stdout);
     let err = String::from_utf8_lossy(&out.stderr);
+    // No file the payload can read holds the real value.
+    assert_eq!(
+        between(&text, HITS_BEGIN, HITS_END),
+        Vec::<&str>::new(),
+        "files in the sandbox hold the real value"
+    );
+    // The same search finds the placeholder in the copies the payload made.
+    let ph_hits = between(&text, PH_BEGIN, PH_END);
+    for copy in ["./env.txt", "./environ.txt", "./echo.txt"] {
+        assert!(
+            ph_hits.contains(&copy),
+            "{copy} not found: {ph_hits:?}\n{err}"
+        );
+    }
     // The checks look at the right place: the placeholder is there.
     assert!(
         text.contains(&format!("{SECRET_VAR}={ph}\n")),

@@ -9,7 +9,7 @@ mod i3_common;
 
 use std::path::PathBuf;
 
-use i3_common::clients::{missing_client, require_executable, require_tool};
+use i3_common::clients::{is_ci_value, missing_client, require_executable, require_tool};
 use i3_common::packages::*;
 use i3_common::*;
 
@@ -553,4 +553,16 @@ fn files_named(dir: &std::path::Path, name: &str) -> Vec<PathBuf> {
         }
     }
     hits
+}
+
+/// Every value CI services give `CI` forbids skipping a client test; only an unset, empty
+/// or false `CI` lets a developer's machine skip one (and the skip is counted and printed).
+#[test]
+fn a_missing_client_fails_every_ci_run() {
+    for v in ["true", "1", "yes", "TRUE", "on"] {
+        assert!(is_ci_value(Some(v)), "CI={v}");
+    }
+    for v in [None, Some(""), Some("0"), Some("false"), Some("FALSE")] {
+        assert!(!is_ci_value(v), "CI={v:?}");
+    }
 }

@@ -159,9 +159,11 @@ fn the_sandbox_environment_and_files_never_hold_the_real_value() {
     // environ it may read, the files under every writable or run-time directory and the
     // workspace; and keep a copy of each. The file search lists its hits between two
     // markers, and the same search for the placeholder shows it really looks.
+    // `cat` reads its own environ: a `< /proc/self/environ` redirect would be opened by
+    // the forked shell, whose memory is gone once it execs, and read as empty.
     let out = f.run(
         &format!(
-            "env > env.txt; tr '\\0' '\\n' < /proc/self/environ > environ.txt; \
+            "env > env.txt; cat /proc/self/environ | tr '\\0' '\\n' > environ.txt; \
              cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' > all-environ.txt; \
              curl -sS --max-time 30 -H \"Authorization: Bearer ${SECRET_VAR}\" {} > echo.txt; \
              cat env.txt environ.txt all-environ.txt echo.txt; \

@@ -511,6 +511,52 @@ mod grants_are_visible {
     }
 
     #[test]
+    fn i6_revoke_all_ends_every_grant_with_a_record_each() {
+        use airlock_store::{GrantAdmin, GrantScope, GrantTarget, NewGrant};
+        let f = fixture();
+        let session = tainting_session(&f.home);
+        let store = SqliteStore::open(f.home.join("state")).unwrap();
+        let now = Timestamp::now();
+        let grant = |scope: GrantScope, pattern: &str| NewGrant {
+            scope,
+            target: GrantTarget::Pattern {
+                action_kind: "net.request".into(),
+                pattern: pattern.into(),
+            },
+            created_by: "owner".into(),
+            expires_at: now.plus(Duration::from_secs(600)),
+        };
+        let a = store
+            .create_grant(&grant(GrantScope::Rule, "host:a.example"), now)
+            .unwrap();
+        let b = store
+            .create_grant(
+                &grant(
+                    GrantScope::Session {
+                        session_id: session.clone(),
+                    },
+                    "host:b.example",
+                ),
+                now,
+            )
+            .unwrap();
+        assert_eq!(grants_json(&f.home).len(), 2);
+        let o = airlock(&f.home, &["grants", "revoke", "--all"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(String::from_utf8_lossy(&o.stdout).contains("2 grant(s) revoked"));
+        assert!(grants_json(&f.home).is_empty());
+        let mut revoked: Vec<String> = revocations(&f.home)
+            .iter()
+            .map(|r| r["detail"]["grant"]["id"].as_str().unwrap().to_string())
+            .collect();
+        revoked.sort();
+        let mut want = vec![a.id, b.id];
+        want.sort();
+        assert_eq!(revoked, want);
+        assert_audit_verifies(&f.home);
+    }
+
+    #[test]
     fn i6_revoke_needs_an_id_or_all() {
         let f = fixture();
         let o = airlock(&f.home, &["grants", "revoke"]);

@@ -230,6 +230,12 @@ impl AuditLog {
         self.redactor = Some(redactor);
     }
 
+    /// The redactor in use, if any: the same secrets the log keeps out of its records,
+    /// for callers that must keep them out of other text too (tool results, transcripts).
+    pub fn redactor(&self) -> Option<&Redactor> {
+        self.redactor.as_ref()
+    }
+
     /// The redactor in use, created empty if there is none, so that several components can
     /// each register the secrets they know without dropping the others'.
     pub fn redactor_mut(&mut self) -> &mut Redactor {

@@ -18,7 +18,11 @@ use crate::{AuditError, AuditEvent};
 /// ```
 #[derive(Default)]
 pub struct Redactor {
+    /// How many secrets are registered (each may bring several forms).
+    secrets: usize,
+    /// The secret's name for each pattern in `values`.
     names: Vec<String>,
+    /// Every form of every secret looked for: the value, then its encodings.
     values: Vec<SecretString>,
     /// Matches every value at once; leftmost-longest, so a secret that contains another
     /// is redacted whole.
@@ -41,12 +45,40 @@ impl Redactor {
 
     /// Register secret `name` with `value`. An empty value is refused.
     pub fn add(&mut self, name: impl Into<String>, value: SecretString) -> Result<(), AuditError> {
+        self.add_with_forms(name, value, Vec::new())
+    }
+
+    /// Register secret `name` with `value` and other forms the same value takes in text
+    /// (its base64, hex or percent encodings, as the caller's encoder produces them), each
+    /// redacted as `[REDACTED:<name>]` too. An empty value is refused; empty forms are
+    /// skipped.
+    ///
+    /// ```
+    /// use airlock_audit::Redactor;
+    /// let mut r = Redactor::new();
+    /// r.add_with_forms("T", "s3cr3t-value".into(), vec!["73336372337420".into()]).unwrap();
+    /// assert_eq!(r.redact_str("hex=73336372337420"), "hex=[REDACTED:T]");
+    /// assert_eq!(r.len(), 1);
+    /// ```
+    pub fn add_with_forms(
+        &mut self,
+        name: impl Into<String>,
+        value: SecretString,
+        forms: Vec<SecretString>,
+    ) -> Result<(), AuditError> {
         let name = name.into();
         if value.expose_secret().is_empty() {
             return Err(AuditError::EmptySecret { name });
         }
-        self.names.push(name);
-        self.values.push(value);
+        self.secrets += 1;
+        for form in std::iter::once(value).chain(forms) {
+            let text = form.expose_secret();
+            if text.is_empty() || self.values.iter().any(|v| v.expose_secret() == text) {
+                continue;
+            }
+            self.names.push(name.clone());
+            self.values.push(form);
+        }
         let matcher = AhoCorasick::builder()
             .match_kind(MatchKind::LeftmostLongest)
             .build(self.values.iter().map(|v| v.expose_secret()))
@@ -57,12 +89,12 @@ impl Redactor {
 
     /// Number of registered secrets.
     pub fn len(&self) -> usize {
-        self.names.len()
+        self.secrets
     }
 
     /// Whether no secret is registered.
     pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
+        self.secrets == 0
     }
 
     /// `s` with every secret value replaced by `[REDACTED:<name>]`.

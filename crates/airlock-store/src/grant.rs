@@ -82,6 +82,11 @@ pub struct Grant {
     /// The approval request it came from, if any.
     pub approval_id: Option<String>,
     pub revoked_at: Option<Timestamp>,
+    /// How many actions it let through (each [`crate::GrantQueries::find_grant`] that
+    /// returned it).
+    pub uses: u64,
+    /// When it last let one through.
+    pub last_used_at: Option<Timestamp>,
 }
 
 /// What to look a grant up for.

@@ -163,6 +163,7 @@ pub trait ApprovalDecisions {
 pub trait GrantQueries {
     /// An unrevoked grant, unexpired at `now`, that covers the action: same session (or
     /// a rule), same kind, and either the same payload hash or one of the pattern keys.
+    /// The caller uses what it finds, so finding one counts as a use of it.
     fn find_grant(
         &self,
         lookup: &GrantLookup<'_>,
@@ -179,8 +180,13 @@ pub trait GrantAdmin {
     /// Unrevoked grants unexpired at `now`.
     fn active_grants(&self, now: Timestamp) -> Result<Listing<Grant>, StoreError>;
 
-    /// Revoke one grant.
-    fn revoke_grant(&self, id: &str, now: Timestamp) -> Result<(), StoreError>;
+    /// Revoke one grant. Returns it as it was before (so its revocation can be recorded
+    /// with what it allowed), or `None` when it was already revoked.
+    fn revoke_grant(&self, id: &str, now: Timestamp) -> Result<Option<Grant>, StoreError>;
+
+    /// Revoke every grant still in force at `now`, of every session and every operator
+    /// rule, in one transaction. Returns the grants revoked, as they were before.
+    fn revoke_all_grants(&self, now: Timestamp) -> Result<Vec<Grant>, StoreError>;
 }
 
 /// A row the store found malformed, as kept in the quarantine log.

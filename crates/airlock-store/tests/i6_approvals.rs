@@ -721,3 +721,154 @@ mod orphaned {
         assert_eq!(ok.request.status, ApprovalStatus::Approved);
     }
 }
+
+/// Grants the operator can see and take back: each use is counted, one grant or all of
+/// them can be revoked (whatever their scope), and a revoked grant is never found again.
+mod grants_are_visible {
+    use super::*;
+
+    fn rule_grant(store: &SqliteStore, pattern: &str, expires_at: Timestamp) -> Grant {
+        store
+            .create_grant(
+                &NewGrant {
+                    scope: GrantScope::Rule,
+                    target: GrantTarget::Pattern {
+                        action_kind: "net.request".into(),
+                        pattern: pattern.into(),
+                    },
+                    created_by: "owner".into(),
+                    expires_at,
+                },
+                T0,
+            )
+            .unwrap()
+    }
+
+    fn find(store: &SqliteStore, session: &str, pattern: &str, now: Timestamp) -> Option<Grant> {
+        store
+            .find_grant(
+                &GrantLookup {
+                    session_id: session,
+                    action_kind: "net.request",
+                    action_hash: "sha256:none",
+                    patterns: &[pattern.to_string()],
+                },
+                now,
+            )
+            .unwrap()
+    }
+
+    #[test]
+    fn i6_each_use_of_a_grant_is_counted_and_listed() {
+        let (_dir, store, s) = setup();
+        let g = rule_grant(&store, "host:api.github.com", at(600));
+        assert_eq!((g.uses, g.last_used_at), (0, None));
+        assert_eq!(
+            find(&store, &s, "host:api.github.com", at(5)).unwrap().uses,
+            1
+        );
+        assert_eq!(
+            find(&store, &s, "host:api.github.com", at(7)).unwrap().uses,
+            2
+        );
+        // A lookup that matches nothing is no use.
+        assert_eq!(find(&store, &s, "host:evil.example", at(8)), None);
+        let listed = store.active_grants(at(9)).unwrap().items;
+        assert_eq!(listed.len(), 1);
+        assert_eq!((listed[0].uses, listed[0].last_used_at), (2, Some(at(7))));
+    }
+
+    #[test]
+    fn i6_revoking_a_grant_returns_what_it_allowed_and_it_is_not_found_again() {
+        let (_dir, store, s) = setup();
+        let g = rule_grant(&store, "host:api.github.com", at(600));
+        let revoked = store
+            .revoke_grant(&g.id, at(3))
+            .unwrap()
+            .expect("was in force");
+        assert_eq!(revoked.id, g.id);
+        assert_eq!(revoked.target, g.target);
+        assert_eq!(find(&store, &s, "host:api.github.com", at(4)), None);
+        assert!(store.active_grants(at(4)).unwrap().items.is_empty());
+        // Twice: nothing more to revoke, and that is not an error.
+        assert_eq!(store.revoke_grant(&g.id, at(5)).unwrap(), None);
+        assert!(matches!(
+            store.revoke_grant("g-nope", at(5)).unwrap_err(),
+            StoreError::NotFound { what: "grant", .. }
+        ));
+    }
+
+    #[test]
+    fn i6_revoke_all_reaches_rules_sessions_and_expired_grants() {
+        let (_dir, store, s) = setup();
+        let other = store
+            .create_session(&NewSession::owner(), T0)
+            .unwrap()
+            .id()
+            .to_string();
+        let rule = rule_grant(&store, "host:api.github.com", at(600));
+        // Expired by `now` below, but a clock set back would revive it.
+        let short = rule_grant(&store, "host:example.org", at(20));
+        let session = store
+            .create_grant(
+                &NewGrant {
+                    scope: GrantScope::Session {
+                        session_id: other.clone(),
+                    },
+                    target: GrantTarget::Pattern {
+                        action_kind: "net.request".into(),
+                        pattern: "host:api.github.com".into(),
+                    },
+                    created_by: "owner".into(),
+                    expires_at: at(600),
+                },
+                T0,
+            )
+            .unwrap();
+        let mut ids: Vec<String> = store
+            .revoke_all_grants(at(30))
+            .unwrap()
+            .into_iter()
+            .map(|g| g.id)
+            .collect();
+        ids.sort();
+        let mut want = vec![rule.id, short.id, session.id];
+        want.sort();
+        assert_eq!(ids, want);
+        assert_eq!(find(&store, &s, "host:api.github.com", at(31)), None);
+        assert_eq!(find(&store, &other, "host:api.github.com", at(31)), None);
+        // The clock set back: still revoked.
+        assert_eq!(find(&store, &s, "host:example.org", at(10)), None);
+        assert!(store.revoke_all_grants(at(32)).unwrap().is_empty());
+    }
+
+    #[test]
+    fn i6_a_database_from_before_use_counts_keeps_its_grants() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = {
+            let store = open(dir.path());
+            rule_grant(&store, "host:api.github.com", at(600)).id
+        };
+        // Back to schema version 4, which had no use counts.
+        raw(dir.path())
+            .execute_batch(
+                "ALTER TABLE grants DROP COLUMN uses;
+                 ALTER TABLE grants DROP COLUMN last_used_at;
+                 PRAGMA user_version = 4;",
+            )
+            .unwrap();
+        let store = open(dir.path());
+        let listed = store.active_grants(at(1)).unwrap().items;
+        assert_eq!(listed.len(), 1);
+        assert_eq!((listed[0].id.as_str(), listed[0].uses), (id.as_str(), 0));
+        let s = store
+            .create_session(&NewSession::owner(), T0)
+            .unwrap()
+            .id()
+            .to_string();
+        assert_eq!(
+            find(&store, &s, "host:api.github.com", at(2)).unwrap().uses,
+            1
+        );
+    }
+}

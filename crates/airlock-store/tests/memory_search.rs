@@ -246,13 +246,15 @@ fn a_version_2_database_is_searched_after_its_upgrade() {
         }
     }
     // Take the file back to schema version 2, which had no term counts (nor the
-    // approvals' waiter columns of version 4).
+    // approvals' waiter columns of version 4, nor the grants' use counts of version 5).
     {
         let db = raw(dir.path());
         db.execute_batch(
             "DROP TABLE memory_fts_terms;
              ALTER TABLE approvals DROP COLUMN waiter_pid;
              ALTER TABLE approvals DROP COLUMN waiter_start;
+             ALTER TABLE grants DROP COLUMN uses;
+             ALTER TABLE grants DROP COLUMN last_used_at;
              PRAGMA user_version = 2;",
         )
         .unwrap();

@@ -721,3 +721,218 @@ fn export_lists_every_kept_version() {
         1
     );
 }
+
+/// Memory does not live for ever: each kind expires after its limit, tainted recall
+/// records sooner, and an expired record is neither recalled (search, get) nor loaded
+/// (pinned); a new write starts its time again. The clock is the test's.
+mod expiry {
+    use super::*;
+    use std::sync::atomic::{AtomicI64, Ordering};
+    use std::sync::Arc;
+
+    const DAY: u64 = 86_400;
+
+    struct Clock(Arc<AtomicI64>);
+
+    impl Clock {
+        fn set(&self, t: Timestamp) {
+            self.0.store(t.as_unix_ms(), Ordering::SeqCst);
+        }
+    }
+
+    fn store_with_clock(dir: &std::path::Path, retention: MemoryRetention) -> (SqliteStore, Clock) {
+        let now = Arc::new(AtomicI64::new(at(0).as_unix_ms()));
+        let read = now.clone();
+        let s = open(dir)
+            .with_memory_retention(retention)
+            .with_memory_clock(Arc::new(move || {
+                Timestamp::from_unix_ms(read.load(Ordering::SeqCst))
+            }));
+        (s, Clock(now))
+    }
+
+    fn fact(text: &str) -> MemoryRecord {
+        MemoryRecord::Fact(Fact {
+            subject: "project".into(),
+            predicate: "uses".into(),
+            object: text.into(),
+            confidence: 1.0,
+        })
+    }
+
+    fn found(s: &SqliteStore, ns: &Namespace, query: &str) -> Vec<String> {
+        s.memory_search(ns, query, 10)
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|h| h.entry.record_id)
+            .collect()
+    }
+
+    #[test]
+    fn i8_tainted_recall_expires_sooner_and_is_no_longer_recalled() {
+        let dir = tempfile::tempdir().unwrap();
+        let (s, clock) = store_with_clock(dir.path(), MemoryRetention::default());
+        let a = ns("owner");
+        let clean = write(
+            &s,
+            &a,
+            put(None, Tier::Recall, note("harbor meeting")),
+            &by("s-1", false),
+            at(0),
+        );
+        let tainted = write(
+            &s,
+            &a,
+            put(None, Tier::Recall, note("harbor wire transfer")),
+            &by("s-2", true),
+            at(0),
+        );
+        let r = MemoryRetention::default();
+        assert_eq!(r.expires_at(&clean), Some(at(180 * DAY)));
+        assert_eq!(r.expires_at(&tainted), Some(at(14 * DAY)));
+
+        clock.set(at(14 * DAY - 1));
+        let mut both = found(&s, &a, "harbor");
+        both.sort();
+        let mut want = vec![clean.record_id.clone(), tainted.record_id.clone()];
+        want.sort();
+        assert_eq!(both, want);
+
+        // Day 14: the tainted record is gone from search and from get by id.
+        clock.set(at(14 * DAY));
+        assert_eq!(found(&s, &a, "harbor"), vec![clean.record_id.clone()]);
+        assert!(matches!(
+            s.memory_get(&a, &tainted.record_id).unwrap_err(),
+            StoreError::NotFound { .. }
+        ));
+        assert!(s.memory_get(&a, &clean.record_id).is_ok());
+
+        // Day 180: the clean note too.
+        clock.set(at(180 * DAY));
+        assert!(found(&s, &a, "harbor").is_empty());
+        assert!(s.memory_get(&a, &clean.record_id).is_err());
+        // The operator still sees both, to purge or restore.
+        assert_eq!(
+            s.operator_memory_list(Some(&a), None).unwrap().items.len(),
+            2
+        );
+    }
+
+    #[test]
+    fn i8_each_kind_has_its_own_limit_and_a_write_starts_it_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let retention = MemoryRetention {
+            note_days: 2,
+            fact_days: 5,
+            ..MemoryRetention::default()
+        };
+        let (s, clock) = store_with_clock(dir.path(), retention);
+        let a = ns("owner");
+        let n = write(
+            &s,
+            &a,
+            put(None, Tier::Pinned, note("call mum sundays")),
+            &by("s-1", false),
+            at(0),
+        );
+        let f = write(
+            &s,
+            &a,
+            put(None, Tier::Pinned, fact("uses nextest")),
+            &by("s-1", false),
+            at(0),
+        );
+        let pinned = |s: &SqliteStore| -> Vec<String> {
+            s.memory_pinned(&a)
+                .unwrap()
+                .items
+                .into_iter()
+                .map(|v| v.record_id)
+                .collect()
+        };
+        clock.set(at(2 * DAY));
+        assert_eq!(
+            pinned(&s),
+            vec![f.record_id.clone()],
+            "the note expired at day 2"
+        );
+        // Rewriting the note gives it two more days from now.
+        write(
+            &s,
+            &a,
+            put(
+                Some(&n.record_id),
+                Tier::Pinned,
+                note("call mum sundays, 6pm"),
+            ),
+            &by("s-1", false),
+            at(2 * DAY),
+        );
+        let mut both = pinned(&s);
+        both.sort();
+        let mut want = vec![n.record_id.clone(), f.record_id.clone()];
+        want.sort();
+        assert_eq!(both, want);
+        clock.set(at(4 * DAY));
+        assert_eq!(pinned(&s), vec![f.record_id.clone()]);
+        clock.set(at(5 * DAY));
+        assert!(pinned(&s).is_empty());
+    }
+
+    #[test]
+    fn i8_expired_records_do_not_crowd_live_ones_out_of_a_search() {
+        let dir = tempfile::tempdir().unwrap();
+        let (s, clock) = store_with_clock(dir.path(), MemoryRetention::default());
+        let a = ns("owner");
+        // Twenty tainted records that rank above the one live match, then expire.
+        for i in 0..20 {
+            write(
+                &s,
+                &a,
+                put(
+                    None,
+                    Tier::Recall,
+                    note(&format!("invoice invoice invoice {i}")),
+                ),
+                &by("s-2", true),
+                at(0),
+            );
+        }
+        let live = write(
+            &s,
+            &a,
+            put(None, Tier::Recall, note("invoice for the boat, paid")),
+            &by("s-1", false),
+            at(0),
+        );
+        clock.set(at(15 * DAY));
+        assert_eq!(
+            s.memory_search(&a, "invoice", 3)
+                .unwrap()
+                .items
+                .iter()
+                .map(|h| h.entry.record_id.clone())
+                .collect::<Vec<_>>(),
+            vec![live.record_id]
+        );
+    }
+
+    #[test]
+    fn i8_retention_limits_out_of_range_are_refused_with_help() {
+        for bad in [
+            MemoryRetention {
+                note_days: 0,
+                ..MemoryRetention::default()
+            },
+            MemoryRetention {
+                tainted_recall_days: MAX_RETENTION_DAYS + 1,
+                ..MemoryRetention::default()
+            },
+        ] {
+            let e = bad.validate().unwrap_err();
+            assert!(e.contains("help:"), "{e}");
+        }
+        assert!(MemoryRetention::default().validate().is_ok());
+    }
+}

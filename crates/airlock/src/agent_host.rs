@@ -99,7 +99,11 @@ impl AgentHost {
             opts.print_messages,
         )
         .with_egress_extras(opts.egress)
-        .with_memory(crate::memory_executor::HostMemory::open(&home, &record)?);
+        .with_memory(crate::memory_executor::HostMemory::open(
+            &home,
+            &record,
+            cfg.memory.retention,
+        )?);
         let agent_cfg = agent_config(&cfg, provider_cfg, opts.approval_timeout, &opts.channel);
         let provider = connect(provider_cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
         let rt = tokio::runtime::Builder::new_multi_thread()

@@ -70,6 +70,9 @@ pub enum Command {
     /// them, roll back, purge, export.
     #[command(subcommand)]
     Memory(cmd::memory::MemoryCommand),
+    /// Standing grants made by approvals: list them, revoke one or all.
+    #[command(subcommand)]
+    Grants(cmd::grants::GrantsCommand),
     /// The kill switch: stop a session (or all), its sandboxes, approvals, grants and egress.
     Kill(cmd::kill::KillArgs),
     /// Run one task with the configured model, without interaction. Approvals go to the
@@ -220,6 +223,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Doctor => cmd::doctor::run(),
         Command::Approvals(c) => cmd::approvals::run(c),
         Command::Memory(c) => cmd::memory::run(c),
+        Command::Grants(c) => cmd::grants::run(c),
         Command::Kill(a) => cmd::kill::run(a),
         Command::Net(c) => cmd::net::run(c),
         Command::Secret(c) => cmd::secret::run(c),

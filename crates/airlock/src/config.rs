@@ -31,6 +31,17 @@ pub struct Config {
     /// Rate limits on approval requests, per session.
     #[serde(default)]
     pub approvals: ApprovalLimits,
+    /// How long memory records live.
+    #[serde(default)]
+    pub memory: MemorySection,
+}
+
+/// `[memory]`: `[memory.retention]`, days each kind of record lives after its last write.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemorySection {
+    #[serde(default)]
+    pub retention: airlock_store::MemoryRetention,
 }
 
 /// `[budget]`: `[budget.per_session]`, `[budget.per_day]` and `[budget.prices]`.
@@ -288,6 +299,10 @@ pub fn load(path: &Path) -> anyhow::Result<Config> {
         );
     }
     check_sandbox_uid(path, cfg.sandbox.uid)?;
+    cfg.memory
+        .retention
+        .validate()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     if cfg.audit.checkpoint_every == 0 {
         anyhow::bail!(
             "{}: audit.checkpoint_every must be at least 1",

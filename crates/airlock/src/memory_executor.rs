@@ -6,7 +6,7 @@
 //! sends, so a session cannot read or write another namespace even by naming it.
 
 use airlock_agent::agent::SessionMemory;
-use airlock_store::{Namespace, SessionRecord, SqliteStore};
+use airlock_store::{MemoryRetention, Namespace, SessionRecord, SqliteStore};
 
 use crate::cmd::approvals::open_store;
 use crate::home::Home;
@@ -32,9 +32,14 @@ pub struct HostMemory {
 
 impl HostMemory {
     /// Memory for the session `record`, on its own connection to the state database.
-    pub fn open(home: &Home, record: &SessionRecord) -> anyhow::Result<HostMemory> {
+    /// Records past their `retention` are neither recalled nor loaded.
+    pub fn open(
+        home: &Home,
+        record: &SessionRecord,
+        retention: MemoryRetention,
+    ) -> anyhow::Result<HostMemory> {
         Ok(HostMemory {
-            store: open_store(home)?,
+            store: open_store(home)?.with_memory_retention(retention),
             namespace: session_namespace(record)?,
         })
     }

@@ -7,6 +7,7 @@ use airlock_audit::{AuditLog, AuditOptions, CheckpointSigner};
 use airlock_core::facts::GateConfig;
 use airlock_core::gate::Gate;
 use airlock_core::policy::Profile;
+use secrecy::ExposeSecret;
 
 use crate::config::Config;
 use crate::home::{create_private_dir, Home};
@@ -27,10 +28,19 @@ pub fn open_audit(home: &Home, cfg: &Config) -> anyhow::Result<AuditLog> {
     let secrets = airlock_proxy::SecretStore::new(&home.config)
         .load_all()
         .map_err(|e| anyhow::anyhow!("cannot load the secrets store for audit redaction: {e}"))?;
+    // The log's redactor is also what keeps stored secrets out of what the model is sent
+    // and what the transcript stores (the agent loop redacts tool results with it), so it
+    // knows the encodings the egress proxy scrubs from responses as well.
     let redactor = log.redactor_mut();
     for s in secrets {
+        let forms =
+            airlock_proxy::secrets::scrub::encoded_forms(s.value.expose_secret().as_bytes())
+                .into_iter()
+                .filter_map(|form| String::from_utf8(form).ok())
+                .map(airlock_audit::SecretString::from)
+                .collect();
         redactor
-            .add(s.info.name.clone(), s.value)
+            .add_with_forms(s.info.name.clone(), s.value, forms)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     Ok(log)

@@ -346,3 +346,225 @@ fn instruction_carrying_actions_cannot_get_a_scoped_grant() {
         airlock_store::ApprovalStatus::Pending
     );
 }
+
+/// Standing grants are visible and can be taken back: `airlock grants list` shows a grant
+/// made by `approvals approve --scope …` with its scope, session, expiry and uses;
+/// `airlock grants revoke` and `airlock kill --all` end it, each revocation leaves a
+/// `grant-revoked` record, and the next matching action asks again.
+mod grants_are_visible {
+    use super::*;
+
+    fn grants_json(home: &Path) -> Vec<Value> {
+        let o = airlock(home, &["grants", "list", "--json"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    fn revocations(home: &Path) -> Vec<Value> {
+        audit_records(home)
+            .into_iter()
+            .filter(|r| r["kind"] == "grant-revoked")
+            .collect()
+    }
+
+    /// Session one: read the page, message bob (held; the operator answers with a rule
+    /// grant). Session two: message bob again, let through on the grant.
+    async fn rule_grant_used_once(f: &exec_fixture::Fixture) -> (ScriptedModel, String) {
+        let first = tainting_session(&f.home);
+        let second = tainting_session(&f.home);
+        let model = ScriptedModel::start([
+            Step::tool_call("c1", "read_file", r#"{"path":"page.html"}"#),
+            message("c2", "bob", "numbers are up"),
+            Step::text("Sent."),
+        ])
+        .await
+        .unwrap();
+        let _seen = operator(f.home.clone(), vec![vec!["--for", "1h", "--scope", "rule"]]);
+        let o = airlock_run(
+            &f.home,
+            &model,
+            &["--session", &first, "--approval-timeout", "30", "Report"],
+        )
+        .await;
+        assert_let_through(&report(&o)["tool_calls"][1]);
+        model.push([
+            Step::tool_call("d1", "read_file", r#"{"path":"page.html"}"#),
+            message("d2", "bob", "and again"),
+            Step::text("Sent."),
+        ]);
+        let o = airlock_run(
+            &f.home,
+            &model,
+            &["--session", &second, "--approval-timeout", "30", "Report"],
+        )
+        .await;
+        let r = report(&o);
+        assert_let_through(&r["tool_calls"][1]);
+        assert!(r["tool_calls"][1]["approval_id"].is_null(), "{r:#}");
+        (model, second)
+    }
+
+    /// In `session`: read the page, message bob; the operator is not asked to answer, so
+    /// an ask times out and is refused.
+    async fn bob_again(f: &exec_fixture::Fixture, model: &ScriptedModel, session: &str) -> Value {
+        model.push([
+            Step::tool_call("e1", "read_file", r#"{"path":"page.html"}"#),
+            message("e2", "bob", "one more time"),
+            Step::text("Sent."),
+        ]);
+        let o = airlock_run(
+            &f.home,
+            model,
+            &["--session", session, "--approval-timeout", "1", "Report"],
+        )
+        .await;
+        report(&o)["tool_calls"][1].clone()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn i6_a_scoped_grant_is_listed_revoked_and_then_asked_again() {
+        let f = fixture();
+        let (model, second) = rule_grant_used_once(&f).await;
+
+        let listed = grants_json(&f.home);
+        assert_eq!(listed.len(), 1, "{listed:#?}");
+        let g = &listed[0];
+        assert_eq!(g["scope"], "rule");
+        assert_eq!(g["target"], "pattern");
+        assert_eq!(g["action_kind"], "message.send");
+        assert_eq!(g["created_by"], "owner");
+        assert_eq!(g["uses"], 1, "{g}");
+        let now_ms = Timestamp::now().as_unix_ms();
+        let expires = g["expires_at_ms"].as_i64().unwrap();
+        assert!(expires > now_ms && expires <= now_ms + 3_600_000, "{g}");
+        let id = g["id"].as_str().unwrap().to_string();
+
+        // The table a person reads names the same grant and its use count.
+        let o = airlock(&f.home, &["grants", "list"]);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success());
+        let row = out
+            .lines()
+            .find(|l| l.starts_with(&id))
+            .unwrap_or_else(|| panic!("{id} not listed: {out}"));
+        assert!(
+            row.contains(" rule ") && row.contains("(every session)"),
+            "{row}"
+        );
+        assert!(row.contains("message.send matching pattern"), "{row}");
+
+        let o = airlock(&f.home, &["grants", "revoke", &id]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(String::from_utf8_lossy(&o.stdout).contains("revoked grant"));
+        assert!(grants_json(&f.home).is_empty());
+        let records = revocations(&f.home);
+        assert_eq!(records.len(), 1, "{records:#?}");
+        assert_eq!(records[0]["detail"]["grant"]["id"], id.as_str());
+        assert_eq!(records[0]["detail"]["decided_by"]["principal"], "owner");
+        assert_eq!(records[0]["detail"]["grant"]["uses"], 1);
+
+        // The same shape in the same session now asks again (and times out refused).
+        let call = bob_again(&f, &model, &second).await;
+        assert_held_and_refused(&call);
+
+        // Revoking again changes nothing; an unknown id is named, with help.
+        let o = airlock(&f.home, &["grants", "revoke", &id]);
+        assert!(String::from_utf8_lossy(&o.stdout).contains("already revoked"));
+        let o = airlock(&f.home, &["grants", "revoke", "g-nonexistent"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success());
+        assert!(
+            err.contains("no grant `g-nonexistent`") && err.contains("help:"),
+            "{err}"
+        );
+        assert_eq!(revocations(&f.home).len(), 1);
+        assert_audit_verifies(&f.home);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn i7_kill_all_revokes_standing_rule_grants() {
+        let f = fixture();
+        let (model, _second) = rule_grant_used_once(&f).await;
+        let id = grants_json(&f.home)[0]["id"].as_str().unwrap().to_string();
+
+        let o = airlock(&f.home, &["kill", "--all"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("1 standing grant(s) revoked"),
+            "{}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+        assert!(grants_json(&f.home).is_empty());
+        let records = revocations(&f.home);
+        assert_eq!(records.len(), 1, "{records:#?}");
+        assert_eq!(records[0]["detail"]["grant"]["id"], id.as_str());
+        assert_eq!(records[0]["detail"]["command"], "kill --all");
+
+        // A session started after the kill: the rule grant no longer answers for it.
+        let third = tainting_session(&f.home);
+        let call = bob_again(&f, &model, &third).await;
+        assert_held_and_refused(&call);
+        assert_audit_verifies(&f.home);
+    }
+
+    #[test]
+    fn i6_revoke_all_ends_every_grant_with_a_record_each() {
+        use airlock_store::{GrantAdmin, GrantScope, GrantTarget, NewGrant};
+        let f = fixture();
+        let session = tainting_session(&f.home);
+        let store = SqliteStore::open(f.home.join("state")).unwrap();
+        let now = Timestamp::now();
+        let grant = |scope: GrantScope, pattern: &str| NewGrant {
+            scope,
+            target: GrantTarget::Pattern {
+                action_kind: "net.request".into(),
+                pattern: pattern.into(),
+            },
+            created_by: "owner".into(),
+            expires_at: now.plus(Duration::from_secs(600)),
+        };
+        let a = store
+            .create_grant(&grant(GrantScope::Rule, "host:a.example"), now)
+            .unwrap();
+        let b = store
+            .create_grant(
+                &grant(
+                    GrantScope::Session {
+                        session_id: session.clone(),
+                    },
+                    "host:b.example",
+                ),
+                now,
+            )
+            .unwrap();
+        assert_eq!(grants_json(&f.home).len(), 2);
+        let o = airlock(&f.home, &["grants", "revoke", "--all"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(String::from_utf8_lossy(&o.stdout).contains("2 grant(s) revoked"));
+        assert!(grants_json(&f.home).is_empty());
+        let mut revoked: Vec<String> = revocations(&f.home)
+            .iter()
+            .map(|r| r["detail"]["grant"]["id"].as_str().unwrap().to_string())
+            .collect();
+        revoked.sort();
+        let mut want = vec![a.id, b.id];
+        want.sort();
+        assert_eq!(revoked, want);
+        assert_audit_verifies(&f.home);
+    }
+
+    #[test]
+    fn i6_revoke_needs_an_id_or_all() {
+        let f = fixture();
+        let o = airlock(&f.home, &["grants", "revoke"]);
+        assert!(!o.status.success());
+        let o = airlock(&f.home, &["grants", "revoke", "g-1", "--all"]);
+        assert!(!o.status.success());
+        let o = airlock(&f.home, &["grants", "revoke", "../etc/passwd"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains("grant"), "{err}");
+    }
+}

@@ -487,3 +487,156 @@ async fn i6_the_run_transcript_shows_model_text_and_tool_output_escaped() {
         "{out}"
     );
 }
+
+/// I10: a stored secret never reaches the model. A tool that shows it (a `cat` of a file
+/// holding it, a `base64` of that file, a file holding its hex or percent encoding) has it
+/// replaced by `[REDACTED:<name>]` where the result enters the session: the requests the
+/// model server receives, the stored transcript and the run's report hold none of it.
+mod i10_secrets_never_reach_the_model {
+    use super::*;
+    use airlock_store::SessionStore;
+    use std::io::Write;
+
+    const VALUE: &str = "ghp_Zx9Q7rT2mK4vW8nB3cL6pD1s";
+
+    fn set_secret(home: &Path, name: &str, value: &str) {
+        let mut child = std::process::Command::new(airlock_bin())
+            .env("AIRLOCK_HOME", home)
+            .args(["secret", "set", name, "--host", "api.github.com"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(value.as_bytes())
+            .unwrap();
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+
+    fn hex(value: &str) -> String {
+        value.bytes().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn percent_every_byte(value: &str) -> String {
+        value.bytes().map(|b| format!("%{b:02X}")).collect()
+    }
+
+    /// Base64 of `value` as the sandbox's own `base64` tool prints it (the file holds the
+    /// value and a newline), so the test does not depend on the encoder under test.
+    fn leaked_forms() -> Vec<String> {
+        vec![
+            VALUE.to_string(),
+            hex(VALUE),
+            percent_every_byte(VALUE),
+            // Standard base64 of VALUE: 28 bytes, so its first 36 characters stand alone.
+            "Z2hwX1p4OVE3clQybUs0dlc4bkIzY0w2cEQx".to_string(),
+        ]
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn i10_tool_results_and_transcripts_never_carry_a_stored_secret() {
+        let f = fixture();
+        set_secret(&f.home, "GITHUB_TOKEN", VALUE);
+        let (id, _ws) = session_with_files(
+            &f.home,
+            &[
+                ("token.txt", &format!("{VALUE}\n")),
+                (
+                    "encoded.txt",
+                    &format!("hex {}\nurl {}\n", hex(VALUE), percent_every_byte(VALUE)),
+                ),
+            ],
+        );
+        let model = ScriptedModel::start([
+            Step::tool_call("c1", "shell", r#"{"command":"cat token.txt"}"#),
+            Step::tool_call("c2", "shell", r#"{"command":"base64 token.txt"}"#),
+            Step::tool_call("c3", "read_file", r#"{"path":"encoded.txt"}"#),
+            Step::text("Done."),
+        ])
+        .await
+        .unwrap();
+        let o = airlock_run(
+            &f.home,
+            &model,
+            &["--session", &id, "Show me the token files"],
+        )
+        .await;
+        let r = report(&o);
+        assert_eq!(o.status.code(), Some(0), "{r:#}");
+        let calls = r["tool_calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 3, "{r:#}");
+        for c in calls {
+            assert_eq!(c["executed"], true, "{c}");
+            let result = c["result"].as_str().unwrap();
+            assert!(
+                result.contains("[REDACTED:GITHUB_TOKEN]"),
+                "the result entered the session without its secret redacted: {c}"
+            );
+        }
+
+        let requests = model.requests();
+        assert_eq!(requests.len(), 4);
+        let last = String::from_utf8_lossy(&requests[3].body).into_owned();
+        assert!(last.contains("[REDACTED:GITHUB_TOKEN]"), "{last}");
+        let store = SqliteStore::open(f.home.join("state")).unwrap();
+        let transcript = format!("{:?}", store.transcript(&id).unwrap());
+        assert!(
+            transcript.contains("[REDACTED:GITHUB_TOKEN]"),
+            "{transcript}"
+        );
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        for form in leaked_forms() {
+            for (i, req) in requests.iter().enumerate() {
+                let body = String::from_utf8_lossy(&req.body);
+                assert!(
+                    !body.contains(&form),
+                    "request {i} to the model carries {form}: {body}"
+                );
+            }
+            assert!(!transcript.contains(&form), "the transcript keeps {form}");
+            assert!(!stdout.contains(&form), "the report shows {form}");
+        }
+    }
+
+    /// A secret stored after a transcript already holds its value: resuming the session
+    /// sends the model the redacted history, not the value.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn i10_a_secret_set_later_is_redacted_from_the_resumed_history() {
+        let f = fixture();
+        let (id, _ws) = session_with_files(&f.home, &[("token.txt", &format!("{VALUE}\n"))]);
+        let model = ScriptedModel::start([
+            Step::tool_call("c1", "read_file", r#"{"path":"token.txt"}"#),
+            Step::text("Read."),
+        ])
+        .await
+        .unwrap();
+        let o = airlock_run(&f.home, &model, &["--session", &id, "Read token.txt"]).await;
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        // Not a secret yet, so the model saw it then.
+        assert!(String::from_utf8_lossy(&model.requests()[1].body).contains(VALUE));
+
+        set_secret(&f.home, "GITHUB_TOKEN", VALUE);
+        model.push([Step::text("Nothing more.")]);
+        let o = airlock_run(&f.home, &model, &["--session", &id, "Anything else?"]).await;
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let requests = model.requests();
+        let resumed = String::from_utf8_lossy(&requests[2].body).into_owned();
+        assert!(!resumed.contains(VALUE), "{resumed}");
+        assert!(resumed.contains("[REDACTED:GITHUB_TOKEN]"), "{resumed}");
+    }
+}

@@ -321,3 +321,123 @@ async fn untrusted_recall_taints_the_reader_and_trusted_recall_does_not() {
         );
     }
 }
+
+/// Memory does not live for ever, through the real binary: a recall record a tainted
+/// session wrote twenty days ago has expired (tainted recall lives 14 days by default), so
+/// `memory_search` no longer finds it and `memory list` says so; a fresh one is found and
+/// listed with its expiry. `[memory.retention]` takes no unknown keys.
+mod expiry {
+    use super::*;
+
+    fn write_at(home: &Path, ns: &Namespace, text: &str, tainted: bool, at: Timestamp) -> String {
+        let store = SqliteStore::open(home.join("state")).unwrap();
+        store
+            .memory_write(
+                ns,
+                &MemoryWrite {
+                    id: None,
+                    tier: Tier::Recall,
+                    change: MemoryChange::Put(MemoryRecord::Note(Note { text: text.into() })),
+                },
+                &WriteProvenance {
+                    session_id: "s-setup".into(),
+                    principal: ns.user().into(),
+                    tainted,
+                    tool_call_id: "setup".into(),
+                },
+                at,
+            )
+            .unwrap()
+            .record_id
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn i8_expired_recall_is_not_recalled_and_list_shows_expiry() {
+        let f = fixture();
+        let owner = Namespace::new("airlock", "owner").unwrap();
+        let twenty_days_ago = Timestamp::now().minus(std::time::Duration::from_secs(20 * 86_400));
+        let old = write_at(
+            &f.home,
+            &owner,
+            "harbor code is 9182",
+            true,
+            twenty_days_ago,
+        );
+        let fresh = write_at(
+            &f.home,
+            &owner,
+            "harbor opens at nine",
+            false,
+            Timestamp::now(),
+        );
+
+        let model = ScriptedModel::start([
+            Step::tool_call("q1", "memory_search", r#"{"query":"harbor"}"#),
+            Step::tool_call("q2", "memory_get", format!(r#"{{"id":"{old}"}}"#)),
+            Step::text("Done."),
+        ])
+        .await
+        .unwrap();
+        let r = airlock_run(&f.home, &model, "What do I know about the harbor?").await;
+        let calls = r["tool_calls"].as_array().unwrap();
+        let search = calls[0]["result"].as_str().unwrap();
+        assert!(search.contains(&fresh), "{search}");
+        assert!(
+            !search.contains(&old) && !search.contains("9182"),
+            "{search}"
+        );
+        let get = calls[1]["result"].as_str().unwrap();
+        assert!(get.contains("no memory record"), "{get}");
+
+        let o = airlock(&f.home, &["memory", "list"]);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(out.contains("EXPIRES"), "{out}");
+        let line = |id: &str| {
+            out.lines()
+                .find(|l| l.starts_with(id))
+                .unwrap_or_else(|| panic!("{id}: {out}"))
+                .to_string()
+        };
+        assert!(line(&old).contains("expired"), "{out}");
+        assert!(line(&fresh).contains("in 179d"), "{out}");
+
+        // A shorter limit in airlock.toml applies to records already kept.
+        std::fs::create_dir_all(f.home.join("config")).unwrap();
+        std::fs::write(
+            f.home.join("config/airlock.toml"),
+            "[memory.retention]\nnote_days = 1\n",
+        )
+        .unwrap();
+        let o = airlock(&f.home, &["memory", "list"]);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            out.lines()
+                .find(|l| l.starts_with(&fresh))
+                .unwrap()
+                .contains("in 23h"),
+            "{out}"
+        );
+
+        std::fs::write(
+            f.home.join("config/airlock.toml"),
+            "[memory.retention]\nnotes_days = 1\n",
+        )
+        .unwrap();
+        let o = airlock(&f.home, &["memory", "list"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains("notes_days"), "{err}");
+        std::fs::write(
+            f.home.join("config/airlock.toml"),
+            "[memory.retention]\nnote_days = 0\n",
+        )
+        .unwrap();
+        let o = airlock(&f.home, &["memory", "list"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains("note_days") && err.contains("help:"),
+            "{err}"
+        );
+    }
+}

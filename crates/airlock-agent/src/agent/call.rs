@@ -290,6 +290,13 @@ impl Agent<'_> {
         executed: bool,
         untrusted: bool,
     ) -> Result<Option<Outcome>, AgentError> {
+        // A tool result enters the session here: a stored secret it shows (a `cat` of a
+        // file holding one, an echoing server) is replaced before the model, the
+        // transcript, the taint tracker or the report sees it.
+        let output = ToolOutput {
+            text: self.redact(&output.text),
+            ..output
+        };
         if untrusted {
             run.session
                 .observe_untrusted(&format!("tool:{}", call.name), &output.text);

@@ -68,6 +68,7 @@ impl Agent<'_> {
         let Some(block) = pinned_block(&listing.items) else {
             return Ok(());
         };
+        let block = self.redact(&block);
         if listing.items.iter().any(|e| e.untrusted()) {
             run.session.observe_untrusted("memory:pinned", &block);
         }

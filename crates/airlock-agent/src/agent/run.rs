@@ -117,11 +117,14 @@ impl Agent<'_> {
                 workspace: workspace.display().to_string(),
             });
         }
-        let messages =
+        let mut messages =
             history::messages(&resumed.transcript).map_err(|detail| AgentError::Transcript {
                 session: session_id.into(),
                 detail,
             })?;
+        // A transcript stored before a secret was set still holds its value: redact again
+        // on the way back to the model.
+        self.redact_messages(&mut messages);
         let (last_action, repeat_count) = history::repeat_streak(&resumed.transcript);
         let mut run = RunState {
             session: resumed.record.gate.clone(),
@@ -139,7 +142,7 @@ impl Agent<'_> {
             return Ok(report(killed, run.report, 0));
         }
         run.messages.push(Message::User {
-            text: user_message.into(),
+            text: self.redact(user_message),
         });
         self.load_pinned_memory(&mut run)?;
 
@@ -329,8 +332,11 @@ impl Agent<'_> {
         run: &RunState,
         events: &[TranscriptEvent],
     ) -> Result<Option<Outcome>, AgentError> {
+        // The transcript is sent to the model again on resume and shown to the operator:
+        // no stored secret value goes into it.
+        let events = self.redact_events(events);
         let turn = TurnUpdate {
-            events,
+            events: &events,
             taint: Some(&run.session.taint),
         };
         match self
@@ -341,6 +347,76 @@ impl Agent<'_> {
             Err(StoreError::SessionKilled { .. }) => Ok(Some(Outcome::Killed)),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// `text` with every stored secret value, and its common encodings, replaced by
+    /// `[REDACTED:<name>]`. The secrets are those the audit log redacts (the host feeds it
+    /// every stored secret), so what the model is sent and what the transcript keeps
+    /// hold no more than the audit log does.
+    pub(crate) fn redact(&self, text: &str) -> String {
+        match self.audit.redactor() {
+            Some(r) if !r.is_empty() => r.redact_str(text),
+            _ => text.to_string(),
+        }
+    }
+
+    fn redact_messages(&self, messages: &mut [Message]) {
+        if self.audit.redactor().is_none_or(|r| r.is_empty()) {
+            return;
+        }
+        for m in messages {
+            match m {
+                Message::User { text }
+                | Message::Assistant { text, .. }
+                | Message::ToolResult { text, .. } => *text = self.redact(text),
+            }
+        }
+    }
+
+    fn redact_events(&self, events: &[TranscriptEvent]) -> Vec<TranscriptEvent> {
+        let Some(r) = self.audit.redactor().filter(|r| !r.is_empty()) else {
+            return events.to_vec();
+        };
+        events
+            .iter()
+            .map(|e| match e {
+                TranscriptEvent::Message { role, content } => TranscriptEvent::Message {
+                    role: *role,
+                    content: r.redact_value(content),
+                },
+                TranscriptEvent::ToolCall {
+                    call_id,
+                    tool,
+                    arguments,
+                    action_hash,
+                } => TranscriptEvent::ToolCall {
+                    call_id: call_id.clone(),
+                    tool: tool.clone(),
+                    arguments: r.redact_value(arguments),
+                    action_hash: action_hash.clone(),
+                },
+                TranscriptEvent::Decision {
+                    call_id,
+                    decision,
+                    reasons,
+                    policies,
+                } => TranscriptEvent::Decision {
+                    call_id: call_id.clone(),
+                    decision: *decision,
+                    reasons: reasons.iter().map(|t| r.redact_str(t)).collect(),
+                    policies: policies.clone(),
+                },
+                TranscriptEvent::Result {
+                    call_id,
+                    text,
+                    untrusted,
+                } => TranscriptEvent::Result {
+                    call_id: call_id.clone(),
+                    text: r.redact_str(text),
+                    untrusted: *untrusted,
+                },
+            })
+            .collect()
     }
 
     pub(crate) fn is_killed(&self, id: &str) -> Result<bool, AgentError> {

@@ -28,6 +28,7 @@
 
 mod namespace;
 mod record;
+mod retention;
 mod schemas;
 mod sqlite;
 mod traits;
@@ -38,6 +39,7 @@ pub use record::{
     AddressKind, Contact, ContactAddress, Fact, MemoryKind, MemoryRecord, Note, Preference,
     TaskState, MAX_ADDRESSES, MAX_RECORD_BYTES, MAX_SHORT_BYTES, MAX_TEXT_BYTES,
 };
+pub use retention::{MemoryClock, MemoryRetention, MAX_RETENTION_DAYS};
 pub use schemas::MAX_SCHEMA_BYTES;
 pub use sqlite::{MAX_KEPT_VERSIONS_PER_RECORD, MAX_PENDING_PER_SESSION, MAX_VERSIONS_PER_RECORD};
 pub use traits::{MemoryOperator, MemoryStore, MAX_SEARCH_RESULTS};

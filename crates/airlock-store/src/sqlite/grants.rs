@@ -14,7 +14,10 @@ use crate::session::MAX_NAME_BYTES;
 use crate::time::Timestamp;
 use crate::traits::{GrantAdmin, GrantQueries, Listing};
 
-const COLUMNS: &str = "id, scope, session_id, target, action_kind, value, created_by, created_at, expires_at, approval_id, revoked_at";
+/// Columns written when a grant is made.
+const INSERT_COLUMNS: &str = "id, scope, session_id, target, action_kind, value, created_by, created_at, expires_at, approval_id, revoked_at";
+/// Columns read back.
+const COLUMNS: &str = "id, scope, session_id, target, action_kind, value, created_by, created_at, expires_at, approval_id, revoked_at, uses, last_used_at";
 
 fn decode(row: &Row<'_>) -> Result<Grant, CorruptRow> {
     let id = RowRef::new("grants", "?").text(row, "id", crate::ids::MAX_ID_LEN)?;
@@ -59,6 +62,8 @@ fn decode(row: &Row<'_>) -> Result<Grant, CorruptRow> {
         expires_at: r.time(row, "expires_at")?,
         approval_id: r.opt_text(row, "approval_id", crate::ids::MAX_ID_LEN)?,
         revoked_at: r.opt_time(row, "revoked_at")?,
+        uses: r.counter(row, "uses")?,
+        last_used_at: r.opt_time(row, "last_used_at")?,
         id,
     })
 }
@@ -111,7 +116,7 @@ pub(super) fn insert_grant(
     let id = random_id("g")?;
     tx.execute(
         &format!(
-            "INSERT INTO grants ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, NULL)"
+            "INSERT INTO grants ({INSERT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, NULL)"
         ),
         params![
             id,
@@ -135,6 +140,8 @@ pub(super) fn insert_grant(
         expires_at: new.expires_at,
         approval_id: approval_id.map(str::to_string),
         revoked_at: None,
+        uses: 0,
+        last_used_at: None,
     })
 }
 
@@ -164,27 +171,73 @@ impl GrantAdmin for SqliteStore {
         Ok(listing)
     }
 
-    fn revoke_grant(&self, id: &str, now: Timestamp) -> Result<(), StoreError> {
-        self.write(|tx| {
+    fn revoke_grant(&self, id: &str, now: Timestamp) -> Result<Option<Grant>, StoreError> {
+        let r = self.write(|tx| {
+            let sql = format!("SELECT {COLUMNS} FROM grants WHERE id = ?1");
+            let before = {
+                let mut stmt = tx.prepare_cached(&sql)?;
+                let mut rows = stmt.query([id])?;
+                match rows.next()? {
+                    // A row that does not decode is still revoked: revoking must never
+                    // depend on the row being well formed.
+                    Some(row) => decode(row),
+                    None => {
+                        return Err(StoreError::NotFound {
+                            what: "grant",
+                            id: id.to_string(),
+                        })
+                    }
+                }
+            };
             let n = tx.execute(
                 "UPDATE grants SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
                 params![id, now.as_unix_ms()],
             )?;
-            if n == 0 {
-                let exists: bool = tx.query_row(
-                    "SELECT EXISTS (SELECT 1 FROM grants WHERE id = ?1)",
-                    [id],
-                    |r| r.get(0),
-                )?;
-                if !exists {
-                    return Err(StoreError::NotFound {
-                        what: "grant",
-                        id: id.to_string(),
-                    });
+            match before {
+                Ok(g) if n == 1 => Ok(Ok(Some(g))),
+                Ok(_) => Ok(Ok(None)),
+                Err(c) => Ok(Err(c)),
+            }
+        })?;
+        match r {
+            Ok(g) => Ok(g),
+            Err(c) => {
+                // Revoked all the same; report the malformed row.
+                self.quarantine(std::slice::from_ref(&c));
+                Err(StoreError::CorruptRow(c))
+            }
+        }
+    }
+
+    fn revoke_all_grants(&self, now: Timestamp) -> Result<Vec<Grant>, StoreError> {
+        let listing = self.write(|tx| {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM grants WHERE revoked_at IS NULL ORDER BY created_at, id"
+            );
+            let mut listing = Listing {
+                items: Vec::new(),
+                corrupt: Vec::new(),
+            };
+            {
+                let mut stmt = tx.prepare_cached(&sql)?;
+                let mut rows = stmt.query([])?;
+                while let Some(row) = rows.next()? {
+                    match decode(row) {
+                        Ok(g) => listing.items.push(g),
+                        Err(c) => listing.corrupt.push(c),
+                    }
                 }
             }
-            Ok(())
-        })
+            // Every unrevoked row, expired or not and well formed or not: a clock set
+            // back must not bring an old grant to life after the kill switch.
+            tx.execute(
+                "UPDATE grants SET revoked_at = ?1 WHERE revoked_at IS NULL",
+                [now.as_unix_ms()],
+            )?;
+            Ok::<_, StoreError>(listing)
+        })?;
+        self.quarantine(&listing.corrupt);
+        Ok(listing.items)
     }
 }
 
@@ -194,7 +247,7 @@ impl GrantQueries for SqliteStore {
         lookup: &GrantLookup<'_>,
         now: Timestamp,
     ) -> Result<Option<Grant>, StoreError> {
-        let r = self.read(|tx| {
+        let r = self.write(|tx| {
             let sql = format!(
                 "SELECT {COLUMNS} FROM grants
                  WHERE action_kind = ?1
@@ -212,9 +265,22 @@ impl GrantQueries for SqliteStore {
             let candidates = std::iter::once(("payload", lookup.action_hash))
                 .chain(lookup.patterns.iter().map(|p| ("pattern", p.as_str())));
             for (target, value) in candidates {
-                let mut rows = stmt.query(params![lookup.action_kind, value, target, now.as_unix_ms(), lookup.session_id])?;
-                if let Some(row) = rows.next()? {
-                    return Ok(Some(decode(row)?));
+                let found = {
+                    let mut rows = stmt.query(params![lookup.action_kind, value, target, now.as_unix_ms(), lookup.session_id])?;
+                    match rows.next()? {
+                        Some(row) => Some(decode(row)?),
+                        None => None,
+                    }
+                };
+                if let Some(mut grant) = found {
+                    // The caller lets the action through on it: count the use.
+                    tx.execute(
+                        "UPDATE grants SET uses = uses + 1, last_used_at = ?2 WHERE id = ?1",
+                        params![grant.id, now.as_unix_ms()],
+                    )?;
+                    grant.uses = grant.uses.saturating_add(1);
+                    grant.last_used_at = Some(now);
+                    return Ok(Some(grant));
                 }
             }
             Ok(None)

@@ -18,12 +18,13 @@ mod sessions;
 use std::fs::{self, DirBuilder};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, OpenFlags, Transaction, TransactionBehavior};
 
 use crate::error::{CorruptRow, StoreError};
+use crate::memory::{MemoryClock, MemoryRetention};
 use crate::time::Timestamp;
 
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
@@ -83,6 +84,9 @@ pub struct SqliteStore {
     conn: Mutex<Connection>,
     db_path: PathBuf,
     state_dir: PathBuf,
+    /// How long memory records live, and the clock their expiry is read against.
+    pub(crate) retention: MemoryRetention,
+    pub(crate) clock: MemoryClock,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -151,7 +155,26 @@ impl SqliteStore {
             conn: Mutex::new(conn),
             db_path,
             state_dir: options.state_dir,
+            retention: MemoryRetention::default(),
+            clock: Arc::new(Timestamp::now),
         })
+    }
+
+    /// Memory records expire by these limits instead of the defaults.
+    pub fn with_memory_retention(mut self, retention: MemoryRetention) -> SqliteStore {
+        self.retention = retention;
+        self
+    }
+
+    /// Read memory expiry against `clock` instead of the wall clock (tests).
+    pub fn with_memory_clock(mut self, clock: MemoryClock) -> SqliteStore {
+        self.clock = clock;
+        self
+    }
+
+    /// The memory limits in force.
+    pub fn memory_retention(&self) -> &MemoryRetention {
+        &self.retention
     }
 
     /// The database file.

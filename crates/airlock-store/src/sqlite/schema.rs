@@ -179,6 +179,12 @@ CREATE VIRTUAL TABLE memory_fts_terms USING fts5vocab(memory_fts, 'row');
 ALTER TABLE approvals ADD COLUMN waiter_pid INTEGER;
 ALTER TABLE approvals ADD COLUMN waiter_start INTEGER;
 "#,
+    // 5: how often each grant let an action through, and when last, so the operator can
+    // see which standing grants are in use before revoking them.
+    r#"
+ALTER TABLE grants ADD COLUMN uses INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE grants ADD COLUMN last_used_at INTEGER;
+"#,
 ];
 
 /// The schema version this build writes.

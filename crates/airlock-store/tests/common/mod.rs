@@ -15,8 +15,12 @@ pub fn at(secs_after_t0: u64) -> Timestamp {
     T0.plus(Duration::from_secs(secs_after_t0))
 }
 
+/// The store, with memory expiry read against [`T0`] rather than the wall clock, so a
+/// record written at `at(…)` never expires under a test as the years pass.
 pub fn open(dir: &Path) -> SqliteStore {
-    SqliteStore::open(dir).expect("open store")
+    SqliteStore::open(dir)
+        .expect("open store")
+        .with_memory_clock(std::sync::Arc::new(|| T0))
 }
 
 pub fn exec(command: &str) -> Action {

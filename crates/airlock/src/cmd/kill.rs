@@ -10,6 +10,10 @@
 //!    sandboxed process tree goes with it;
 //! 4. appends a `session-killed` record to the audit log naming the operator.
 //!
+//! `--all` first revokes every standing grant, operator rules included (a rule-scoped
+//! grant belongs to no session, so killing sessions alone would leave it in force for the
+//! next one), each with its own `grant-revoked` record.
+//!
 //! The other half lives in the running `airlock exec` ([`RunGuard`]): it registers its own
 //! pid and each sandbox helper's pid in the run dir, and a watcher thread that sees the
 //! marker kills the helper itself too, so the run ends within a fraction of a second even
@@ -101,6 +105,11 @@ pub fn run(args: KillArgs) -> anyhow::Result<i32> {
         airlock_store::validate_id("session", &id).map_err(|e| anyhow::anyhow!("{e}"))?;
         vec![id]
     };
+
+    if args.all {
+        let revoked = crate::cmd::grants::revoke_all_recorded(&store, &mut log, "kill --all")?;
+        crate::out!("{revoked} standing grant(s) revoked");
+    }
 
     let mut failures = 0;
     for id in &targets {

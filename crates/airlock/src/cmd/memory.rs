@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 
 use airlock_audit::AuditEvent;
 use airlock_store::{
-    MemoryOperator, MemoryRecord, MemoryVersion, Namespace, PendingChange, SqliteStore, Tier,
-    Timestamp,
+    MemoryOperator, MemoryRecord, MemoryRetention, MemoryVersion, Namespace, PendingChange,
+    SqliteStore, Tier, Timestamp,
 };
 
 use airlock_core::terminal_text::{escape_json_text, escape_line};
@@ -82,7 +82,8 @@ pub enum SchemaCommand {
 
 pub fn run(cmd: MemoryCommand) -> anyhow::Result<i32> {
     let home = Home::from_env()?;
-    let store = open_store(&home)?;
+    let retention = crate::config::load(&home.config_file())?.memory.retention;
+    let store = open_store(&home)?.with_memory_retention(retention);
     match cmd {
         MemoryCommand::List { pinned, ns } => list(&store, pinned, ns.as_deref()),
         MemoryCommand::Show { id } => show(&store, &id),
@@ -129,6 +130,22 @@ fn summary(record: Option<&MemoryRecord>) -> String {
         Some(r) => {
             let text: String = r.search_text().chars().take(SUMMARY_CHARS).collect();
             escape_line(&text)
+        }
+    }
+}
+
+/// `in 12d`, `in 3h`, or `expired` (neither recalled nor loaded; `purge` removes it).
+fn expiry(retention: &MemoryRetention, v: &MemoryVersion, now: Timestamp) -> String {
+    match retention.expires_at(v) {
+        None => "-".into(),
+        Some(at) if at <= now => "expired".into(),
+        Some(at) => {
+            let secs = u64::try_from(at.as_unix_ms() - now.as_unix_ms()).unwrap_or(0) / 1000;
+            match secs {
+                0..=3599 => format!("in {}m", secs / 60),
+                3600..=86_399 => format!("in {}h", secs / 3600),
+                _ => format!("in {}d", secs / 86_400),
+            }
         }
     }
 }
@@ -194,23 +211,26 @@ fn list(store: &SqliteStore, pinned: bool, ns: Option<&str>) -> anyhow::Result<i
         return Ok(0);
     }
     crate::out!(
-        "{:<20} {:<22} {:<7} {:<10} {:<9} {:>3}  CONTENT",
+        "{:<20} {:<22} {:<7} {:<10} {:<9} {:>3} {:<10}  CONTENT",
         "ID",
         "NAMESPACE",
         "TIER",
         "KIND",
         "TRUST",
-        "V"
+        "V",
+        "EXPIRES"
     );
+    let now = Timestamp::now();
     for v in &listing.items {
         crate::out!(
-            "{:<20} {:<22} {:<7} {:<10} {:<9} {:>3}  {}",
+            "{:<20} {:<22} {:<7} {:<10} {:<9} {:>3} {:<10}  {}",
             escape_line(&v.record_id),
             escape_line(&v.namespace.key()),
             v.tier.as_str(),
             kind_name(v.record.as_ref()),
             trust(v),
             v.version,
+            expiry(store.memory_retention(), v, now),
             summary(v.record.as_ref())
         );
     }

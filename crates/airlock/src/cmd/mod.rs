@@ -7,6 +7,7 @@ pub mod check;
 pub mod demo;
 pub mod doctor;
 pub mod exec;
+pub mod grants;
 pub mod init;
 pub mod kill;
 pub mod memory;

@@ -186,8 +186,10 @@ impl MemoryStore for SqliteStore {
 
     fn memory_get(&self, ns: &Namespace, id: &str) -> Result<MemoryEntry, StoreError> {
         validate_id("memory id", id)?;
+        let now = (self.clock)();
         let r = self.read(|tx| match current(tx, Some(ns), id)? {
-            Some(v) if v.record.is_some() => Ok(v),
+            // An expired record is not recalled, even by id.
+            Some(v) if !self.retention.is_expired(&v, now) => Ok(v),
             _ => Err(StoreError::NotFound {
                 what: "memory record",
                 id: id.to_string(),
@@ -204,6 +206,7 @@ impl MemoryStore for SqliteStore {
     ) -> Result<Listing<SearchHit>, StoreError> {
         let words = query_words(query);
         let limit = limit.clamp(1, MAX_SEARCH_RESULTS);
+        let now = (self.clock)();
         // Rank first (ids and scores only), then join and decode just the best rows.
         // CROSS JOIN keeps the ranked ids as the outer loop: the planner would otherwise
         // start from every record of the namespace.
@@ -215,7 +218,9 @@ impl MemoryStore for SqliteStore {
              WHERE r.namespace = ?2 AND v.tier = 'recall'"
         );
         let listing = self.read(|tx| {
-            let hits = ranked(tx, &ns.key(), &words, limit)?;
+            // Expired records are still indexed: rank as many as one search may return,
+            // so that leaving the expired ones out still fills `limit`.
+            let hits = ranked(tx, &ns.key(), &words, MAX_SEARCH_RESULTS)?;
             if hits.is_empty() {
                 return Ok(Listing {
                     items: vec![],
@@ -244,7 +249,8 @@ impl MemoryStore for SqliteStore {
             let items = items
                 .into_iter()
                 .map(|(_, h)| h)
-                .filter(|h| h.entry.record.is_some())
+                .filter(|h| !self.retention.is_expired(&h.entry, now))
+                .take(limit)
                 .collect();
             checked(tx, items, corrupt, |h: &SearchHit| &h.entry)
         })?;
@@ -260,8 +266,14 @@ impl MemoryStore for SqliteStore {
              WHERE r.namespace = ?1 AND v.tier = 'pinned' AND v.kind <> 'forgotten'
              ORDER BY r.created_at, r.id"
         );
+        let now = (self.clock)();
         let listing = self.read(|tx| {
             let (items, corrupt) = versions(tx, &sql, [ns.key()], |_, v| Ok(v))?;
+            // An expired record is not loaded into the session's context.
+            let items = items
+                .into_iter()
+                .filter(|v| !self.retention.is_expired(v, now))
+                .collect();
             checked(tx, items, corrupt, |v: &MemoryVersion| v)
         })?;
         self.quarantine(&listing.corrupt);

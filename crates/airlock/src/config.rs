@@ -34,15 +34,64 @@ pub struct Config {
 }
 
 /// `[budget]`: `[budget.per_session]`, `[budget.per_day]` and `[budget.prices]`.
-#[derive(Debug, Clone, Default, Deserialize)]
+///
+/// Budgets are on by default: a config without `[budget]` (or no config at all) gets the
+/// same limits `airlock init` writes. Inside a table the operator wrote, a key left out
+/// means no limit on that counter.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetConfig {
-    #[serde(default)]
+    #[serde(default = "default_per_session")]
     pub per_session: Limits,
-    #[serde(default)]
+    #[serde(default = "default_per_day")]
     pub per_day: Limits,
+    /// Overrides the shipped price of the configured model; absent: the shipped table
+    /// (`airlock_agent::provider::shipped_price`), and for a model it does not list, no
+    /// cost is counted and the token limits stop the run.
     #[serde(default)]
-    pub prices: PriceTable,
+    pub prices: Option<PriceTable>,
+}
+
+impl Default for BudgetConfig {
+    fn default() -> Self {
+        BudgetConfig {
+            per_session: default_per_session(),
+            per_day: default_per_day(),
+            prices: None,
+        }
+    }
+}
+
+impl BudgetConfig {
+    /// The prices the cost budget counts with for `model`, and whether they are known.
+    pub fn prices_for(&self, model: &str) -> Option<PriceTable> {
+        self.prices
+            .or_else(|| airlock_agent::provider::shipped_price(model))
+    }
+}
+
+/// One session: a long task, but not an unattended night of spending.
+fn default_per_session() -> Limits {
+    Limits {
+        turns: Some(50),
+        input_tokens: Some(2_000_000),
+        output_tokens: Some(100_000),
+        cost_micros: Some(5_000_000),
+        wall_ms: Some(3_600_000),
+        tool_calls: Some(200),
+    }
+}
+
+/// One UTC day, over all sessions.
+fn default_per_day() -> Limits {
+    Limits {
+        turns: Some(500),
+        input_tokens: Some(20_000_000),
+        output_tokens: Some(1_000_000),
+        cost_micros: Some(20_000_000),
+        wall_ms: Some(8 * 3_600_000),
+        tool_calls: Some(2_000),
+    }
 }
 
 /// `[agent]`: limits of the agent loop the model cannot change.
@@ -166,12 +215,17 @@ pub struct AuditConfig {
     /// Sign a checkpoint every this many records.
     #[serde(default = "default_checkpoint_every")]
     pub checkpoint_every: u64,
+    /// The OpenTelemetry collector `airlock audit export --format otlp --post` sends to
+    /// (its `/v1/logs` path is added).
+    #[serde(default)]
+    pub otlp_endpoint: Option<String>,
 }
 
 impl Default for AuditConfig {
     fn default() -> Self {
         AuditConfig {
             checkpoint_every: default_checkpoint_every(),
+            otlp_endpoint: None,
         }
     }
 }
@@ -202,6 +256,8 @@ output_cap_bytes = 16777216
 [audit]
 # Sign a checkpoint every N records (and at every clean shutdown).
 checkpoint_every = 256
+# The OpenTelemetry collector `airlock audit export --format otlp --post` sends to.
+# otlp_endpoint = "https://collector.example:4318"
 
 # The model `airlock run` talks to. Environment overrides: AIRLOCK_PROVIDER, AIRLOCK_MODEL,
 # AIRLOCK_BASE_URL, AIRLOCK_API_KEY.
@@ -219,21 +275,30 @@ tool_calls_per_minute = 60
 max_identical_actions = 5
 approval_timeout_secs = 300
 
-# Budgets: leave a key out for no limit.
+# Budgets, on by default; the model can change none of them. A run stops at the first
+# limit it reaches and names it. Leave a key out of a table for no limit on that counter.
+# The cost limit (in micro-dollars) is counted with the shipped price table of the
+# configured model; a model the table does not list has no known cost, and the token
+# limits stop it instead. [budget.prices] gives any model a price.
 [budget.per_session]
-# turns = 50
-# input_tokens = 2000000
-# output_tokens = 200000
-# cost_micros = 5000000              # 5 US dollars
-# wall_ms = 3600000
-# tool_calls = 500
+turns = 50
+input_tokens = 2000000
+output_tokens = 100000
+cost_micros = 5000000                # 5 US dollars
+wall_ms = 3600000                    # 1 hour
+tool_calls = 200
 
 [budget.per_day]
-# cost_micros = 20000000
+turns = 500
+input_tokens = 20000000
+output_tokens = 1000000
+cost_micros = 20000000               # 20 US dollars
+wall_ms = 28800000                   # 8 hours
+tool_calls = 2000
 
-[budget.prices]
-input_per_million = 0.0
-output_per_million = 0.0
+# [budget.prices]                    # overrides the shipped price of the configured model
+# input_per_million = 3.0            # US dollars per million input tokens
+# output_per_million = 15.0
 "#;
 
 /// The highest uid (and gid) accepted for the sandbox. Above it, ids stop being ordinary
@@ -295,4 +360,37 @@ pub fn load(path: &Path) -> anyhow::Result<Config> {
         );
     }
     Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// I7: the limits `airlock init` writes are the limits a home without a config gets,
+    /// and every counter has one.
+    #[test]
+    fn i7_init_writes_the_default_budgets_and_every_counter_is_limited() {
+        let written: Config = toml::from_str(DEFAULT_CONFIG).unwrap();
+        assert_eq!(written.budget, BudgetConfig::default());
+        for limits in [&written.budget.per_session, &written.budget.per_day] {
+            for c in airlock_store::Counter::ALL {
+                assert!(limits.get(c).is_some_and(|l| l > 0), "{} unlimited", c.as_str());
+            }
+        }
+        let absent: Config = toml::from_str("[policy]\nprofile = \"default\"\n").unwrap();
+        assert_eq!(absent.budget, BudgetConfig::default());
+    }
+
+    #[test]
+    fn i7_an_unknown_model_has_no_price_and_an_operator_price_wins() {
+        let b = BudgetConfig::default();
+        assert!(b.prices_for("claude-sonnet-4-5").is_some());
+        assert!(b.prices_for("llama3.1:8b").is_none());
+        let own: Config =
+            toml::from_str("[budget.prices]\ninput_per_million = 1.0\noutput_per_million = 2.0\n")
+                .unwrap();
+        assert_eq!(own.budget.prices_for("llama3.1:8b").unwrap().output_per_million, 2.0);
+        // A priced model with an operator price uses the operator's.
+        assert_eq!(own.budget.prices_for("claude-sonnet-4-5").unwrap().input_per_million, 1.0);
+    }
 }

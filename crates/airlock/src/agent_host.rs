@@ -245,8 +245,8 @@ fn secret_value(home: &Home, name: &str) -> anyhow::Result<SecretString> {
 /// A cost limit is set but the model has no price: say so once, on stderr, so the operator
 /// knows the token limits are what will stop the run.
 fn warn_if_cost_is_not_counted(cfg: &Config, model: &str) {
-    let cost_limited = cfg.budget.per_session.cost_micros.is_some()
-        || cfg.budget.per_day.cost_micros.is_some();
+    let cost_limited =
+        cfg.budget.per_session.cost_micros.is_some() || cfg.budget.per_day.cost_micros.is_some();
     if cost_limited && cfg.budget.prices_for(model).is_none() {
         eprintln!(
             "note: no price is known for model {}; the cost budget is not counted and the token budgets apply\nhelp: give it a price with input_per_million and output_per_million under [budget.prices] in airlock.toml",

@@ -374,7 +374,11 @@ mod tests {
         assert_eq!(written.budget, BudgetConfig::default());
         for limits in [&written.budget.per_session, &written.budget.per_day] {
             for c in airlock_store::Counter::ALL {
-                assert!(limits.get(c).is_some_and(|l| l > 0), "{} unlimited", c.as_str());
+                assert!(
+                    limits.get(c).is_some_and(|l| l > 0),
+                    "{} unlimited",
+                    c.as_str()
+                );
             }
         }
         let absent: Config = toml::from_str("[policy]\nprofile = \"default\"\n").unwrap();
@@ -389,8 +393,20 @@ mod tests {
         let own: Config =
             toml::from_str("[budget.prices]\ninput_per_million = 1.0\noutput_per_million = 2.0\n")
                 .unwrap();
-        assert_eq!(own.budget.prices_for("llama3.1:8b").unwrap().output_per_million, 2.0);
+        assert_eq!(
+            own.budget
+                .prices_for("llama3.1:8b")
+                .unwrap()
+                .output_per_million,
+            2.0
+        );
         // A priced model with an operator price uses the operator's.
-        assert_eq!(own.budget.prices_for("claude-sonnet-4-5").unwrap().input_per_million, 1.0);
+        assert_eq!(
+            own.budget
+                .prices_for("claude-sonnet-4-5")
+                .unwrap()
+                .input_per_million,
+            1.0
+        );
     }
 }

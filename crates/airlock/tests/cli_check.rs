@@ -4,6 +4,7 @@
 use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, Output};
 
+mod audit_export;
 mod audit_tail;
 mod operator_display;
 mod operator_input;

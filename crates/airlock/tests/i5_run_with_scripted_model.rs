@@ -525,7 +525,11 @@ mod i7_default_budgets {
             .collect()
     }
 
-    async fn run_looping(home: &Path, model_name: Option<&str>, script: Vec<Step>) -> (Output, Value) {
+    async fn run_looping(
+        home: &Path,
+        model_name: Option<&str>,
+        script: Vec<Step>,
+    ) -> (Output, Value) {
         let model = ScriptedModel::start(script).await.unwrap();
         let mut cmd = scripted_command(home, &model);
         if let Some(name) = model_name {

@@ -89,16 +89,19 @@ mod tests {
         let sonnet = shipped_price("claude-sonnet-4-5").unwrap();
         assert_eq!(sonnet.input_per_million, 3.0);
         assert_eq!(shipped_price("claude-sonnet-4-5-20250929"), Some(sonnet));
-        assert_eq!(
-            shipped_price("gpt-4o-2024-08-06"),
-            shipped_price("gpt-4o")
-        );
+        assert_eq!(shipped_price("gpt-4o-2024-08-06"), shipped_price("gpt-4o"));
         // The longer listed name wins over its prefix.
         assert_eq!(
             shipped_price("gpt-4o-mini").unwrap().input_per_million,
             0.15
         );
-        for unknown in ["gpt-4o-audio", "llama3.1:8b", "claude-sonnet-4-5x", "", "scripted-model"] {
+        for unknown in [
+            "gpt-4o-audio",
+            "llama3.1:8b",
+            "claude-sonnet-4-5x",
+            "",
+            "scripted-model",
+        ] {
             assert_eq!(shipped_price(unknown), None, "{unknown}");
         }
     }

@@ -63,6 +63,9 @@ pub enum Command {
     Secret(cmd::secret::SecretCommand),
     /// Show what this machine supports, the sandbox profile, and run the escape probes.
     Doctor,
+    /// The sandbox helper: pin the installed one.
+    #[command(subcommand)]
+    Sandbox(cmd::sandbox::SandboxCommand),
     /// The approvals queue: list, show, approve or deny held actions.
     #[command(subcommand)]
     Approvals(cmd::approvals::ApprovalsCommand),
@@ -227,6 +230,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Audit(AuditCommand::Tail { n, json }) => cmd::audit::tail(n, json),
         Command::Audit(AuditCommand::RotateKey) => cmd::audit::rotate_key(),
         Command::Doctor => cmd::doctor::run(),
+        Command::Sandbox(c) => cmd::sandbox::run(c),
         Command::Approvals(c) => cmd::approvals::run(c),
         Command::Memory(c) => cmd::memory::run(c),
         Command::Kill(a) => cmd::kill::run(a),

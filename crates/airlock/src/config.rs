@@ -160,6 +160,10 @@ pub struct SandboxConfig {
     /// written into every audit record of runs made under it. Absent: full confinement.
     #[serde(default)]
     pub weakened: Option<airlock_sandbox::WeakenedMode>,
+    /// Where `airlock-sandbox-init` is, when not beside the `airlock` binary (an absolute
+    /// path). Its hash is pinned in the config dir (`airlock sandbox pin-helper`).
+    #[serde(default)]
+    pub helper: Option<std::path::PathBuf>,
 }
 
 impl Default for SandboxConfig {
@@ -169,6 +173,7 @@ impl Default for SandboxConfig {
             timeout_secs: default_timeout(),
             output_cap_bytes: default_output_cap(),
             weakened: None,
+            helper: None,
         }
     }
 }
@@ -252,6 +257,10 @@ uid = 65534
 timeout_secs = 600
 output_cap_bytes = 16777216
 # weakened = "without_landlock_scopes"   # only for kernels older than Linux 6.12
+# The sandbox helper, when not beside the airlock binary. It must be owned by root or you,
+# writable by no one else, and match the SHA-256 pinned in sandbox-helper.pin here
+# (`airlock sandbox pin-helper` pins a new one, on the audit record).
+# helper = "/usr/local/libexec/airlock-sandbox-init"
 
 [audit]
 # Sign a checkpoint every N records (and at every clean shutdown).
@@ -353,6 +362,15 @@ pub fn load(path: &Path) -> anyhow::Result<Config> {
         );
     }
     check_sandbox_uid(path, cfg.sandbox.uid)?;
+    if let Some(h) = &cfg.sandbox.helper {
+        if !h.is_absolute() {
+            anyhow::bail!(
+                "{}: sandbox.helper = {:?} is not an absolute path\nhelp: give the full path of airlock-sandbox-init",
+                path.display(),
+                h
+            );
+        }
+    }
     if cfg.audit.checkpoint_every == 0 {
         anyhow::bail!(
             "{}: audit.checkpoint_every must be at least 1",

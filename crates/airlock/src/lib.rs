@@ -27,3 +27,4 @@ pub mod policies;
 pub mod proxy_fetch;
 pub mod replay;
 pub mod runtime;
+pub mod sandbox_helper;

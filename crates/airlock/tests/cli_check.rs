@@ -6,6 +6,7 @@ use std::process::{Command, Output};
 
 mod audit_export;
 mod audit_tail;
+mod helper_pin;
 mod operator_display;
 mod operator_input;
 

@@ -215,3 +215,86 @@ fn i2_re_pinning_the_helper_leaves_an_audit_record() {
     let o = h.run(&["audit", "verify"], None);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }
+
+/// The same checks when airlock runs unprivileged (uid 65534 through `setpriv`): the
+/// environment cannot point it at another binary, a helper the operator owns runs only
+/// with the pinned bytes, and an identical one the operator owns is accepted.
+#[test]
+fn i2_an_unprivileged_airlock_runs_only_the_pinned_helper() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (home, ws) = (tmp.path().join("home"), tmp.path().join("ws"));
+    std::fs::create_dir(&ws).unwrap();
+    let own = |p: &Path| std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+    own(&ws);
+    own(tmp.path());
+    let helper = |name: &str, change: bool| {
+        let p = tmp.path().join(name);
+        std::fs::copy(installed_helper(), &p).unwrap();
+        if change {
+            flip_last_byte(&p);
+        }
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        own(&p);
+        p
+    };
+    let (same, changed) = (helper("same-init", false), helper("changed-init", true));
+    let airlock = |args: &[&str], init_env: Option<&Path>| {
+        let mut cmd = std::process::Command::new("setpriv");
+        cmd.args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_airlock"))
+            .args(args)
+            .env("AIRLOCK_HOME", &home)
+            .env_remove("AIRLOCK_SANDBOX_INIT")
+            .stdin(std::process::Stdio::null());
+        if let Some(p) = init_env {
+            cmd.env("AIRLOCK_SANDBOX_INIT", p);
+        }
+        let o = cmd.output().unwrap();
+        assert_no_panic(&o);
+        o
+    };
+    let o = airlock(&["init"], None);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let ws_arg = ws.to_str().unwrap();
+    let exec = |init_env: Option<&Path>| {
+        airlock(
+            &["exec", "--workspace", ws_arg, "--", "touch ran"],
+            init_env,
+        )
+    };
+
+    let o = exec(Some(&changed));
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("neither beside airlock"), "{}", text(&o));
+    assert!(!ws.join("ran").exists());
+
+    let cfg = home.join("config/airlock.toml");
+    let set_helper = |p: &Path| {
+        let t = std::fs::read_to_string(&cfg).unwrap();
+        let t = t
+            .lines()
+            .filter(|l| !l.starts_with("helper = "))
+            .collect::<Vec<_>>()
+            .join("\n")
+            .replace(
+                "[sandbox]\n",
+                &format!("[sandbox]\nhelper = \"{}\"\n", p.display()),
+            );
+        std::fs::write(&cfg, t + "\n").unwrap();
+    };
+    set_helper(&changed);
+    let o = exec(None);
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("is not the helper that was installed"),
+        "{}",
+        text(&o)
+    );
+    assert!(!ws.join("ran").exists());
+
+    set_helper(&same);
+    let o = exec(Some(&same));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(ws.join("ran").exists());
+}

@@ -447,7 +447,11 @@ pub(crate) enum RunEnd {
 }
 
 /// Run an authorized command and append its execution record (attestation, status).
+/// `helper_home` is the home whose config and pin choose the sandbox helper (the demo's
+/// own home, not the operator's).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_authorized(
+    helper_home: (&crate::home::Home, &crate::config::Config),
     token: &Authorized<ExecAction>,
     profile: &SandboxProfile,
     session: &Session,
@@ -459,7 +463,7 @@ pub(crate) fn run_authorized(
     let prepared = if guard.was_killed() {
         Err(anyhow::anyhow!("the session was killed"))
     } else {
-        crate::sandbox_helper::locate().and_then(|s| {
+        crate::sandbox_helper::locate_for(helper_home.0, helper_home.1).and_then(|s| {
             Ok(s.on_spawn(guard.spawn_hook())
                 .prepare(profile, &token.action().cwd, mode)?)
         })

@@ -55,7 +55,22 @@ pub fn locate_for(home: &Home, cfg: &Config) -> anyhow::Result<Sandbox> {
             pin.sha256
         ),
         None => {
-            write_pin(&pin_path, &HelperPin { sha256: sha256.clone(), path: path.clone() })?;
+            let pin = HelperPin {
+                sha256: sha256.clone(),
+                path: path.clone(),
+            };
+            if let Some(first) = pin_if_absent(&pin_path, &pin)? {
+                // Another process pinned first (concurrent first runs): its pin decides.
+                if first.sha256 != sha256 {
+                    anyhow::bail!(
+                        "{} has SHA-256 {sha256}, but the helper pinned in {} meanwhile has {}\nhelp: run `airlock sandbox pin-helper` to pin the helper you installed",
+                        path.display(),
+                        pin_path.display(),
+                        first.sha256
+                    );
+                }
+                return Ok(Sandbox::with_init(path)?.pinned(sha256));
+            }
             eprintln!(
                 "note: pinned the sandbox helper {} (SHA-256 {sha256}) in {}; a different helper is refused until `airlock sandbox pin-helper`",
                 path.display(),
@@ -128,13 +143,14 @@ pub fn read_pin(path: &Path) -> anyhow::Result<Option<HelperPin>> {
     }
 }
 
-/// Write the pin atomically, private to the operator.
-pub fn write_pin(path: &Path, pin: &HelperPin) -> anyhow::Result<()> {
+/// Write `pin` to a file of this process's own beside `path`, private to the operator.
+fn write_temp(path: &Path, pin: &HelperPin) -> anyhow::Result<PathBuf> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
     crate::home::create_private_dir(dir)?;
-    let tmp = path.with_extension("pin.tmp");
+    // One name per process: concurrent first runs never touch each other's file.
+    let tmp = path.with_extension(format!("pin.{}.tmp", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -145,6 +161,27 @@ pub fn write_pin(path: &Path, pin: &HelperPin) -> anyhow::Result<()> {
     f.write_all(serde_json::to_string(pin)?.as_bytes())?;
     f.write_all(b"\n")?;
     f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
+    Ok(tmp)
+}
+
+/// Replace the pin atomically.
+pub fn write_pin(path: &Path, pin: &HelperPin) -> anyhow::Result<()> {
+    let tmp = write_temp(path, pin)?;
+    std::fs::rename(&tmp, path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     Ok(())
+}
+
+/// Pin only if nothing is pinned yet; `Some(existing)` when another process was first.
+/// The link is atomic and fails on an existing name, so exactly one first pin wins.
+fn pin_if_absent(path: &Path, pin: &HelperPin) -> anyhow::Result<Option<HelperPin>> {
+    let tmp = write_temp(path, pin)?;
+    let linked = std::fs::hard_link(&tmp, path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read_pin(path)?
+            .map(Some)
+            .ok_or_else(|| anyhow::anyhow!("{}: vanished while pinning", path.display())),
+        Err(e) => Err(anyhow::anyhow!("{}: {e}", path.display())),
+    }
 }

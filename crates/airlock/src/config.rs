@@ -35,21 +35,53 @@ pub struct Config {
 
 /// `[budget]`: `[budget.per_session]`, `[budget.per_day]` and `[budget.prices]`.
 ///
-/// Budgets are on by default: a config without `[budget]` (or no config at all) gets the
-/// same limits `airlock init` writes. Inside a table the operator wrote, a key left out
-/// means no limit on that counter.
+/// Budgets are on by default: every counter the config does not set, per session and per
+/// day, has the limit `airlock init` writes, so a config written before budgets were on (its
+/// limits commented out) or without `[budget]` at all is limited too. An operator lifts a
+/// limit by setting it high, never by leaving it out.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "BudgetSection")]
 pub struct BudgetConfig {
-    #[serde(default = "default_per_session")]
     pub per_session: Limits,
-    #[serde(default = "default_per_day")]
     pub per_day: Limits,
     /// Overrides the shipped price of the configured model; absent: the shipped table
     /// (`airlock_agent::provider::shipped_price`), and for a model it does not list, no
     /// cost is counted and the token limits stop the run.
-    #[serde(default)]
     pub prices: Option<PriceTable>,
+}
+
+/// `[budget]` as written: only the keys present.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BudgetSection {
+    #[serde(default)]
+    per_session: Limits,
+    #[serde(default)]
+    per_day: Limits,
+    #[serde(default)]
+    prices: Option<PriceTable>,
+}
+
+impl From<BudgetSection> for BudgetConfig {
+    fn from(b: BudgetSection) -> Self {
+        BudgetConfig {
+            per_session: over_default(b.per_session, default_per_session()),
+            per_day: over_default(b.per_day, default_per_day()),
+            prices: b.prices,
+        }
+    }
+}
+
+/// The limits written, and the default for each counter not written.
+fn over_default(set: Limits, default: Limits) -> Limits {
+    Limits {
+        turns: set.turns.or(default.turns),
+        input_tokens: set.input_tokens.or(default.input_tokens),
+        output_tokens: set.output_tokens.or(default.output_tokens),
+        cost_micros: set.cost_micros.or(default.cost_micros),
+        wall_ms: set.wall_ms.or(default.wall_ms),
+        tool_calls: set.tool_calls.or(default.tool_calls),
+    }
 }
 
 impl Default for BudgetConfig {
@@ -285,10 +317,11 @@ max_identical_actions = 5
 approval_timeout_secs = 300
 
 # Budgets, on by default; the model can change none of them. A run stops at the first
-# limit it reaches and names it. Leave a key out of a table for no limit on that counter.
+# limit it reaches and names it.
 # The cost limit (in micro-dollars) is counted with the shipped price table of the
 # configured model; a model the table does not list has no known cost, and the token
-# limits stop it instead. [budget.prices] gives any model a price.
+# limits stop it instead. [budget.prices] gives any model a price. A key left out keeps
+# the default shown here; to lift a limit, set it high.
 [budget.per_session]
 turns = 50
 input_tokens = 2000000
@@ -401,6 +434,27 @@ mod tests {
         }
         let absent: Config = toml::from_str("[policy]\nprofile = \"default\"\n").unwrap();
         assert_eq!(absent.budget, BudgetConfig::default());
+    }
+
+    /// I7: a config written before budgets were on (every limit commented out, prices 0)
+    /// is limited all the same, and a key the operator sets changes only that counter.
+    #[test]
+    fn i7_limits_left_out_take_the_defaults_never_no_limit() {
+        let old: Config = toml::from_str(
+            "[budget.per_session]\n# turns = 50\n\n[budget.per_day]\n# cost_micros = 1\n",
+        )
+        .unwrap();
+        assert_eq!(old.budget, BudgetConfig::default());
+        let one: Config =
+            toml::from_str("[budget.per_session]\nturns = 7\n[budget.per_day]\nwall_ms = 9\n")
+                .unwrap();
+        let d = BudgetConfig::default();
+        assert_eq!(one.budget.per_session.turns, Some(7));
+        assert_eq!(one.budget.per_session.tool_calls, d.per_session.tool_calls);
+        assert_eq!(one.budget.per_day.wall_ms, Some(9));
+        assert_eq!(one.budget.per_day.cost_micros, d.per_day.cost_micros);
+        let typo = toml::from_str::<Config>("[budget]\nper_sesion = {}\n");
+        assert!(typo.is_err(), "an unknown [budget] key must be an error");
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub const INIT_ENV: &str = "AIRLOCK_SANDBOX_INIT";
 pub struct Sandbox {
     init: PathBuf,
     on_spawn: Option<SpawnHook>,
+    /// The SHA-256 (lower-case hex) the helper's bytes must have, checked on the very
+    /// descriptor each run executes.
+    pin: Option<String>,
 }
 
 /// Called with the host pid of each helper (stage 0) right after it starts. Stage 0 takes
@@ -86,7 +89,15 @@ impl Sandbox {
         Ok(Sandbox {
             init: path,
             on_spawn: None,
+            pin: None,
         })
+    }
+
+    /// Run only a helper whose bytes hash to `sha256` (lower-case hex): each run hashes
+    /// the descriptor it is about to execute and refuses on a mismatch.
+    pub fn pinned(mut self, sha256: impl Into<String>) -> Sandbox {
+        self.pin = Some(sha256.into());
+        self
     }
 
     /// Call `hook` with the host pid of the helper each time one starts, before it is
@@ -221,8 +232,11 @@ impl Sandbox {
             help: format!("check that {} is readable", self.init.display()),
         })?;
         let mut argv = vec![INIT_BINARY.to_string()];
+        check_helper_file(&init, &self.init)?;
+        if let Some(pin) = &self.pin {
+            check_helper_pin(&init, &self.init, pin)?;
+        }
         if nix::unistd::geteuid().is_root() {
-            check_root_may_run(&init, &self.init)?;
             // Root never runs the sandbox. posix_spawn cannot switch users, so the helper
             // switches to these ids (and drops its supplementary groups) before it does
             // anything else, and refuses to run as root without them.
@@ -290,25 +304,77 @@ fn workspace_tree(workspace: &Path) -> Result<Option<OwnedFd>, SandboxError> {
     Ok(Some(tree))
 }
 
-/// A root host starts the helper as root (it switches to the sandbox uid itself), so the
-/// file it executes must be root's alone: owned by root, writable by no one else, and
-/// without set-id bits. The descriptor checked is the one executed (`/proc/self/fd/N`).
-fn check_root_may_run(init: &std::fs::File, path: &Path) -> Result<(), SandboxError> {
+/// The helper must be its owner's alone, and its owner must be root or the user Airlock
+/// runs as: otherwise whoever else can write it decides what runs as the sandbox's parent
+/// (as root, on a root host: the helper starts as root and switches to the sandbox uid
+/// itself). So: owned by root or the current euid, writable by no group and no other, no
+/// set-id bits, a regular file. The descriptor checked is the one executed
+/// (`/proc/self/fd/N`).
+pub fn check_helper_file(init: &std::fs::File, path: &Path) -> Result<(), SandboxError> {
     use std::os::unix::fs::MetadataExt;
     let meta = init.metadata()?;
     let mode = meta.mode();
-    if meta.uid() != 0 || mode & 0o022 != 0 || mode & 0o6000 != 0 {
+    let euid = nix::unistd::geteuid().as_raw();
+    let owner_ok = meta.uid() == 0 || meta.uid() == euid;
+    if !meta.is_file() || !owner_ok || mode & 0o022 != 0 || mode & 0o6000 != 0 {
+        let owners = if euid == 0 {
+            "root".to_string()
+        } else {
+            format!("root or uid {euid} (the user airlock runs as)")
+        };
         return Err(SandboxError::Helper {
             message: format!(
-                "{} is owned by uid {} with mode {:o}: a root host runs only a helper that root owns and no one else can write",
+                "{} is owned by uid {} with mode {:o}: airlock runs only a helper that {owners} owns and no one else can write",
                 path.display(),
                 meta.uid(),
                 mode & 0o7777
             ),
-            help: format!(
-                "chown root:root {p} && chmod 0755 {p}",
-                p = path.display()
+            help: if euid == 0 {
+                format!("chown root:root {p} && chmod 0755 {p}", p = path.display())
+            } else {
+                format!("chmod go-w,ug-s {p}, and reinstall it if another user owns it", p = path.display())
+            },
+        });
+    }
+    Ok(())
+}
+
+/// The SHA-256 (lower-case hex) of everything `file` holds, read from its start.
+pub fn helper_sha256(file: &std::fs::File) -> std::io::Result<String> {
+    use sha2::Digest;
+    use std::os::unix::fs::FileExt;
+    // Positioned reads: the descriptor's offset is left alone for whoever executes it.
+    let mut hasher = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut offset = 0u64;
+    loop {
+        let n = file.read_at(&mut buf, offset)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        offset += n as u64;
+    }
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+/// The helper about to run must be the one pinned.
+fn check_helper_pin(init: &std::fs::File, path: &Path, pin: &str) -> Result<(), SandboxError> {
+    let got = helper_sha256(init).map_err(|e| SandboxError::Helper {
+        message: format!("{}: cannot read it to check its hash: {e}", path.display()),
+        help: format!("check that {} is readable", path.display()),
+    })?;
+    if got != pin {
+        return Err(SandboxError::Helper {
+            message: format!(
+                "{} has SHA-256 {got}, not the pinned {pin}: it is not the helper that was installed",
+                path.display()
             ),
+            help: "if you installed a new airlock, pin its helper with `airlock sandbox pin-helper` (the audit log records it); otherwise reinstall airlock".into(),
         });
     }
     Ok(())

@@ -59,7 +59,9 @@ pub mod workspace_check;
 pub use attestation::{Attestation, CgroupReport, Shortfall};
 pub use error::SandboxError;
 pub use host_support::{host_support, HostSupport};
-pub use launcher::{PreparedRun, RunOutcome, Sandbox, INIT_BINARY, INIT_ENV};
+pub use launcher::{
+    check_helper_file, helper_sha256, PreparedRun, RunOutcome, Sandbox, INIT_BINARY, INIT_ENV,
+};
 pub use mount_plan::MountPlan;
 pub use output::OutputMode;
 pub use profile::{SandboxProfile, WeakenedMode};

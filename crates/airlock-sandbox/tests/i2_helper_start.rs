@@ -346,3 +346,36 @@ fn a_finished_run_leaves_no_helper_behind() {
         "helper {pid} is still there"
     );
 }
+
+/// A pinned sandbox hashes the descriptor it is about to execute: a helper whose bytes
+/// differ from the pin by one byte is refused before it starts, whoever owns it.
+#[test]
+fn i2_a_pinned_sandbox_refuses_a_helper_whose_bytes_differ() {
+    let (_d, ws) = common::workspace();
+    let dir = tempfile::tempdir().unwrap();
+    let helper = dir.path().join("airlock-sandbox-init");
+    std::fs::copy(env!("CARGO_BIN_EXE_airlock-sandbox-init"), &helper).unwrap();
+    std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let pin = airlock_sandbox::helper_sha256(&std::fs::File::open(&helper).unwrap()).unwrap();
+    let prepare = || {
+        Sandbox::with_init(helper.clone())
+            .unwrap()
+            .pinned(pin.clone())
+            .prepare(&SandboxProfile::new(&ws), "", OutputMode::Capture)
+    };
+    drop(prepare().expect("the pinned helper runs"));
+    let mut bytes = std::fs::read(&helper).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x01;
+    std::fs::write(&helper, bytes).unwrap();
+    match prepare() {
+        Err(SandboxError::Helper { message, help }) => {
+            assert!(
+                message.contains("not the pinned") && message.contains(&pin),
+                "{message}"
+            );
+            assert!(help.contains("airlock sandbox pin-helper"), "{help}");
+        }
+        other => panic!("expected a helper error, got {other:?}"),
+    }
+}

@@ -386,6 +386,7 @@ impl Shared {
             guard.mark_killed();
         }
         let end = exec::run_authorized(
+            (&self.home, &self.cfg),
             token,
             &profile,
             &session,

@@ -105,6 +105,7 @@ impl AgentHost {
             cfg.memory.retention,
         )?);
         let agent_cfg = agent_config(&cfg, provider_cfg, opts.approval_timeout, &opts.channel);
+        warn_if_cost_is_not_counted(&cfg, &provider_cfg.model);
         let provider = connect(provider_cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -245,6 +246,19 @@ fn secret_value(home: &Home, name: &str) -> anyhow::Result<SecretString> {
         })
 }
 
+/// A cost limit is set but the model has no price: say so once, on stderr, so the operator
+/// knows the token limits are what will stop the run.
+fn warn_if_cost_is_not_counted(cfg: &Config, model: &str) {
+    let cost_limited =
+        cfg.budget.per_session.cost_micros.is_some() || cfg.budget.per_day.cost_micros.is_some();
+    if cost_limited && cfg.budget.prices_for(model).is_none() {
+        eprintln!(
+            "note: no price is known for model {}; the cost budget is not counted and the token budgets apply\nhelp: give it a price with input_per_million and output_per_million under [budget.prices] in airlock.toml",
+            airlock_core::terminal_text::escape_line(model)
+        );
+    }
+}
+
 /// The loop's limits from `[agent]`, `[budget]` and `[approvals]`.
 fn agent_config(
     cfg: &Config,
@@ -261,7 +275,7 @@ fn agent_config(
         per_session: cfg.budget.per_session,
         per_day: cfg.budget.per_day,
     };
-    c.prices = cfg.budget.prices;
+    c.prices = cfg.budget.prices_for(&provider.model).unwrap_or_default();
     c.call_timeout = Duration::from_secs(cfg.agent.call_timeout_secs);
     c.tool_calls_per_minute = Some(cfg.agent.tool_calls_per_minute).filter(|&n| n > 0);
     c.max_identical_actions = cfg.agent.max_identical_actions;

@@ -63,6 +63,9 @@ pub enum Command {
     Secret(cmd::secret::SecretCommand),
     /// Show what this machine supports, the sandbox profile, and run the escape probes.
     Doctor,
+    /// The sandbox helper: pin the installed one.
+    #[command(subcommand)]
+    Sandbox(cmd::sandbox::SandboxCommand),
     /// The approvals queue: list, show, approve or deny held actions.
     #[command(subcommand)]
     Approvals(cmd::approvals::ApprovalsCommand),
@@ -157,7 +160,14 @@ pub enum PolicyCommand {
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
     /// Check the hash chain and signed checkpoints; exit non-zero on the first problem.
-    Verify,
+    Verify {
+        /// Check a file `airlock audit export` wrote (either format) instead of the log.
+        #[arg(long, value_name = "FILE")]
+        export: Option<std::path::PathBuf>,
+    },
+    /// Export every record and signed checkpoint for a log pipeline: JSON lines, or
+    /// OpenTelemetry logs (OTLP/JSON) to a file, stdout, or a collector.
+    Export(cmd::audit::ExportArgs),
     /// Show the last records.
     Tail {
         #[arg(short = 'n', default_value_t = 20)]
@@ -217,10 +227,13 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             profile,
             json,
         } => cmd::replay::run(&traces, profile.as_deref(), json),
-        Command::Audit(AuditCommand::Verify) => cmd::audit::verify(),
+        Command::Audit(AuditCommand::Verify { export: None }) => cmd::audit::verify(),
+        Command::Audit(AuditCommand::Verify { export: Some(f) }) => cmd::audit::verify_export(&f),
+        Command::Audit(AuditCommand::Export(a)) => cmd::audit::export(a),
         Command::Audit(AuditCommand::Tail { n, json }) => cmd::audit::tail(n, json),
         Command::Audit(AuditCommand::RotateKey) => cmd::audit::rotate_key(),
         Command::Doctor => cmd::doctor::run(),
+        Command::Sandbox(c) => cmd::sandbox::run(c),
         Command::Approvals(c) => cmd::approvals::run(c),
         Command::Memory(c) => cmd::memory::run(c),
         Command::Grants(c) => cmd::grants::run(c),

@@ -45,15 +45,96 @@ pub struct MemorySection {
 }
 
 /// `[budget]`: `[budget.per_session]`, `[budget.per_day]` and `[budget.prices]`.
+///
+/// Budgets are on by default: every counter the config does not set, per session and per
+/// day, has the limit `airlock init` writes, so a config written before budgets were on (its
+/// limits commented out) or without `[budget]` at all is limited too. An operator lifts a
+/// limit by setting it high, never by leaving it out.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(from = "BudgetSection")]
+pub struct BudgetConfig {
+    pub per_session: Limits,
+    pub per_day: Limits,
+    /// Overrides the shipped price of the configured model; absent: the shipped table
+    /// (`airlock_agent::provider::shipped_price`), and for a model it does not list, no
+    /// cost is counted and the token limits stop the run.
+    pub prices: Option<PriceTable>,
+}
+
+/// `[budget]` as written: only the keys present.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct BudgetConfig {
+struct BudgetSection {
     #[serde(default)]
-    pub per_session: Limits,
+    per_session: Limits,
     #[serde(default)]
-    pub per_day: Limits,
+    per_day: Limits,
     #[serde(default)]
-    pub prices: PriceTable,
+    prices: Option<PriceTable>,
+}
+
+impl From<BudgetSection> for BudgetConfig {
+    fn from(b: BudgetSection) -> Self {
+        BudgetConfig {
+            per_session: over_default(b.per_session, default_per_session()),
+            per_day: over_default(b.per_day, default_per_day()),
+            prices: b.prices,
+        }
+    }
+}
+
+/// The limits written, and the default for each counter not written.
+fn over_default(set: Limits, default: Limits) -> Limits {
+    Limits {
+        turns: set.turns.or(default.turns),
+        input_tokens: set.input_tokens.or(default.input_tokens),
+        output_tokens: set.output_tokens.or(default.output_tokens),
+        cost_micros: set.cost_micros.or(default.cost_micros),
+        wall_ms: set.wall_ms.or(default.wall_ms),
+        tool_calls: set.tool_calls.or(default.tool_calls),
+    }
+}
+
+impl Default for BudgetConfig {
+    fn default() -> Self {
+        BudgetConfig {
+            per_session: default_per_session(),
+            per_day: default_per_day(),
+            prices: None,
+        }
+    }
+}
+
+impl BudgetConfig {
+    /// The prices the cost budget counts with for `model`, and whether they are known.
+    pub fn prices_for(&self, model: &str) -> Option<PriceTable> {
+        self.prices
+            .or_else(|| airlock_agent::provider::shipped_price(model))
+    }
+}
+
+/// One session: a long task, but not an unattended night of spending.
+fn default_per_session() -> Limits {
+    Limits {
+        turns: Some(50),
+        input_tokens: Some(2_000_000),
+        output_tokens: Some(100_000),
+        cost_micros: Some(5_000_000),
+        wall_ms: Some(3_600_000),
+        tool_calls: Some(200),
+    }
+}
+
+/// One UTC day, over all sessions.
+fn default_per_day() -> Limits {
+    Limits {
+        turns: Some(500),
+        input_tokens: Some(20_000_000),
+        output_tokens: Some(1_000_000),
+        cost_micros: Some(20_000_000),
+        wall_ms: Some(8 * 3_600_000),
+        tool_calls: Some(2_000),
+    }
 }
 
 /// `[agent]`: limits of the agent loop the model cannot change.
@@ -122,6 +203,10 @@ pub struct SandboxConfig {
     /// written into every audit record of runs made under it. Absent: full confinement.
     #[serde(default)]
     pub weakened: Option<airlock_sandbox::WeakenedMode>,
+    /// Where `airlock-sandbox-init` is, when not beside the `airlock` binary (an absolute
+    /// path). Its hash is pinned in the config dir (`airlock sandbox pin-helper`).
+    #[serde(default)]
+    pub helper: Option<std::path::PathBuf>,
 }
 
 impl Default for SandboxConfig {
@@ -131,6 +216,7 @@ impl Default for SandboxConfig {
             timeout_secs: default_timeout(),
             output_cap_bytes: default_output_cap(),
             weakened: None,
+            helper: None,
         }
     }
 }
@@ -177,12 +263,17 @@ pub struct AuditConfig {
     /// Sign a checkpoint every this many records.
     #[serde(default = "default_checkpoint_every")]
     pub checkpoint_every: u64,
+    /// The OpenTelemetry collector `airlock audit export --format otlp --post` sends to
+    /// (its `/v1/logs` path is added).
+    #[serde(default)]
+    pub otlp_endpoint: Option<String>,
 }
 
 impl Default for AuditConfig {
     fn default() -> Self {
         AuditConfig {
             checkpoint_every: default_checkpoint_every(),
+            otlp_endpoint: None,
         }
     }
 }
@@ -209,10 +300,16 @@ uid = 65534
 timeout_secs = 600
 output_cap_bytes = 16777216
 # weakened = "without_landlock_scopes"   # only for kernels older than Linux 6.12
+# The sandbox helper, when not beside the airlock binary. It must be owned by root or you,
+# writable by no one else, and match the SHA-256 pinned in sandbox-helper.pin here
+# (`airlock sandbox pin-helper` pins a new one, on the audit record).
+# helper = "/usr/local/libexec/airlock-sandbox-init"
 
 [audit]
 # Sign a checkpoint every N records (and at every clean shutdown).
 checkpoint_every = 256
+# The OpenTelemetry collector `airlock audit export --format otlp --post` sends to.
+# otlp_endpoint = "https://collector.example:4318"
 
 # The model `airlock run` talks to. Environment overrides: AIRLOCK_PROVIDER, AIRLOCK_MODEL,
 # AIRLOCK_BASE_URL, AIRLOCK_API_KEY.
@@ -230,21 +327,31 @@ tool_calls_per_minute = 60
 max_identical_actions = 5
 approval_timeout_secs = 300
 
-# Budgets: leave a key out for no limit.
+# Budgets, on by default; the model can change none of them. A run stops at the first
+# limit it reaches and names it.
+# The cost limit (in micro-dollars) is counted with the shipped price table of the
+# configured model; a model the table does not list has no known cost, and the token
+# limits stop it instead. [budget.prices] gives any model a price. A key left out keeps
+# the default shown here; to lift a limit, set it high.
 [budget.per_session]
-# turns = 50
-# input_tokens = 2000000
-# output_tokens = 200000
-# cost_micros = 5000000              # 5 US dollars
-# wall_ms = 3600000
-# tool_calls = 500
+turns = 50
+input_tokens = 2000000
+output_tokens = 100000
+cost_micros = 5000000                # 5 US dollars
+wall_ms = 3600000                    # 1 hour
+tool_calls = 200
 
 [budget.per_day]
-# cost_micros = 20000000
+turns = 500
+input_tokens = 20000000
+output_tokens = 1000000
+cost_micros = 20000000               # 20 US dollars
+wall_ms = 28800000                   # 8 hours
+tool_calls = 2000
 
-[budget.prices]
-input_per_million = 0.0
-output_per_million = 0.0
+# [budget.prices]                    # overrides the shipped price of the configured model
+# input_per_million = 3.0            # US dollars per million input tokens
+# output_per_million = 15.0
 "#;
 
 /// The highest uid (and gid) accepted for the sandbox. Above it, ids stop being ordinary
@@ -303,6 +410,15 @@ pub fn load(path: &Path) -> anyhow::Result<Config> {
         .retention
         .validate()
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    if let Some(h) = &cfg.sandbox.helper {
+        if !h.is_absolute() {
+            anyhow::bail!(
+                "{}: sandbox.helper = {:?} is not an absolute path\nhelp: give the full path of airlock-sandbox-init",
+                path.display(),
+                h
+            );
+        }
+    }
     if cfg.audit.checkpoint_every == 0 {
         anyhow::bail!(
             "{}: audit.checkpoint_every must be at least 1",
@@ -310,4 +426,74 @@ pub fn load(path: &Path) -> anyhow::Result<Config> {
         );
     }
     Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// I7: the limits `airlock init` writes are the limits a home without a config gets,
+    /// and every counter has one.
+    #[test]
+    fn i7_init_writes_the_default_budgets_and_every_counter_is_limited() {
+        let written: Config = toml::from_str(DEFAULT_CONFIG).unwrap();
+        assert_eq!(written.budget, BudgetConfig::default());
+        for limits in [&written.budget.per_session, &written.budget.per_day] {
+            for c in airlock_store::Counter::ALL {
+                assert!(
+                    limits.get(c).is_some_and(|l| l > 0),
+                    "{} unlimited",
+                    c.as_str()
+                );
+            }
+        }
+        let absent: Config = toml::from_str("[policy]\nprofile = \"default\"\n").unwrap();
+        assert_eq!(absent.budget, BudgetConfig::default());
+    }
+
+    /// I7: a config written before budgets were on (every limit commented out, prices 0)
+    /// is limited all the same, and a key the operator sets changes only that counter.
+    #[test]
+    fn i7_limits_left_out_take_the_defaults_never_no_limit() {
+        let old: Config = toml::from_str(
+            "[budget.per_session]\n# turns = 50\n\n[budget.per_day]\n# cost_micros = 1\n",
+        )
+        .unwrap();
+        assert_eq!(old.budget, BudgetConfig::default());
+        let one: Config =
+            toml::from_str("[budget.per_session]\nturns = 7\n[budget.per_day]\nwall_ms = 9\n")
+                .unwrap();
+        let d = BudgetConfig::default();
+        assert_eq!(one.budget.per_session.turns, Some(7));
+        assert_eq!(one.budget.per_session.tool_calls, d.per_session.tool_calls);
+        assert_eq!(one.budget.per_day.wall_ms, Some(9));
+        assert_eq!(one.budget.per_day.cost_micros, d.per_day.cost_micros);
+        let typo = toml::from_str::<Config>("[budget]\nper_sesion = {}\n");
+        assert!(typo.is_err(), "an unknown [budget] key must be an error");
+    }
+
+    #[test]
+    fn i7_an_unknown_model_has_no_price_and_an_operator_price_wins() {
+        let b = BudgetConfig::default();
+        assert!(b.prices_for("claude-sonnet-4-5").is_some());
+        assert!(b.prices_for("llama3.1:8b").is_none());
+        let own: Config =
+            toml::from_str("[budget.prices]\ninput_per_million = 1.0\noutput_per_million = 2.0\n")
+                .unwrap();
+        assert_eq!(
+            own.budget
+                .prices_for("llama3.1:8b")
+                .unwrap()
+                .output_per_million,
+            2.0
+        );
+        // A priced model with an operator price uses the operator's.
+        assert_eq!(
+            own.budget
+                .prices_for("claude-sonnet-4-5")
+                .unwrap()
+                .input_per_million,
+            1.0
+        );
+    }
 }

@@ -13,6 +13,7 @@ macro_rules! out {
 
 pub mod agent_executors;
 pub mod agent_host;
+pub mod audit_export;
 pub mod cli;
 pub mod cmd;
 pub mod config;
@@ -26,3 +27,4 @@ pub mod policies;
 pub mod proxy_fetch;
 pub mod replay;
 pub mod runtime;
+pub mod sandbox_helper;

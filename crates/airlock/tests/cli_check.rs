@@ -4,7 +4,9 @@
 use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, Output};
 
+mod audit_export;
 mod audit_tail;
+mod helper_pin;
 mod operator_display;
 mod operator_input;
 

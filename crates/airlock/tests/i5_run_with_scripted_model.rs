@@ -640,3 +640,117 @@ mod i10_secrets_never_reach_the_model {
         assert!(resumed.contains("[REDACTED:GITHUB_TOKEN]"), "{resumed}");
     }
 }
+
+/// I7: budgets are on out of the box. A home made by a plain `airlock init` stops a model
+/// that never stops asking, names the limit that stopped it, and counts cost with the
+/// shipped price of a model it knows; an unknown model is stopped by the token limits.
+mod i7_default_budgets {
+    use super::*;
+    use airlock_agent::scripted::Reply;
+
+    fn fresh_init(home: &Path) {
+        let o = std::process::Command::new(airlock_bin())
+            .env("AIRLOCK_HOME", home)
+            .arg("init")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let cfg = std::fs::read_to_string(home.join("config/airlock.toml")).unwrap();
+        assert!(cfg.contains("\nturns = 50\n"), "{cfg}");
+    }
+
+    /// A model that reads a different file each turn, for ever (well past any default
+    /// limit), each reply reporting `input_tokens` of usage.
+    fn looping_script(turns: usize, input_tokens: u64) -> Vec<Step> {
+        (0..turns)
+            .map(|i| {
+                Step::Reply(
+                    Reply::default()
+                        .with_tool_call(
+                            format!("c{i}"),
+                            "read_file",
+                            format!(r#"{{"path":"note-{i}.txt"}}"#),
+                        )
+                        .with_usage(input_tokens, 10),
+                )
+            })
+            .collect()
+    }
+
+    async fn run_looping(
+        home: &Path,
+        model_name: Option<&str>,
+        script: Vec<Step>,
+    ) -> (Output, Value) {
+        let model = ScriptedModel::start(script).await.unwrap();
+        let mut cmd = scripted_command(home, &model);
+        if let Some(name) = model_name {
+            cmd.env("AIRLOCK_MODEL", name);
+        }
+        cmd.args(["run", "--json", "Summarise my notes"]);
+        let o = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+            .await
+            .unwrap();
+        let r = report(&o);
+        (o, r)
+    }
+
+    fn assert_stopped_by(o: &Output, r: &Value, counter: &str) {
+        assert_eq!(
+            o.status.code(),
+            Some(3),
+            "{r:#}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(r["outcome"], "budget_exhausted", "{r:#}");
+        let summary = r["summary"].as_str().unwrap();
+        assert!(
+            summary.contains(&format!("the {counter} budget is used up"))
+                && summary.contains("[budget.per_session]"),
+            "{summary}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn i7_a_fresh_init_stops_a_looping_model_at_the_default_turn_limit() {
+        let f = fixture();
+        fresh_init(&f.home);
+        let (o, r) = run_looping(&f.home, None, looping_script(80, 42)).await;
+        assert_stopped_by(&o, &r, "turns");
+        assert_eq!(r["model_calls"], 50, "{r:#}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn i7_the_default_cost_limit_stops_a_priced_model() {
+        let f = fixture();
+        fresh_init(&f.home);
+        // 200k input tokens a call at the shipped $3 per million: $0.60 a call, so the $5
+        // session ceiling is reached before the 2M input-token limit or 50 turns.
+        let (o, r) = run_looping(
+            &f.home,
+            Some("claude-sonnet-4-5"),
+            looping_script(40, 200_000),
+        )
+        .await;
+        assert_stopped_by(&o, &r, "cost_micros");
+        let calls = r["model_calls"].as_u64().unwrap();
+        assert!((8..=9).contains(&calls), "{r:#}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn i7_an_unpriced_model_falls_back_to_the_token_limits() {
+        let f = fixture();
+        fresh_init(&f.home);
+        // The same usage under a model the price table does not list: no cost is counted,
+        // and the 2M input-token limit stops it.
+        let (o, r) = run_looping(&f.home, None, looping_script(40, 200_000)).await;
+        assert_stopped_by(&o, &r, "input_tokens");
+        assert_eq!(r["model_calls"], 10, "{r:#}");
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            stderr.contains("no price is known for model") && stderr.contains("help: "),
+            "{stderr}"
+        );
+    }
+}

@@ -26,6 +26,7 @@ mod anthropic;
 mod config;
 mod error;
 mod openai;
+mod prices;
 mod transport;
 mod types;
 
@@ -38,6 +39,7 @@ pub use config::{
 };
 pub use error::{ProviderError, Redactor};
 pub use openai::OpenAiProvider;
+pub use prices::{shipped_price, shipped_prices_taken};
 pub use types::{
     ChatRequest, ChatResponse, Message, StopReason, StreamEvent, ToolArguments, ToolCall,
     ToolDefinition, Usage,

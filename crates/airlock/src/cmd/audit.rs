@@ -1,4 +1,4 @@
-//! `airlock audit verify|tail|rotate-key`.
+//! `airlock audit verify|export|tail|rotate-key`.
 
 use airlock_audit::{AuditError, CheckpointSigner, KeyRotation, Trust};
 
@@ -18,6 +18,127 @@ pub fn verify() -> anyhow::Result<i32> {
     };
     let report = airlock_audit::verify_with(&home.audit_dir(), &trust)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    print_report(&report)
+}
+
+/// `airlock audit verify --export FILE`: rebuild the log from an export, in a private
+/// temporary directory, and verify it exactly as the log itself against this home's public
+/// key. The high-water mark is the machine's own and is not checked here.
+pub fn verify_export(file: &std::path::Path) -> anyhow::Result<i32> {
+    let home = Home::from_env()?;
+    let key_path = airlock_audit::public_key_path(&home.audit_key());
+    let key = airlock_audit::load_verifier(&key_path).map_err(|e| {
+        anyhow::anyhow!(
+            "{e}\nhelp: verify on a machine whose config dir holds the log's public key ({})",
+            key_path.display()
+        )
+    })?;
+    let text = std::fs::read_to_string(file).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: {e}\nhelp: give the file `airlock audit export --output` wrote",
+            file.display()
+        )
+    })?;
+    let dir = tempfile::tempdir()?;
+    crate::audit_export::rebuild_audit_dir(&text, dir.path())
+        .map_err(|e| anyhow::anyhow!("{}: {e:#}", file.display()))?;
+    let trust = Trust {
+        key: &key,
+        mark: None,
+    };
+    let report =
+        airlock_audit::verify_with(dir.path(), &trust).map_err(|e| anyhow::anyhow!("{e}"))?;
+    crate::out!("export {}:", file.display());
+    print_report(&report)
+}
+
+/// `airlock audit export`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct ExportArgs {
+    #[arg(long, value_enum)]
+    pub format: crate::audit_export::Format,
+    /// Write to this file (created private to the operator) instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
+    /// Send the OTLP/JSON to the collector at `[audit] otlp_endpoint` (or --endpoint).
+    #[arg(long)]
+    pub post: bool,
+    /// The collector to send to, instead of `[audit] otlp_endpoint`.
+    #[arg(long, value_name = "URL", requires = "post")]
+    pub endpoint: Option<String>,
+}
+
+pub fn export(args: ExportArgs) -> anyhow::Result<i32> {
+    use crate::audit_export::{self, Format};
+    let home = Home::from_env()?;
+    let cfg = config::load(&home.config_file())?;
+    if args.post && args.format != Format::Otlp {
+        anyhow::bail!("--post sends OTLP/JSON only\nhelp: add --format otlp");
+    }
+    // The collector first: a refusal should not wait on reading the whole log.
+    let endpoint = match args.post {
+        false => None,
+        true => Some(args.endpoint.or(cfg.audit.otlp_endpoint).ok_or_else(|| {
+            anyhow::anyhow!("no collector to send to\nhelp: set otlp_endpoint under [audit] in airlock.toml, or give --endpoint URL")
+        })?),
+    };
+    let entries = audit_export::read_audit_dir(&home.audit_dir())?;
+    let text = match args.format {
+        Format::Jsonl => audit_export::to_jsonl(&entries),
+        Format::Otlp => {
+            // The kernel's hostname; nix's `hostname` feature is not enabled for one read.
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_owned())
+                .unwrap_or_default();
+            serde_json::to_string(&audit_export::to_otlp(&entries, &host))?
+        }
+    };
+    let records = entries
+        .iter()
+        .filter(|e| e.kind == audit_export::EntryKind::Record)
+        .count();
+    let checkpoints = entries.len() - records;
+    if let Some(endpoint) = endpoint {
+        let target = audit_export::post_otlp(&endpoint, &text)?;
+        eprintln!("sent {records} records and {checkpoints} checkpoints to {target}");
+    }
+    if let Some(path) = &args.output {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "{}: {e}\nhelp: give a path in a directory you can write",
+                    path.display()
+                )
+            })?;
+        f.write_all(text.as_bytes())?;
+        if !text.ends_with('\n') {
+            f.write_all(b"\n")?;
+        }
+        f.sync_all()?;
+        eprintln!(
+            "wrote {records} records and {checkpoints} checkpoints to {}; check a copy with `airlock audit verify --export FILE`",
+            path.display()
+        );
+    } else if !args.post {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes())?;
+        if !text.ends_with('\n') {
+            out.write_all(b"\n")?;
+        }
+    }
+    Ok(0)
+}
+
+/// Print what verification found; exit status 0 when the log is sound.
+fn print_report(report: &airlock_audit::VerifyReport) -> anyhow::Result<i32> {
     for change in &report.key_changes {
         let old = change.old_key_id.as_deref().unwrap_or("(unknown)");
         if change.signed_by_old_key {

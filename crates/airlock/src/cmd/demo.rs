@@ -324,16 +324,9 @@ fn prepare_home(given: Option<&Path>) -> anyhow::Result<(PathBuf, bool)> {
     Ok((dir, throwaway))
 }
 
-/// The demo's limits: small, so the budget line means something.
+/// The demo runs under the same budgets as a fresh `airlock init` writes.
 fn demo_config() -> Config {
-    let mut cfg = Config::default();
-    let l = &mut cfg.budget.per_session;
-    l.turns = Some(12);
-    l.tool_calls = Some(12);
-    l.input_tokens = Some(100_000);
-    l.output_tokens = Some(4_000);
-    l.wall_ms = Some(300_000);
-    cfg
+    Config::default()
 }
 
 fn write_workspace_file(path: &Path, text: &str) -> anyhow::Result<()> {

@@ -10,9 +10,7 @@ use serde_json::Value;
 use airlock_core::action::ExecAction;
 use airlock_core::gate::{Session, Verdict};
 use airlock_core::policy::Profile;
-use airlock_sandbox::{
-    describe_profile, host_support, CgroupReport, OutputMode, Sandbox, SandboxProfile,
-};
+use airlock_sandbox::{describe_profile, host_support, CgroupReport, OutputMode, SandboxProfile};
 
 use airlock_core::terminal_text::escape_line;
 
@@ -129,7 +127,7 @@ fn probe_run(
             d.reasons.join("; ")
         ),
     };
-    let sandbox = Sandbox::locate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let sandbox = crate::sandbox_helper::locate()?;
     let outcome = sandbox
         .run(&token, &profile, OutputMode::Capture)
         .map_err(|e| anyhow::anyhow!("{e}"))?;

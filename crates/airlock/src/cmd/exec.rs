@@ -6,7 +6,7 @@
 //! `127.0.0.1:3128` and reaches nothing else.
 //!
 //! The sandbox is built while the Gate loads and decides: the proxy's socket is bound, and
-//! a thread prepares and attests the sandbox ([`Sandbox::prepare`]), which then waits,
+//! a thread prepares and attests the sandbox ([`airlock_sandbox::Sandbox::prepare`]), which then waits,
 //! confined and empty, for the command. Only an authorized command is handed to it; a
 //! refusal drops it unused. This takes the sandbox's start-up off the critical path.
 
@@ -25,7 +25,7 @@ use airlock_core::action::ExecAction;
 use airlock_core::gate::{Approval, Session, Verdict};
 use airlock_core::terminal_text::escape_line;
 use airlock_core::Authorized;
-use airlock_sandbox::{OutputMode, PreparedRun, Sandbox, SandboxProfile};
+use airlock_sandbox::{OutputMode, PreparedRun, SandboxProfile};
 use airlock_store::{
     NewSession, SessionStatus, SessionStore, SqliteStore, StoreOptions, SyncMode, Timestamp,
 };
@@ -306,7 +306,7 @@ impl Preparing {
             .name("airlock-sandbox-prepare".into())
             .spawn(move || -> anyhow::Result<PreparedRun> {
                 let _on_exit = on_exit;
-                let sandbox = Sandbox::locate()?.on_spawn(move |pid| {
+                let sandbox = crate::sandbox_helper::locate()?.on_spawn(move |pid| {
                     hook(pid);
                     on_spawn.set();
                 });
@@ -447,7 +447,11 @@ pub(crate) enum RunEnd {
 }
 
 /// Run an authorized command and append its execution record (attestation, status).
+/// `helper_home` is the home whose config and pin choose the sandbox helper (the demo's
+/// own home, not the operator's).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_authorized(
+    helper_home: (&crate::home::Home, &crate::config::Config),
     token: &Authorized<ExecAction>,
     profile: &SandboxProfile,
     session: &Session,
@@ -459,12 +463,10 @@ pub(crate) fn run_authorized(
     let prepared = if guard.was_killed() {
         Err(anyhow::anyhow!("the session was killed"))
     } else {
-        Sandbox::locate()
-            .map_err(anyhow::Error::from)
-            .and_then(|s| {
-                Ok(s.on_spawn(guard.spawn_hook())
-                    .prepare(profile, &token.action().cwd, mode)?)
-            })
+        crate::sandbox_helper::locate_for(helper_home.0, helper_home.1).and_then(|s| {
+            Ok(s.on_spawn(guard.spawn_hook())
+                .prepare(profile, &token.action().cwd, mode)?)
+        })
     };
     run_prepared(token, profile, prepared, session, log, egress, guard)
 }

@@ -2,7 +2,7 @@
 
 use airlock_core::policy::{builtin_sources, Profile};
 
-use crate::config::DEFAULT_CONFIG;
+use crate::config::{self, DEFAULT_CONFIG};
 use crate::home::{create_private_dir, Home};
 
 const LOCAL_README: &str =
@@ -51,6 +51,24 @@ pub fn run(force: bool) -> anyhow::Result<i32> {
     // The proxy's interception CA: the key stays in the config dir; sandboxes get ca.pem only.
     let cert = airlock_proxy::ensure_ca(&home.config).map_err(|e| anyhow::anyhow!("{e}"))?;
     crate::out!("egress proxy CA {}", cert.display());
+    // Pin the helper this airlock runs. An existing pin is kept: changing it is
+    // `airlock sandbox pin-helper`'s, on the record.
+    let pin_path = home.config.join(crate::sandbox_helper::PIN_FILE);
+    match crate::sandbox_helper::read_pin(&pin_path)? {
+        Some(pin) => crate::out!("kept  {} (helper SHA-256 {})", pin_path.display(), pin.sha256),
+        None => match crate::sandbox_helper::checked_helper(&config::load(&cfg)?) {
+            Ok((path, sha256)) => {
+                crate::sandbox_helper::write_pin(
+                    &pin_path,
+                    &crate::sandbox_helper::HelperPin { sha256: sha256.clone(), path },
+                )?;
+                crate::out!("wrote {} (helper SHA-256 {sha256})", pin_path.display());
+            }
+            Err(e) => eprintln!(
+                "warning: the sandbox helper was not pinned: {e:#}\nhelp: install it, then run `airlock sandbox pin-helper`"
+            ),
+        },
+    }
     crate::out!("state in {}", home.state.display());
     Ok(0)
 }

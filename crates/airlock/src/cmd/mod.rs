@@ -15,4 +15,5 @@ pub mod net;
 pub mod policy;
 pub mod replay;
 pub mod run;
+pub mod sandbox;
 pub mod secret;

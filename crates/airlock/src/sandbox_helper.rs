@@ -14,10 +14,14 @@
 //!
 //! The hash is checked again by each run on the descriptor it executes
 //! ([`airlock_sandbox::Sandbox::pinned`]), so a helper swapped after this check is refused.
+//! The pin also keeps the helper file's identity (device, inode, size, modification and
+//! change times, [`HelperIdentity`]) from when its hash was taken: while the file still
+//! has that identity its bytes cannot have changed, so neither check re-reads them, which
+//! would cost a few milliseconds on every command.
 
 use std::path::{Path, PathBuf};
 
-use airlock_sandbox::{Sandbox, INIT_BINARY, INIT_ENV};
+use airlock_sandbox::{HelperIdentity, Sandbox, INIT_BINARY, INIT_ENV};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{self, Config};
@@ -32,6 +36,36 @@ pub const PIN_FILE: &str = "sandbox-helper.pin";
 pub struct HelperPin {
     pub sha256: String,
     pub path: PathBuf,
+    /// The file's identity when `sha256` was taken (absent in pins written before it was
+    /// kept; the next run that hashes the same bytes adds it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<HelperIdentity>,
+}
+
+/// A helper at an allowed place, its ownership and mode checked, with its hash and the
+/// identity the hash belongs to.
+pub struct CheckedHelper {
+    pub path: PathBuf,
+    pub sha256: String,
+    pub identity: HelperIdentity,
+}
+
+impl CheckedHelper {
+    /// The pin that names this helper.
+    pub fn pin(&self) -> HelperPin {
+        HelperPin {
+            sha256: self.sha256.clone(),
+            path: self.path.clone(),
+            identity: Some(self.identity),
+        }
+    }
+
+    /// A sandbox that runs this helper and checks it again on the descriptor it executes.
+    fn sandbox(self) -> anyhow::Result<Sandbox> {
+        Ok(Sandbox::with_init(self.path)?
+            .pinned(self.sha256)
+            .pinned_at(self.identity))
+    }
 }
 
 /// The helper this home runs, checked and pinned, for the current process's config.
@@ -43,10 +77,19 @@ pub fn locate() -> anyhow::Result<Sandbox> {
 
 /// The helper `home` and `cfg` allow, checked against the pin (pinned now if none yet).
 pub fn locate_for(home: &Home, cfg: &Config) -> anyhow::Result<Sandbox> {
-    let (path, sha256) = checked_helper(cfg)?;
     let pin_path = home.config.join(PIN_FILE);
-    match read_pin(&pin_path)? {
-        Some(pin) if pin.sha256 == sha256 => {}
+    let pinned = read_pin(&pin_path)?;
+    let helper = checked_helper(cfg, pinned.as_ref())?;
+    let (path, sha256) = (&helper.path, &helper.sha256);
+    match pinned {
+        Some(pin) if &pin.sha256 == sha256 => {
+            if pin.identity != Some(helper.identity) {
+                // The same bytes under a new identity (copied, touched, or a pin from
+                // before identities were kept): remember it, so later runs need not hash.
+                // Failing to is harmless: the next run hashes again.
+                let _ = write_pin(&pin_path, &helper.pin());
+            }
+        }
         Some(pin) => anyhow::bail!(
             "{} has SHA-256 {sha256}, but the helper pinned in {} ({}) has {}: it is not the helper that was installed\nhelp: if you installed a new airlock, pin its helper with `airlock sandbox pin-helper` (the audit log records it); otherwise reinstall airlock",
             path.display(),
@@ -55,13 +98,9 @@ pub fn locate_for(home: &Home, cfg: &Config) -> anyhow::Result<Sandbox> {
             pin.sha256
         ),
         None => {
-            let pin = HelperPin {
-                sha256: sha256.clone(),
-                path: path.clone(),
-            };
-            if let Some(first) = pin_if_absent(&pin_path, &pin)? {
+            if let Some(first) = pin_if_absent(&pin_path, &helper.pin())? {
                 // Another process pinned first (concurrent first runs): its pin decides.
-                if first.sha256 != sha256 {
+                if &first.sha256 != sha256 {
                     anyhow::bail!(
                         "{} has SHA-256 {sha256}, but the helper pinned in {} meanwhile has {}\nhelp: run `airlock sandbox pin-helper` to pin the helper you installed",
                         path.display(),
@@ -69,7 +108,7 @@ pub fn locate_for(home: &Home, cfg: &Config) -> anyhow::Result<Sandbox> {
                         first.sha256
                     );
                 }
-                return Ok(Sandbox::with_init(path)?.pinned(sha256));
+                return helper.sandbox();
             }
             eprintln!(
                 "note: pinned the sandbox helper {} (SHA-256 {sha256}) in {}; a different helper is refused until `airlock sandbox pin-helper`",
@@ -78,11 +117,13 @@ pub fn locate_for(home: &Home, cfg: &Config) -> anyhow::Result<Sandbox> {
             );
         }
     }
-    Ok(Sandbox::with_init(path)?.pinned(sha256))
+    helper.sandbox()
 }
 
-/// Where the helper may be, its ownership and mode checked, and its hash.
-pub fn checked_helper(cfg: &Config) -> anyhow::Result<(PathBuf, String)> {
+/// Where the helper may be, its ownership and mode checked, and its hash. The hash is
+/// taken from `known` when the file still has the identity `known` was pinned with, and
+/// read from the file otherwise.
+pub fn checked_helper(cfg: &Config, known: Option<&HelperPin>) -> anyhow::Result<CheckedHelper> {
     let allowed = allowed_path(cfg)?;
     let path = match std::env::var_os(INIT_ENV) {
         None => allowed.clone(),
@@ -106,9 +147,19 @@ pub fn checked_helper(cfg: &Config) -> anyhow::Result<(PathBuf, String)> {
         )
     })?;
     airlock_sandbox::check_helper_file(&file, &path)?;
-    let sha256 = airlock_sandbox::helper_sha256(&file)
+    // The identity first: a write while the bytes are hashed then changes it.
+    let identity = airlock_sandbox::helper_identity(&file)
         .map_err(|e| anyhow::anyhow!("{}: cannot read it: {e}", path.display()))?;
-    Ok((path, sha256))
+    let sha256 = match known {
+        Some(pin) if pin.identity == Some(identity) => pin.sha256.clone(),
+        _ => airlock_sandbox::helper_sha256(&file)
+            .map_err(|e| anyhow::anyhow!("{}: cannot read it: {e}", path.display()))?,
+    };
+    Ok(CheckedHelper {
+        path,
+        sha256,
+        identity,
+    })
 }
 
 /// `[sandbox] helper`, else `airlock-sandbox-init` beside the running `airlock`.

@@ -56,13 +56,14 @@ pub fn run(force: bool) -> anyhow::Result<i32> {
     let pin_path = home.config.join(crate::sandbox_helper::PIN_FILE);
     match crate::sandbox_helper::read_pin(&pin_path)? {
         Some(pin) => crate::out!("kept  {} (helper SHA-256 {})", pin_path.display(), pin.sha256),
-        None => match crate::sandbox_helper::checked_helper(&config::load(&cfg)?) {
-            Ok((path, sha256)) => {
-                crate::sandbox_helper::write_pin(
-                    &pin_path,
-                    &crate::sandbox_helper::HelperPin { sha256: sha256.clone(), path },
-                )?;
-                crate::out!("wrote {} (helper SHA-256 {sha256})", pin_path.display());
+        None => match crate::sandbox_helper::checked_helper(&config::load(&cfg)?, None) {
+            Ok(helper) => {
+                crate::sandbox_helper::write_pin(&pin_path, &helper.pin())?;
+                crate::out!(
+                    "wrote {} (helper SHA-256 {})",
+                    pin_path.display(),
+                    helper.sha256
+                );
             }
             Err(e) => eprintln!(
                 "warning: the sandbox helper was not pinned: {e:#}\nhelp: install it, then run `airlock sandbox pin-helper`"

@@ -5,7 +5,7 @@ use clap::Subcommand;
 
 use crate::config;
 use crate::home::Home;
-use crate::sandbox_helper::{self, HelperPin, PIN_FILE};
+use crate::sandbox_helper::{self, PIN_FILE};
 
 #[derive(Debug, Subcommand)]
 pub enum SandboxCommand {
@@ -23,10 +23,10 @@ pub fn run(c: SandboxCommand) -> anyhow::Result<i32> {
 fn pin_helper() -> anyhow::Result<i32> {
     let home = Home::from_env()?;
     let cfg = config::load(&home.config_file())?;
-    let (path, sha256) = sandbox_helper::checked_helper(&cfg)?;
+    // Re-pinning always reads the helper's bytes: it is how a changed helper is accepted.
+    let new = sandbox_helper::checked_helper(&cfg, None)?.pin();
     let pin_path = home.config.join(PIN_FILE);
     let old = sandbox_helper::read_pin(&pin_path).unwrap_or(None);
-    let new = HelperPin { sha256, path };
     // The record first: a pin that changed without one would be a silent change.
     let mut log = crate::runtime::open_audit(&home, &cfg)?;
     log.append(

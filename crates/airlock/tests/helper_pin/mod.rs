@@ -138,13 +138,26 @@ fn i2_a_helper_with_one_byte_changed_is_refused() {
         assert!(!h.ran(), "the changed helper ran");
     }
 
-    // The pinned helper itself, changed in place after pinning, is refused the same way.
+    // The pinned helper itself, changed in place after pinning, is refused the same way,
+    // even with its size and modification time put back: the pin remembers the file's
+    // identity so runs need not re-read it, and only the change time (which no write can
+    // keep) tells the bytes changed.
     let h2 = Home::new();
     let beside = h2.copy_helper("inplace", 0o755);
     h2.configure_helper(&beside);
     let o = h2.run(&["sandbox", "pin-helper"], None);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = h2.exec_marker(None);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let modified = std::fs::metadata(&beside).unwrap().modified().unwrap();
     flip_last_byte(&beside);
+    std::fs::File::options()
+        .write(true)
+        .open(&beside)
+        .unwrap()
+        .set_modified(modified)
+        .unwrap();
+    std::fs::remove_file(h2.ws.join("ran")).unwrap();
     let o = h2.exec_marker(None);
     assert!(
         text(&o).contains("is not the helper that was installed"),

@@ -95,9 +95,11 @@ fn approval_must_name_the_exact_payload_and_be_recorded() {
         other => panic!("untraced recipient after taint must ask, got {other:?}"),
     };
     let now = 1_000;
-    let approval = |who: &str, role: &str, hash: &str, expires_at: u64| Approval {
-        approver: who.into(),
-        approver_role: role.into(),
+    // The approver's kind is typed: a channel member is a principal, but not one that
+    // may approve.
+    let approval = |who: &str, _role: &str, hash: &str, expires_at: u64| Approval {
+        approver: who.parse().unwrap(),
+        via: airlock_core::Via::cli(),
         payload_hash: hash.into(),
         expires_at,
     };
@@ -117,7 +119,7 @@ fn approval_must_name_the_exact_payload_and_be_recorded() {
     assert!(
         g.approve(
             ticket,
-            &approval("bob", "user", &hash, now + 60),
+            &approval("member:telegram:42", "user", &hash, now + 60),
             now,
             &mut log
         )

@@ -22,6 +22,7 @@ pub mod facts;
 pub mod gate;
 pub mod paths;
 pub mod policy;
+pub mod policy_probe;
 pub mod principal;
 pub mod provenance;
 pub mod terminal_text;

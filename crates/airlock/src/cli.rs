@@ -149,6 +149,12 @@ pub enum PolicyCommand {
         #[arg(long)]
         profile: Option<String>,
     },
+    /// Compare the policy files on disk with the last loaded set on a fixed probe set of
+    /// actions, before the change loads; exits 3 when it loosens.
+    Diff {
+        #[arg(long)]
+        profile: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -196,6 +202,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Init { force } => cmd::init::run(force),
         Command::Policy(PolicyCommand::Check { profile }) => cmd::policy::check(profile.as_deref()),
+        Command::Policy(PolicyCommand::Diff { profile }) => cmd::policy::diff(profile.as_deref()),
         Command::Check {
             profile,
             json,

@@ -291,7 +291,7 @@ pub(crate) fn check_record_line(line: &[u8]) -> Result<RecordHead, String> {
     }
     if attributed {
         let text = |f: &str| obj[f].as_str().ok_or(format!("`{f}` is not a string"));
-        check_attribution(&text("principal")?, &text("on_behalf_of")?, &text("via")?)?;
+        check_attribution(text("principal")?, text("on_behalf_of")?, text("via")?)?;
     }
     match &obj["decision"] {
         Value::Null => {}

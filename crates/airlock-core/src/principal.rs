@@ -416,4 +416,51 @@ mod tests {
             assert!(bad.parse::<Via>().is_err(), "{bad:?}");
         }
     }
+
+    /// A decision must name who proposed it: a session whose principal is no principal is
+    /// refused before anything is recorded, and a well-formed one proposes as its agent.
+    #[test]
+    fn i1_a_session_with_a_malformed_principal_cannot_decide() {
+        use crate::authorized::RecordReceipt;
+        use crate::facts::GateConfig;
+        use crate::gate::{Gate, Session, Verdict};
+        use crate::policy::{PolicyEngine, Profile};
+        use crate::sink::{DecisionRecord, DecisionSink, SinkError};
+
+        struct Keep(Vec<DecisionRecord>);
+        impl DecisionSink for Keep {
+            fn record(&mut self, r: &DecisionRecord) -> Result<RecordReceipt, SinkError> {
+                self.0.push(r.clone());
+                Ok(RecordReceipt {
+                    seq: self.0.len() as u64,
+                    record_hash: "0".repeat(64),
+                })
+            }
+        }
+        let gate = Gate::new(
+            PolicyEngine::builtin(Profile::Default).unwrap(),
+            GateConfig::new("/w"),
+        );
+        let action = crate::Action::from_json(r#"{"type":"fs.read","path":"/w/a.txt"}"#).unwrap();
+        let mut sink = Keep(Vec::new());
+        for bad in ["Owner", "owner (terminal)", "user:alice"] {
+            let session = Session::new("s-1", bad);
+            match gate.decide(&session, action.clone(), &mut sink) {
+                Verdict::Deny(d) => assert!(d.reasons[0].contains("malformed principal"), "{d:?}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        assert!(
+            sink.0.is_empty(),
+            "a decision was recorded without a valid principal"
+        );
+        let session = Session::new("s-1", "owner");
+        assert!(matches!(
+            gate.decide(&session, action, &mut sink),
+            Verdict::Allow(_)
+        ));
+        assert_eq!(sink.0[0].principal, "agent:s-1");
+        assert_eq!(sink.0[0].on_behalf_of, "owner");
+        assert_eq!(sink.0[0].via, "cli");
+    }
 }

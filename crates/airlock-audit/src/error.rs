@@ -58,6 +58,9 @@ pub enum AuditError {
         /// The limit.
         limit: usize,
     },
+    /// The event names a principal or client that does not parse strictly.
+    #[error("audit record has a malformed attribution: {0}")]
+    Attribution(String),
     /// The event holds a value that has no canonical JSON form.
     #[error("cannot put the audit record into canonical JSON: {0}\nhelp: audit events must hold plain JSON (no NaN or infinite numbers)")]
     Canonical(String),

@@ -2,12 +2,17 @@
 //!
 //! A record is one line of `log.jsonl`: the RFC 8785 canonical JSON of an object with
 //! exactly these fields: `seq`, `time`, `session`, `principal`, `kind`, `action`,
-//! `action_hash`, `facts`, `decision`, `policies`, `reasons`, `detail`, `prev` and `hash`.
+//! `action_hash`, `facts`, `decision`, `policies`, `reasons`, `detail`, `prev` and `hash`,
+//! and, in records written since attribution was added, `on_behalf_of` and `via`.
 //! `hash` is the lower-case hex SHA-256 of the canonical JSON of the object without `hash`;
 //! `prev` is the `hash` of the record before (64 zeros for the first).
+//!
+//! The two attribution fields are part of the hashed object only when present, so logs
+//! written before them still verify unchanged. A record that carries them must name its
+//! principals in their strict form ([`airlock_core::Principal`]).
 
 use airlock_core::canonical::{canonical_json, sha256_hex};
-use airlock_core::{DecisionKind, DecisionRecord};
+use airlock_core::{Attribution, DecisionKind, DecisionRecord, Principal, Via};
 use serde_json::{Map, Value};
 
 use crate::AuditError;
@@ -36,6 +41,9 @@ pub(crate) const RECORD_FIELDS: [&str; 14] = [
     "time",
 ];
 
+/// The fields an attributed record carries beyond [`RECORD_FIELDS`].
+pub(crate) const ATTRIBUTION_FIELDS: [&str; 2] = ["on_behalf_of", "via"];
+
 /// One thing worth recording: a decision, an approval, an execution and its result, …
 ///
 /// ```
@@ -50,6 +58,11 @@ pub struct AuditEvent {
     pub session: String,
     /// Who proposed or did it (agent, operator, approver).
     pub principal: String,
+    /// Whose authority it ran under; `None` only for events built without attribution
+    /// (their record has the older field set).
+    pub on_behalf_of: Option<String>,
+    /// The client or channel it came through; set together with `on_behalf_of`.
+    pub via: Option<String>,
     /// Record kind: `decision`, `approval`, `execution`, …
     pub kind: String,
     /// The canonical action (JSON) the event is about, or `null`.
@@ -78,6 +91,8 @@ impl AuditEvent {
         AuditEvent {
             session: session.into(),
             principal: principal.into(),
+            on_behalf_of: None,
+            via: None,
             kind: kind.into(),
             action: Value::Null,
             action_hash: String::new(),
@@ -87,6 +102,30 @@ impl AuditEvent {
             reasons: Vec::new(),
             detail: Value::Null,
         }
+    }
+
+    /// An event of `kind` by `who`: names the principal, whose authority and which client.
+    ///
+    /// ```
+    /// use airlock_audit::AuditEvent;
+    /// use airlock_core::Attribution;
+    /// let ev = AuditEvent::by("net-allow", "cli", &Attribution::owner_cli());
+    /// assert_eq!(ev.via.as_deref(), Some("cli"));
+    /// ```
+    pub fn by(
+        kind: impl Into<String>,
+        session: impl Into<String>,
+        who: &Attribution,
+    ) -> AuditEvent {
+        AuditEvent::new(kind, session, who.principal.to_string()).with_attribution(who)
+    }
+
+    /// Name who did it, under whose authority and through which client.
+    pub fn with_attribution(mut self, who: &Attribution) -> AuditEvent {
+        self.principal = who.principal.to_string();
+        self.on_behalf_of = Some(who.on_behalf_of.to_string());
+        self.via = Some(who.via.to_string());
+        self
     }
 
     /// Set the action and its hash.
@@ -114,6 +153,8 @@ impl From<&DecisionRecord> for AuditEvent {
         AuditEvent {
             session: r.session.clone(),
             principal: r.principal.clone(),
+            on_behalf_of: Some(r.on_behalf_of.clone()),
+            via: Some(r.via.clone()),
             kind: r.kind.clone(),
             action: r.action.clone(),
             action_hash: r.action_hash.clone(),
@@ -139,6 +180,20 @@ pub(crate) fn build_record_line(
     obj.insert("time".into(), Value::from(time));
     obj.insert("session".into(), Value::from(ev.session.as_str()));
     obj.insert("principal".into(), Value::from(ev.principal.as_str()));
+    match (&ev.on_behalf_of, &ev.via) {
+        (Some(on_behalf_of), Some(via)) => {
+            // Refuse to write what verify would refuse to read.
+            check_attribution(&ev.principal, on_behalf_of, via).map_err(AuditError::Attribution)?;
+            obj.insert("on_behalf_of".into(), Value::from(on_behalf_of.as_str()));
+            obj.insert("via".into(), Value::from(via.as_str()));
+        }
+        (None, None) => {}
+        _ => {
+            return Err(AuditError::Attribution(
+                "`on_behalf_of` and `via` must be set together".into(),
+            ))
+        }
+    }
     obj.insert("kind".into(), Value::from(ev.kind.as_str()));
     obj.insert("action".into(), ev.action.clone());
     obj.insert("action_hash".into(), Value::from(ev.action_hash.as_str()));
@@ -186,6 +241,19 @@ pub(crate) fn is_hex64(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// The attribution of a record that carries one: every principal and the client in strict
+/// form.
+fn check_attribution(principal: &str, on_behalf_of: &str, via: &str) -> Result<(), String> {
+    principal
+        .parse::<Principal>()
+        .map_err(|e| format!("`principal`: {e}"))?;
+    on_behalf_of
+        .parse::<Principal>()
+        .map_err(|e| format!("`on_behalf_of`: {e}"))?;
+    via.parse::<Via>().map_err(|e| format!("`via`: {e}"))?;
+    Ok(())
+}
+
 /// Check one record line completely: UTF-8, JSON, exact field set and types, canonical
 /// form byte for byte, and `hash`. Returns why it fails, in words.
 pub(crate) fn check_record_line(line: &[u8]) -> Result<RecordHead, String> {
@@ -194,12 +262,23 @@ pub(crate) fn check_record_line(line: &[u8]) -> Result<RecordHead, String> {
     let Value::Object(obj) = &value else {
         return Err("not a JSON object".into());
     };
-    if obj.len() != RECORD_FIELDS.len() || !RECORD_FIELDS.iter().all(|f| obj.contains_key(*f)) {
+    let attributed = ATTRIBUTION_FIELDS.iter().any(|f| obj.contains_key(*f));
+    let expected = RECORD_FIELDS.len()
+        + if attributed {
+            ATTRIBUTION_FIELDS.len()
+        } else {
+            0
+        };
+    if obj.len() != expected
+        || !RECORD_FIELDS.iter().all(|f| obj.contains_key(*f))
+        || (attributed && !ATTRIBUTION_FIELDS.iter().all(|f| obj.contains_key(*f)))
+    {
         let keys: Vec<&str> = obj.keys().map(String::as_str).collect();
         return Err(format!(
-            "fields are [{}], expected [{}]",
+            "fields are [{}], expected [{}] (and [{}] in an attributed record)",
             keys.join(","),
-            RECORD_FIELDS.join(",")
+            RECORD_FIELDS.join(","),
+            ATTRIBUTION_FIELDS.join(",")
         ));
     }
     let seq = obj["seq"]
@@ -209,6 +288,10 @@ pub(crate) fn check_record_line(line: &[u8]) -> Result<RecordHead, String> {
         if !obj[f].is_string() {
             return Err(format!("`{f}` is not a string"));
         }
+    }
+    if attributed {
+        let text = |f: &str| obj[f].as_str().ok_or(format!("`{f}` is not a string"));
+        check_attribution(text("principal")?, text("on_behalf_of")?, text("via")?)?;
     }
     match &obj["decision"] {
         Value::Null => {}
@@ -310,5 +393,76 @@ mod tests {
             .unwrap_err()
             .contains("UTF-8"));
         assert!(check_record_line(b"{}").unwrap_err().contains("fields"));
+    }
+
+    /// Records written before attribution existed have no `on_behalf_of`/`via`; they must
+    /// still pass the check byte for byte, next to attributed ones.
+    #[test]
+    fn i1_records_without_attribution_still_verify() {
+        let legacy = AuditEvent::new("execution", "s", "owner");
+        let (line, _) = build_record_line(&legacy, 0, "t", ZERO_HASH).unwrap();
+        assert!(!line.contains("on_behalf_of"), "{line}");
+        check_record_line(line.as_bytes()).unwrap();
+
+        let who = Attribution {
+            principal: Principal::agent("s").unwrap(),
+            on_behalf_of: Principal::Owner,
+            via: Via::cli(),
+        };
+        let ev = AuditEvent::by("decision", "s", &who);
+        let (line, _) = build_record_line(&ev, 1, "t", ZERO_HASH).unwrap();
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["principal"], "agent:s");
+        assert_eq!(v["on_behalf_of"], "owner");
+        assert_eq!(v["via"], "cli");
+        check_record_line(line.as_bytes()).unwrap();
+    }
+
+    /// Re-hash `obj` as a record line, as a forger with the right hash function would.
+    fn rehashed(mut obj: Map<String, Value>) -> String {
+        obj.remove("hash");
+        let hash = sha256_hex(
+            canonical_json(&Value::Object(obj.clone()))
+                .unwrap()
+                .as_bytes(),
+        );
+        obj.insert("hash".into(), Value::from(hash));
+        canonical_json(&Value::Object(obj)).unwrap()
+    }
+
+    /// A record that carries attribution names its principals strictly: a free-form or
+    /// half-present attribution is refused when written and when verified, even with a
+    /// correct hash.
+    #[test]
+    fn i1_malformed_attribution_is_refused_on_write_and_verify() {
+        let mut ev = AuditEvent::by("decision", "s", &Attribution::owner_cli());
+        ev.principal = "owner (terminal)".into();
+        let e = build_record_line(&ev, 0, "t", ZERO_HASH).unwrap_err();
+        assert!(matches!(e, AuditError::Attribution(_)), "{e}");
+        let mut half = AuditEvent::new("decision", "s", "owner");
+        half.via = Some("cli".into());
+        assert!(matches!(
+            build_record_line(&half, 0, "t", ZERO_HASH).unwrap_err(),
+            AuditError::Attribution(_)
+        ));
+
+        let good = AuditEvent::by("decision", "s", &Attribution::owner_cli());
+        let (line, _) = build_record_line(&good, 0, "t", ZERO_HASH).unwrap();
+        let obj: Map<String, Value> = serde_json::from_str(&line).unwrap();
+        for (field, bad) in [
+            ("principal", json!("Owner")),
+            ("on_behalf_of", json!("agent:")),
+            ("via", json!("Command Line")),
+            ("on_behalf_of", json!(7)),
+        ] {
+            let mut o = obj.clone();
+            o.insert(field.into(), bad.clone());
+            let why = check_record_line(rehashed(o).as_bytes()).unwrap_err();
+            assert!(why.contains(field), "{field}={bad}: {why}");
+        }
+        let mut o = obj.clone();
+        o.remove("via");
+        let why = check_record_line(rehashed(o).as_bytes()).unwrap_err();
+        assert!(why.contains("fields are"), "{why}");
     }
 }

@@ -137,6 +137,10 @@ impl Redactor {
         AuditEvent {
             session: self.redact_str(&ev.session),
             principal: self.redact_str(&ev.principal),
+            // Strict-form names (see `airlock_core::Principal`), not free text: redacting
+            // them could only break the form the log checks.
+            on_behalf_of: ev.on_behalf_of,
+            via: ev.via,
             kind: self.redact_str(&ev.kind),
             action: self.redact_value(&ev.action),
             action_hash: self.redact_str(&ev.action_hash),

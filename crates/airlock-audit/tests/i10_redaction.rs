@@ -30,6 +30,8 @@ fn secrets_in_every_field_are_redacted_before_writing() {
     let ev = AuditEvent {
         session: format!("s-{TOKEN}"),
         principal: "agent".into(),
+        on_behalf_of: None,
+        via: None,
         kind: "execution".into(),
         action: json!({"type": "exec", "command": format!("curl -H 'Authorization: token {TOKEN}' x")}),
         action_hash: "sha256:00".into(),
@@ -60,7 +62,9 @@ fn decision_sink_path_is_redacted_too() {
     let record = DecisionRecord {
         kind: "decision".into(),
         session: "s".into(),
-        principal: "agent".into(),
+        principal: "agent:s".into(),
+        on_behalf_of: "owner".into(),
+        via: "cli".into(),
         action: json!({"type": "net.request", "method": "GET", "url": format!("https://x/?k={TOKEN}")}),
         action_hash: "sha256:00".into(),
         facts: json!({}),

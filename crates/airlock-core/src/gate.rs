@@ -19,6 +19,7 @@ use crate::action::{Action, IntoAction};
 use crate::authorized::Authorized;
 use crate::facts::{self, GateConfig};
 use crate::policy::PolicyEngine;
+use crate::principal::{Attribution, Principal, PrincipalError, Via};
 use crate::provenance::TaintState;
 use crate::sink::{DecisionKind, DecisionRecord, DecisionSink};
 
@@ -32,6 +33,14 @@ pub struct Session {
     /// `owner` or `user`.
     pub role: String,
     pub taint: TaintState,
+    /// The client or channel the session came through (`cli` unless set).
+    #[serde(default = "Via::cli")]
+    pub via: Via,
+    /// Who proposes this session's actions when it is not the session's model: the owner
+    /// for `airlock exec`, where the operator typed the command. `None`: the model
+    /// (`agent:<session-id>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<Principal>,
 }
 
 impl Session {
@@ -42,7 +51,23 @@ impl Session {
             principal: principal.into(),
             role: "owner".into(),
             taint: TaintState::new(),
+            via: Via::cli(),
+            actor: None,
         }
+    }
+
+    /// Who proposed, under whose authority, through which client: the attribution of the
+    /// session's decision records. Refuses a stored principal that does not parse.
+    pub fn attribution(&self) -> Result<Attribution, PrincipalError> {
+        let principal = match &self.actor {
+            Some(p) => p.clone(),
+            None => Principal::agent(&self.id)?,
+        };
+        Ok(Attribution {
+            principal,
+            on_behalf_of: self.principal.parse()?,
+            via: self.via.clone(),
+        })
     }
 
     /// The principal's own message: trusted input.
@@ -116,10 +141,10 @@ pub struct Denial {
 /// A human's approval of one payload.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Approval {
-    /// Authenticated principal who approved.
-    pub approver: String,
-    /// Role of the approver; only `owner` may approve.
-    pub approver_role: String,
+    /// Authenticated principal who approved; only one that [`Principal::may_approve`].
+    pub approver: Principal,
+    /// The client or channel the approval came through.
+    pub via: Via,
     /// Hash of the payload that was shown and approved.
     pub payload_hash: String,
     /// Unix time after which the approval is void.
@@ -131,8 +156,8 @@ pub struct Approval {
 pub enum ApprovalError {
     #[error("approval is for payload {approved}, but the held action is {held}\nhelp: approve the exact payload that is shown")]
     HashMismatch { approved: String, held: String },
-    #[error("approval by {approver} (role {role}) is not allowed: only the owner may approve")]
-    NotOwner { approver: String, role: String },
+    #[error("approval by {approver} is not allowed: only the owner may approve\nhelp: approve as the owner")]
+    NotOwner { approver: Principal },
     #[error("approval expired")]
     Expired,
     #[error("recording the approval failed, so the action does not run: {0}")]
@@ -243,10 +268,25 @@ impl Gate {
         sink: &mut dyn DecisionSink,
     ) -> Verdict<A> {
         let eval = self.evaluate(session, &action.to_action());
+        let who = match session.attribution() {
+            Ok(who) => who,
+            Err(e) => {
+                return Verdict::Deny(Denial {
+                    reasons: vec![format!(
+                        "the decision cannot name who proposed it, so the action does not run: {e}"
+                    )],
+                    policies: vec![],
+                    facts: eval.facts,
+                    action_hash: eval.action_hash,
+                })
+            }
+        };
         let record = DecisionRecord {
             kind: "decision".into(),
             session: session.id.clone(),
-            principal: session.principal.clone(),
+            principal: who.principal.to_string(),
+            on_behalf_of: who.on_behalf_of.to_string(),
+            via: who.via.to_string(),
             action: eval.action_json.clone(),
             action_hash: eval.action_hash.clone(),
             facts: eval.facts.clone(),
@@ -306,10 +346,9 @@ impl Gate {
                 held: ticket.action_hash,
             });
         }
-        if approval.approver_role != "owner" {
+        if !approval.approver.may_approve() {
             return Err(ApprovalError::NotOwner {
                 approver: approval.approver.clone(),
-                role: approval.approver_role.clone(),
             });
         }
         if now >= approval.expires_at {
@@ -318,10 +357,13 @@ impl Gate {
         let record = DecisionRecord {
             kind: "approval".into(),
             session: ticket.session.clone(),
-            principal: approval.approver.clone(),
+            principal: approval.approver.to_string(),
+            // An approver acts on their own authority.
+            on_behalf_of: approval.approver.to_string(),
+            via: approval.via.to_string(),
             action: serde_json::to_value(ticket.action.to_action()).unwrap_or(Value::Null),
             action_hash: ticket.action_hash.clone(),
-            facts: json!({"approved_by": approval.approver, "expires_at": approval.expires_at}),
+            facts: json!({"approved_by": approval.approver.to_string(), "via": approval.via.as_str(), "expires_at": approval.expires_at}),
             decision: DecisionKind::Allow,
             reasons: vec![format!("approved by {}", approval.approver)],
             policies: ticket.policies.clone(),

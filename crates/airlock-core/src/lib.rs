@@ -15,12 +15,15 @@ pub mod sink;
 
 pub use action::{Action, ActionError, IntoAction};
 pub use authorized::{Authorized, RecordReceipt};
+pub use principal::{Attribution, Principal, PrincipalError, Via};
 pub use sink::{DecisionKind, DecisionRecord, DecisionSink, SinkError};
 
 pub mod facts;
 pub mod gate;
 pub mod paths;
 pub mod policy;
+pub mod policy_probe;
+pub mod principal;
 pub mod provenance;
 pub mod terminal_text;
 #[cfg(feature = "testing")]

@@ -35,7 +35,12 @@ pub struct DecisionRecord {
     /// Record kind, e.g. `decision`, `approval`, `execution`.
     pub kind: String,
     pub session: String,
+    /// Who proposed or did it ([`crate::principal::Principal`] text form).
     pub principal: String,
+    /// Whose authority it ran under.
+    pub on_behalf_of: String,
+    /// The client or channel it came through ([`crate::principal::Via`]).
+    pub via: String,
     /// The canonical action (as JSON) the decision is about.
     pub action: Value,
     pub action_hash: String,

@@ -48,14 +48,14 @@ impl Exchange {
 pub struct AuditHandle {
     pub(crate) log: Arc<Mutex<AuditLog>>,
     pub(crate) session: String,
-    pub(crate) principal: String,
+    pub(crate) who: airlock_core::Attribution,
 }
 
 impl AuditHandle {
     /// Append an event off the async threads (appends fsync). Failures are logged: the
     /// decision itself was recorded by the Gate before anything ran.
     pub(crate) fn event(&self, kind: &str, detail: Value) {
-        let ev = AuditEvent::new(kind, &self.session, &self.principal).with_detail(detail);
+        let ev = AuditEvent::by(kind, &self.session, &self.who).with_detail(detail);
         let log = self.log.clone();
         let write = move || {
             let mut log = log.lock().unwrap_or_else(|p| p.into_inner());

@@ -96,6 +96,8 @@ pub enum ProxyError {
     },
     #[error("refusing to listen on {0}: the test listener binds loopback only")]
     NotLoopback(SocketAddr),
+    #[error("the proxy's audit records cannot name who acts: {0}")]
+    Principal(#[from] airlock_core::PrincipalError),
 }
 
 pub(crate) struct Inner {
@@ -184,7 +186,9 @@ impl Proxy {
         let audit = AuditHandle {
             log: cfg.audit.clone(),
             session: cfg.session.id.clone(),
-            principal: cfg.session.principal.clone(),
+            // Requests from inside the sandbox come from commands the session's model
+            // proposed: they are the agent's, under the session principal's authority.
+            who: cfg.session.attribution()?,
         };
         Ok(Proxy {
             inner: Arc::new(Inner {

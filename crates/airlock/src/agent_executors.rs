@@ -457,8 +457,10 @@ impl ApprovalHook for AuthorizedPayload {
         let fits = req.action_hash == self.action_hash || self.matches(&req.action);
         let first = fits && !self.answered.swap(true, Ordering::AcqRel);
         let answer = first.then(|| Approval {
-            approver: "owner (authorized by the agent loop)".into(),
-            approver_role: "owner".into(),
+            // The agent loop already had this payload approved (or allowed) and recorded
+            // that; the proxy's own record names the owner at the command line.
+            approver: airlock_core::Principal::Owner,
+            via: airlock_core::Via::cli(),
             payload_hash: req.action_hash.clone(),
             expires_at: self.expires_at,
         });

@@ -155,6 +155,12 @@ pub enum PolicyCommand {
         #[arg(long)]
         profile: Option<String>,
     },
+    /// Compare the policy files on disk with the last loaded set on a fixed probe set of
+    /// actions, before the change loads; exits 3 when it loosens.
+    Diff {
+        #[arg(long)]
+        profile: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -209,6 +215,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Init { force } => cmd::init::run(force),
         Command::Policy(PolicyCommand::Check { profile }) => cmd::policy::check(profile.as_deref()),
+        Command::Policy(PolicyCommand::Diff { profile }) => cmd::policy::diff(profile.as_deref()),
         Command::Check {
             profile,
             json,

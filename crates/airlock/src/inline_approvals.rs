@@ -194,13 +194,17 @@ fn record(
     };
     let error = match result {
         Ok(()) => {
-            let ev = AuditEvent::new(kind, req.session_id.as_str(), OPERATOR)
-                .with_action(payload, req.payload_hash.clone())
-                .with_detail(json!({
-                    "approval_id": req.id,
-                    "decided_by": decided_by,
-                    "reason": reason,
-                }));
+            let ev = AuditEvent::by(
+                kind,
+                req.session_id.as_str(),
+                &crate::cmd::approvals::operator(),
+            )
+            .with_action(payload, req.payload_hash.clone())
+            .with_detail(json!({
+                "approval_id": req.id,
+                "decided_by": decided_by,
+                "reason": reason,
+            }));
             let mut log = audit.lock().unwrap_or_else(|p| p.into_inner());
             log.append(ev)
                 .err()

@@ -6,6 +6,7 @@ use airlock_core::policy::{builtin_sources, CompiledPolicy, PolicyEngine, Policy
 
 use crate::home::Home;
 use crate::operator_file;
+use crate::policy_change;
 
 /// The loaded engine and the files it came from.
 pub struct LoadedPolicy {
@@ -45,9 +46,13 @@ fn read_sources(files: &[PathBuf]) -> anyhow::Result<Vec<PolicySource>> {
         .collect()
 }
 
-/// Load `profile`: the operator's copy in `policy/<profile>/` if `airlock init` wrote one,
-/// else the built-in set; plus every file in `policy/local/`.
-pub fn load(home: &Home, profile: Profile) -> anyhow::Result<LoadedPolicy> {
+/// What `profile` loads from disk: the operator's copy in `policy/<profile>/` if
+/// `airlock init` wrote one, else the built-in set; plus every file in `policy/local/` and
+/// the Cedar form of the net rules. Also the hosts the net rules name.
+fn current_sources(
+    home: &Home,
+    profile: Profile,
+) -> anyhow::Result<(Vec<PolicySource>, Vec<String>)> {
     let own = cedar_files(&home.policy_dir().join(profile.name()))?;
     let mut sources = if own.is_empty() {
         builtin_sources(profile)
@@ -66,13 +71,31 @@ pub fn load(home: &Home, profile: Profile) -> anyhow::Result<LoadedPolicy> {
             text: generated,
         });
     }
+    let hosts = rules.rules.iter().map(|r| r.host.clone()).collect();
+    Ok((sources, hosts))
+}
+
+/// Load `profile` (see [`current_sources`]). When the files differ from those the last
+/// load used, the change is recorded in the audit log with each file's old and new hash,
+/// and a change that loosens (see [`airlock_core::policy_probe`]) is printed as a warning
+/// and flagged in its record.
+pub fn load(home: &Home, profile: Profile) -> anyhow::Result<LoadedPolicy> {
+    let (sources, hosts) = current_sources(home, profile)?;
     let files = sources.iter().map(|s| s.name.clone()).collect();
     let engine = load_compiled(home, profile, &sources)?;
+    policy_change::note_load(home, profile, &sources, &hosts)?;
     Ok(LoadedPolicy {
         engine,
         files,
         profile,
     })
+}
+
+/// What would change against the last loaded set if the files on disk were loaded now;
+/// `None` when nothing was loaded before. Writes nothing.
+pub fn diff(home: &Home, profile: Profile) -> anyhow::Result<Option<policy_change::PolicyChange>> {
+    let (sources, hosts) = current_sources(home, profile)?;
+    policy_change::against_last(home, profile, &sources, &hosts)
 }
 
 /// The engine for `sources`, from the compiled form kept in the config dir's `cache/` when

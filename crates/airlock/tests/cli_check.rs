@@ -6,6 +6,7 @@ use std::process::{Command, Output};
 
 mod audit_export;
 mod audit_tail;
+mod config_changes;
 mod helper_pin;
 mod operator_display;
 mod operator_input;
@@ -403,7 +404,7 @@ mod audit_key_and_wipe {
         assert_eq!(o.status.code(), Some(1), "{}", text(&o));
         assert!(
             text(&o).contains(
-                "the log is empty but a checkpoint at seq 3 was made; records were removed"
+                "the log is empty but a checkpoint at seq 4 was made; records were removed"
             ),
             "{}",
             text(&o)
@@ -416,7 +417,8 @@ mod audit_key_and_wipe {
             "a new chain started"
         );
 
-        // Cut together with the last checkpoints: records #0 and #1 and their checkpoint.
+        // Cut together with the last checkpoints: `init`'s record #0, the first exec's
+        // #1 and #2, and their checkpoints.
         let keep = |bytes: &[u8], n: usize| -> Vec<u8> {
             bytes
                 .split_inclusive(|&b| b == b'\n')
@@ -425,12 +427,12 @@ mod audit_key_and_wipe {
                 .copied()
                 .collect()
         };
-        std::fs::write(h.audit("log.jsonl"), keep(&log, 2)).unwrap();
+        std::fs::write(h.audit("log.jsonl"), keep(&log, 3)).unwrap();
         std::fs::write(h.audit("checkpoints.jsonl"), keep(&cps, 2)).unwrap();
         let o = h.run(&["audit", "verify"]);
         assert_eq!(o.status.code(), Some(1), "{}", text(&o));
         assert!(
-            text(&o).contains("the log ends at seq 1 but a checkpoint at seq 3 was made"),
+            text(&o).contains("the log ends at seq 2 but a checkpoint at seq 4 was made"),
             "{}",
             text(&o)
         );
@@ -438,8 +440,8 @@ mod audit_key_and_wipe {
         assert_ne!(o.status.code(), Some(0), "{}", text(&o));
         assert_eq!(
             std::fs::read(h.audit("log.jsonl")).unwrap(),
-            keep(&log, 2),
-            "seq #2 was written again"
+            keep(&log, 3),
+            "seq #3 was written again"
         );
     }
 }

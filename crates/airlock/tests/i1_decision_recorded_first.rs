@@ -118,9 +118,11 @@ fn approval_must_name_the_exact_payload_and_be_recorded() {
         other => panic!("untraced recipient after taint must ask, got {other:?}"),
     };
     let now = 1_000;
-    let approval = |who: &str, role: &str, hash: &str, expires_at: u64| Approval {
-        approver: who.into(),
-        approver_role: role.into(),
+    // The approver's kind is typed: a channel member is a principal, but not one that
+    // may approve.
+    let approval = |who: &str, _role: &str, hash: &str, expires_at: u64| Approval {
+        approver: who.parse().unwrap(),
+        via: airlock_core::Via::cli(),
         payload_hash: hash.into(),
         expires_at,
     };
@@ -140,24 +142,26 @@ fn approval_must_name_the_exact_payload_and_be_recorded() {
         }
         other => panic!("wrong payload: {other:?}"),
     }
-    // Only the owner approves. The principals a session acts for are the owner and, in
-    // the records it writes, the agent; an approval in the agent's name, or in a role
-    // that only looks like the owner's, is refused.
-    for (who, role) in [
-        ("agent", "agent"),
-        ("owner", "agent"),
-        ("owner", ""),
-        ("owner", "Owner"),
-        ("owner", "owner "),
-        ("bob", "user"),
+    // Only the owner approves. Every other kind of principal that exists (the agent of
+    // this session, a chat member, a chat admin, a part of the system) is refused.
+    for who in [
+        "agent:s2",
+        "member:telegram:42",
+        "admin:slack:U1",
+        "system:scheduler",
     ] {
         let ticket = ask(&mut log);
-        match g.approve(ticket, &approval(who, role, &hash, now + 60), now, &mut log) {
-            Err(ApprovalError::NotOwner { approver, role: r }) => {
-                assert_eq!((approver.as_str(), r.as_str()), (who, role))
-            }
-            other => panic!("{who} as {role:?}: {other:?}"),
+        match g.approve(ticket, &approval(who, "", &hash, now + 60), now, &mut log) {
+            Err(ApprovalError::NotOwner { approver }) => assert_eq!(approver.to_string(), who),
+            other => panic!("{who}: {other:?}"),
         }
+    }
+    // Names that only look like the owner's are not principals at all.
+    for lookalike in ["Owner", "owner ", "", "owner:x"] {
+        assert!(
+            lookalike.parse::<airlock_core::Principal>().is_err(),
+            "{lookalike:?} parsed"
+        );
     }
     let ticket = ask(&mut log);
     match g.approve(

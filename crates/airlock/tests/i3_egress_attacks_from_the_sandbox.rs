@@ -318,8 +318,8 @@ fn an_ask_rule_holds_the_request_until_approved_and_denies_on_timeout() {
         first
             .reply
             .send(Approval {
-                approver: "owner (test)".into(),
-                approver_role: "owner".into(),
+                approver: airlock_core::Principal::Owner,
+                via: airlock_core::Via::cli(),
                 payload_hash: hash,
                 expires_at: u64::MAX,
             })

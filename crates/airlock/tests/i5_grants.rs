@@ -568,3 +568,78 @@ mod grants_are_visible {
         assert!(!o.status.success() && err.contains("grant"), "{err}");
     }
 }
+
+/// Every record names who acted: what the model proposed is `agent:<session>` (never the
+/// owner, though the owner started the run), the operator's approval is `owner` via
+/// `cli`, and all of them run on the owner's authority. The log still verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i1_run_records_name_the_agent_for_proposals_and_the_owner_for_approvals() {
+    let f = fixture();
+    let id = tainting_session(&f.home);
+    let model = ScriptedModel::start([
+        Step::tool_call("c1", "read_file", r#"{"path":"page.html"}"#),
+        message("c2", "bob", "numbers are up"),
+        Step::text("Done."),
+    ])
+    .await
+    .unwrap();
+    // The operator approves at another terminal (a one-second grant: the helper's answers
+    // are flags after `approve`, and an empty one denies).
+    let seen = operator(
+        f.home.clone(),
+        vec![vec!["--for", "1s", "--scope", "session"]],
+    );
+    let o = airlock_run(
+        &f.home,
+        &model,
+        &[
+            "--session",
+            &id,
+            "--approval-timeout",
+            "30",
+            "Read page.html and report",
+        ],
+    )
+    .await;
+    let r = report(&o);
+    assert_eq!(o.status.code(), Some(0), "{r:#}");
+    assert_let_through(&r["tool_calls"][1]);
+    assert_eq!(seen.lock().unwrap().len(), 1);
+
+    let agent = format!("agent:{id}");
+    let records = audit_records(&f.home);
+    let of_run: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["session"] == id.as_str())
+        .collect();
+    let decisions: Vec<&&Value> = of_run.iter().filter(|r| r["kind"] == "decision").collect();
+    assert!(decisions.len() >= 2, "{of_run:#?}");
+    for d in &decisions {
+        assert_eq!(d["principal"], agent.as_str(), "{d}");
+        assert_eq!(d["on_behalf_of"], "owner", "{d}");
+        assert_eq!(d["via"], "cli", "{d}");
+    }
+    let requested = of_run
+        .iter()
+        .find(|r| r["kind"] == "approval_requested")
+        .expect("no approval_requested record");
+    assert_eq!(requested["principal"], agent.as_str());
+    // The operator's answer at the command line, and the Gate's approval record.
+    for kind in ["approval-granted", "approval"] {
+        let a = of_run
+            .iter()
+            .find(|r| r["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} record in {of_run:#?}"));
+        assert_eq!(a["principal"], "owner", "{a}");
+        assert_eq!(a["on_behalf_of"], "owner", "{a}");
+        assert_eq!(a["via"], "cli", "{a}");
+    }
+    // Nothing the model did is credited to the owner.
+    for r in &of_run {
+        if r["kind"] == "execution" || r["kind"] == "turn_end" {
+            assert_eq!(r["principal"], agent.as_str(), "{r}");
+        }
+        assert!(r["via"].is_string() && r["on_behalf_of"].is_string(), "{r}");
+    }
+    assert_audit_verifies(&f.home);
+}

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use airlock_audit::AuditEvent;
 use airlock_core::gate::{Approval, AskTicket};
-use airlock_core::{Action, IntoAction};
+use airlock_core::{Action, Attribution, IntoAction, Principal, Via};
 use airlock_store::{
     ApprovalError, ApprovalStatus, Grant, GrantLookup, GrantScope, GrantTarget, NewApproval,
     StoreError, Timestamp,
@@ -23,7 +23,8 @@ use super::run::{Agent, RunState};
 use super::tools::PlannedCall;
 
 /// Role of whoever answers in the approvals queue: only the operator can reach it.
-const APPROVER_ROLE: &str = "owner";
+/// The name the approvals queue records when the host, not a person, ended a request.
+const HOST_DECIDER: &str = "airlock";
 /// How long the Gate's approval record stays valid once read from the queue: long enough
 /// to mint the token at once, no longer.
 const APPROVAL_VALIDITY_SECS: u64 = 60;
@@ -109,7 +110,7 @@ impl Agent<'_> {
         };
         let request_id = Some(request.id.clone());
         self.audit.append(
-            AuditEvent::new("approval_requested", &id, &run.session.principal)
+            AuditEvent::by("approval_requested", &id, &run.session.attribution()?)
                 .with_action(
                     serde_json::to_value(&action).unwrap_or_default(),
                     &request.payload_hash,
@@ -140,7 +141,7 @@ impl Agent<'_> {
                             Err(ApprovalError::Store(e)) => return Err(e.into()),
                             Err(_) => {}
                         }
-                        return self.refuse(run, request_id, "expired", "airlock", None);
+                        return self.refuse(run, request_id, "expired", HOST_DECIDER, None);
                     }
                     tokio::time::sleep(self.config.approval_poll).await;
                 }
@@ -158,9 +159,20 @@ impl Agent<'_> {
                             Some("the approved payload differs from the held action"),
                         );
                     }
+                    let approver = match approver.parse::<Principal>() {
+                        Ok(p) => p,
+                        Err(e) => {
+                            return Ok(ApprovalAnswer::refused(
+                                request_id,
+                                format!("the approval does not name a valid approver, so the action was not run: {e}"),
+                            ))
+                        }
+                    };
                     let approval = Approval {
                         approver: approver.clone(),
-                        approver_role: APPROVER_ROLE.into(),
+                        // The queue is answered from the command line (`airlock approvals`
+                        // or the inline prompt) until a channel records its own.
+                        via: Via::cli(),
                         payload_hash: current.payload_hash.clone(),
                         expires_at: Timestamp::now().as_unix_secs() + APPROVAL_VALIDITY_SECS,
                     };
@@ -184,7 +196,7 @@ impl Agent<'_> {
                     return self.refuse(run, request_id, "denied", &by, current.note.as_deref());
                 }
                 ApprovalStatus::Expired => {
-                    return self.refuse(run, request_id, "expired", "airlock", None);
+                    return self.refuse(run, request_id, "expired", HOST_DECIDER, None);
                 }
                 // Only a process that is gone is marked orphaned; if this one was taken for
                 // gone, nothing will answer the request: refuse rather than wait.
@@ -193,7 +205,7 @@ impl Agent<'_> {
                         run,
                         request_id,
                         "orphaned",
-                        "airlock",
+                        HOST_DECIDER,
                         current.note.as_deref(),
                     );
                 }
@@ -226,26 +238,42 @@ impl Agent<'_> {
             GrantTarget::Payload { .. } => "payload",
             GrantTarget::Pattern { .. } => "pattern",
         };
+        let approver: Principal = match grant.created_by.parse() {
+            Ok(p) => p,
+            Err(e) => {
+                return Ok(ApprovalAnswer::refused(
+                    None,
+                    format!(
+                        "grant {} does not name a valid approver, so it covers nothing: {e}",
+                        grant.id
+                    ),
+                ))
+            }
+        };
         self.audit.append(
-            AuditEvent::new("grant-used", &run.session.id, &grant.created_by)
-                .with_action(
-                    serde_json::to_value(&action).unwrap_or_default(),
-                    &ticket.action_hash,
-                )
-                .with_detail(json!({
-                    "grant_id": grant.id,
-                    "granted_by": grant.created_by,
-                    "approval_id": grant.approval_id,
-                    "scope": scope,
-                    "grant_session": session,
-                    "matched": matched,
-                    "asked_by": ticket.policies,
-                    "expires_at_ms": grant.expires_at.as_unix_ms(),
-                })),
+            AuditEvent::by(
+                "grant-used",
+                &run.session.id,
+                &decider(run, &grant.created_by)?,
+            )
+            .with_action(
+                serde_json::to_value(&action).unwrap_or_default(),
+                &ticket.action_hash,
+            )
+            .with_detail(json!({
+                "grant_id": grant.id,
+                "granted_by": grant.created_by,
+                "approval_id": grant.approval_id,
+                "scope": scope,
+                "grant_session": session,
+                "matched": matched,
+                "asked_by": ticket.policies,
+                "expires_at_ms": grant.expires_at.as_unix_ms(),
+            })),
         )?;
         let approval = Approval {
-            approver: grant.created_by.clone(),
-            approver_role: APPROVER_ROLE.into(),
+            approver,
+            via: Via::cli(),
             payload_hash: ticket.action_hash.clone(),
             expires_at: grant.expires_at.as_unix_secs(),
         };
@@ -278,8 +306,14 @@ impl Agent<'_> {
         note: Option<&str>,
     ) -> Result<ApprovalAnswer<A>, AgentError> {
         self.audit.append(
-            AuditEvent::new(format!("approval_{how}"), &run.session.id, by).with_detail(json!({
+            AuditEvent::by(
+                format!("approval_{how}"),
+                &run.session.id,
+                &decider(run, by)?,
+            )
+            .with_detail(json!({
                 "request": request_id,
+                "decided_by": by,
                 "note": note,
             })),
         )?;
@@ -292,4 +326,25 @@ impl Agent<'_> {
         };
         Ok(ApprovalAnswer::refused(request_id, text))
     }
+}
+
+/// Who decided a held request, from the name the approvals queue recorded: a person (in
+/// strict principal form), or the host itself when a request expired or was orphaned.
+fn decider(run: &RunState, by: &str) -> Result<Attribution, AgentError> {
+    let on_behalf_of: Principal = run.session.principal.parse()?;
+    // A refusal is recorded even when the queue holds no valid decider (the record's
+    // detail keeps the name as stored); the host is then the one that refused.
+    let Ok(who) = by.parse::<Principal>() else {
+        return Ok(Attribution::system(
+            "approvals",
+            on_behalf_of,
+            Via::internal(),
+        ));
+    };
+    Ok(Attribution {
+        principal: who.clone(),
+        // A person deciding acts on their own authority.
+        on_behalf_of: who,
+        via: Via::cli(),
+    })
 }

@@ -303,15 +303,14 @@ impl Agent<'_> {
         }
         if executed {
             self.audit.append(
-                AuditEvent::new("execution", &run.session.id, &run.session.principal).with_detail(
-                    json!({
+                AuditEvent::by("execution", &run.session.id, &run.session.attribution()?)
+                    .with_detail(json!({
                         "call_id": call.id,
                         "tool": call.name,
                         "is_error": output.is_error,
                         "result_bytes": output.text.len(),
                         "result_sha256": sha256_hex(output.text.as_bytes()),
-                    }),
-                ),
+                    })),
             )?;
         }
         let events = [TranscriptEvent::Result {

@@ -59,7 +59,7 @@ impl Agent<'_> {
         };
         if !listing.corrupt.is_empty() {
             self.audit.append(
-                AuditEvent::new("memory_quarantined", &run.session.id, &run.session.principal)
+                AuditEvent::by("memory_quarantined", &run.session.id, &run.session.attribution()?)
                     .with_detail(json!({
                         "rows": listing.corrupt.iter().map(|c| format!("{}:{}", c.table, c.row)).collect::<Vec<_>>(),
                     })),
@@ -212,10 +212,10 @@ impl Agent<'_> {
                     }
                 };
                 self.audit.append(
-                    AuditEvent::new(
+                    AuditEvent::by(
                         "memory_review_requested",
                         &run.session.id,
-                        &run.session.principal,
+                        &run.session.attribution()?,
                     )
                     .with_action(
                         serde_json::to_value(ticket.action().to_action()).unwrap_or_default(),

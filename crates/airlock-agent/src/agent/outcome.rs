@@ -128,4 +128,6 @@ pub enum AgentError {
     Workspace(#[from] super::workspace::FileToolError),
     #[error("stored transcript of session `{session}` is not usable: {detail}")]
     Transcript { session: String, detail: String },
+    #[error("an audit record cannot name who acted: {0}")]
+    Principal(#[from] airlock_core::PrincipalError),
 }

@@ -186,7 +186,7 @@ impl Agent<'_> {
         };
         self.spend_wall(&mut run)?;
         self.audit.append(
-            AuditEvent::new("turn_end", &run.session.id, &run.session.principal)
+            AuditEvent::by("turn_end", &run.session.id, &run.session.attribution()?)
                 .with_detail(json!({"outcome": outcome.summary(), "model_calls": model_calls})),
         )?;
         Ok(report(outcome, run.report, model_calls))
@@ -263,7 +263,7 @@ impl Agent<'_> {
             Guarded::Done(Ok(r)) => r,
             Guarded::Done(Err(e)) => {
                 self.audit.append(
-                    AuditEvent::new("provider_error", &id, &run.session.principal)
+                    AuditEvent::by("provider_error", &id, &run.session.attribution()?)
                         .with_detail(json!({"error": e.to_string()})),
                 )?;
                 return Ok(Err(Outcome::ProviderFailed(e)));

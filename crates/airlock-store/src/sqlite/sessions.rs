@@ -34,6 +34,9 @@ fn decode_session(row: &Row<'_>) -> Result<SessionRecord, CorruptRow> {
             principal: r.text(row, "principal", MAX_NAME_BYTES)?,
             role: r.text(row, "role", MAX_NAME_BYTES)?,
             taint,
+            // Sessions are started at the command line until a channel stores its own.
+            via: airlock_core::Via::cli(),
+            actor: None,
         },
         status: r.name(row, "status", SessionStatus::parse)?,
         created_at: r.time(row, "created_at")?,
@@ -198,6 +201,8 @@ impl SessionStore for SqliteStore {
             principal: new.principal.clone(),
             role: new.role.clone(),
             taint: TaintState::new(),
+            via: airlock_core::Via::cli(),
+            actor: None,
         };
         let taint = to_json_checked("taint", &gate.taint, MAX_TAINT_BYTES)?;
         self.write(|tx| {

@@ -111,6 +111,11 @@ pub fn open_store(home: &Home) -> anyhow::Result<SqliteStore> {
     })
 }
 
+/// The local operator at the command line, as audit records name them.
+pub fn operator() -> airlock_core::Attribution {
+    airlock_core::Attribution::owner_cli()
+}
+
 /// Who decided, for audit records: the operator principal and the Unix user behind it.
 pub fn operator_detail() -> serde_json::Value {
     json!({
@@ -261,10 +266,10 @@ fn approve(
         .map_err(|e| decision_error(id, e))?;
     let payload: serde_json::Value =
         serde_json::from_str(&approved.request.payload).unwrap_or(serde_json::Value::Null);
-    let ev = AuditEvent::new(
+    let ev = AuditEvent::by(
         "approval-granted",
         approved.request.session_id.as_str(),
-        OPERATOR,
+        &crate::cmd::approvals::operator(),
     )
     .with_action(payload.clone(), approved.request.payload_hash.clone())
     .with_detail(json!({
@@ -275,10 +280,10 @@ fn approve(
     log.append(ev)
         .map_err(|e| anyhow::anyhow!("approved `{id}`, but its audit record failed: {e}"))?;
     if let (Some(g), Some(grant_id)) = (&grant, &approved.grant_id) {
-        let ev = AuditEvent::new(
+        let ev = AuditEvent::by(
             "grant-created",
             approved.request.session_id.as_str(),
-            OPERATOR,
+            &crate::cmd::approvals::operator(),
         )
         .with_action(payload, approved.request.payload_hash.clone())
         .with_detail(json!({
@@ -358,13 +363,17 @@ fn deny(home: &Home, store: &SqliteStore, id: &str, reason: Option<&str>) -> any
         .map_err(|e| decision_error(id, e))?;
     let payload: serde_json::Value =
         serde_json::from_str(&denied.payload).unwrap_or(serde_json::Value::Null);
-    let ev = AuditEvent::new("approval-denied", denied.session_id.as_str(), OPERATOR)
-        .with_action(payload, denied.payload_hash.clone())
-        .with_detail(json!({
-            "approval_id": denied.id,
-            "decided_by": operator_detail(),
-            "reason": reason,
-        }));
+    let ev = AuditEvent::by(
+        "approval-denied",
+        denied.session_id.as_str(),
+        &crate::cmd::approvals::operator(),
+    )
+    .with_action(payload, denied.payload_hash.clone())
+    .with_detail(json!({
+        "approval_id": denied.id,
+        "decided_by": operator_detail(),
+        "reason": reason,
+    }));
     log.append(ev)
         .map_err(|e| anyhow::anyhow!("denied `{id}`, but its audit record failed: {e}"))?;
     log.close().map_err(|e| anyhow::anyhow!("{e}"))?;

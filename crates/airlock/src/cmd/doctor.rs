@@ -110,7 +110,9 @@ fn probe_run(
     // The probe run is an action like any other: decided by the Gate and audited.
     let gate = runtime::gate_for(home, cfg, Profile::Default, ws)?;
     let log = std::sync::Mutex::new(runtime::open_audit(home, cfg)?);
-    let session = Session::new(runtime::session_id("doctor"), "owner");
+    let mut session = Session::new(runtime::session_id("doctor"), "owner");
+    // The host proposes its own probe run, on the operator's behalf: no model is involved.
+    session.actor = airlock_core::Principal::system("doctor").ok();
     let action = ExecAction {
         command,
         cwd: ws.display().to_string(),

@@ -24,7 +24,7 @@ use airlock_audit::AuditEvent;
 use airlock_core::action::ExecAction;
 use airlock_core::gate::{Approval, Session, Verdict};
 use airlock_core::terminal_text::escape_line;
-use airlock_core::Authorized;
+use airlock_core::{Attribution, Authorized, Principal, Via};
 use airlock_sandbox::{OutputMode, PreparedRun, SandboxProfile};
 use airlock_store::{
     NewSession, SessionStatus, SessionStore, SqliteStore, StoreOptions, SyncMode, Timestamp,
@@ -143,8 +143,10 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         gate.config().clone(),
     )?;
     let mut session = Session::new(session_id, "owner");
-    // The operator typed this command: it is trusted input of the session.
+    // The operator typed this command: it is trusted input of the session, and the
+    // operator (not a model) proposes it.
     session.observe_trusted(&command);
+    session.actor = Some(Principal::Owner);
     let action = ExecAction {
         command,
         cwd: cwd.display().to_string(),
@@ -180,10 +182,11 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
             .inspect_err(|_| end_session(&store, &session.id))?;
             if !approved {
                 let _ = lock(&log).append(
-                    AuditEvent::new("approval-denied", &session.id, "owner").with_action(
-                        json!({"command": ticket.action().command}),
-                        ticket.action_hash.clone(),
-                    ),
+                    AuditEvent::by("approval-denied", &session.id, &Attribution::owner_cli())
+                        .with_action(
+                            json!({"command": ticket.action().command}),
+                            ticket.action_hash.clone(),
+                        ),
                 );
                 eprintln!("airlock: not approved; the command did not run");
                 drop(preparing.finish());
@@ -192,8 +195,8 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
                 return Ok(EXIT_REFUSED);
             }
             let approval = Approval {
-                approver: "owner (terminal)".into(),
-                approver_role: "owner".into(),
+                approver: Principal::Owner,
+                via: Via::cli(),
                 payload_hash: ticket.action_hash.clone(),
                 expires_at: runtime::now_unix() + APPROVAL_TTL_SECS,
             };
@@ -566,7 +569,14 @@ pub(crate) fn record_execution(
     log: &Mutex<airlock_audit::AuditLog>,
     detail: serde_json::Value,
 ) {
-    let ev = AuditEvent::new("execution", &session.id, "owner")
+    let who = match session.attribution() {
+        Ok(who) => who,
+        Err(e) => {
+            eprintln!("airlock: warning: the execution record could not be written: {e}");
+            return;
+        }
+    };
+    let ev = AuditEvent::by("execution", &session.id, &who)
         .with_action(
             json!({"command": token.action().command}),
             token.action_hash().to_string(),

@@ -15,9 +15,11 @@ pub fn run(force: bool) -> anyhow::Result<i32> {
     create_private_dir(&home.state)?;
     create_private_dir(&home.policy_dir().join("local"))?;
     let cfg = home.config_file();
+    let mut wrote = Vec::new();
     if force || !cfg.exists() {
         std::fs::write(&cfg, DEFAULT_CONFIG)?;
         crate::out!("wrote {}", cfg.display());
+        wrote.push(cfg.display().to_string());
     } else {
         crate::out!("kept  {}", cfg.display());
     }
@@ -29,6 +31,7 @@ pub fn run(force: bool) -> anyhow::Result<i32> {
             if force || !file.exists() {
                 std::fs::write(&file, &src.text)?;
                 crate::out!("wrote {}", file.display());
+                wrote.push(file.display().to_string());
             } else {
                 crate::out!("kept  {}", file.display());
             }
@@ -71,5 +74,10 @@ pub fn run(force: bool) -> anyhow::Result<i32> {
         },
     }
     crate::out!("state in {}", home.state.display());
+    crate::config_audit::record(
+        &home,
+        "config-init",
+        serde_json::json!({"force": force, "wrote": wrote, "signing_key": signer.key_id()}),
+    )?;
     Ok(0)
 }

@@ -124,7 +124,12 @@ pub fn run(args: KillArgs) -> anyhow::Result<i32> {
                 run_root.display()
             );
         }
-        let ev = AuditEvent::new("session-killed", id.as_str(), OPERATOR).with_detail(json!({
+        let ev = AuditEvent::by(
+            "session-killed",
+            id.as_str(),
+            &crate::cmd::approvals::operator(),
+        )
+        .with_detail(json!({
             "decided_by": operator_detail(),
             "in_store": k.in_store,
             "cancelled_approvals": k.cancelled_approvals,

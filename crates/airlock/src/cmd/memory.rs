@@ -392,8 +392,10 @@ fn record(
 ) -> anyhow::Result<()> {
     let mut detail = detail;
     detail["decided_by"] = operator_detail();
-    log.append(AuditEvent::new(kind, session, OPERATOR).with_detail(detail))
-        .map_err(|e| anyhow::anyhow!("the change was made, but its audit record failed: {e}"))?;
+    log.append(
+        AuditEvent::by(kind, session, &crate::cmd::approvals::operator()).with_detail(detail),
+    )
+    .map_err(|e| anyhow::anyhow!("the change was made, but its audit record failed: {e}"))?;
     log.close().map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(())
 }

@@ -77,9 +77,18 @@ pub fn run(cmd: NetCommand) -> anyhow::Result<i32> {
                 check_policy(rules)?;
                 Ok(rules.rules.iter().find(|r| r.id == id).cloned())
             })?;
-            if let Some(r) = added {
+            if let Some(r) = &added {
                 crate::out!("added net.rule.{}: {}", r.id, r.describe());
             }
+            crate::config_audit::record(
+                &home,
+                "config-net-allow",
+                serde_json::json!({
+                    "target": target,
+                    "rule": added.as_ref().map(|r| format!("net.rule.{}", r.id)),
+                    "describe": added.as_ref().map(|r| r.describe()),
+                }),
+            )?;
         }
         NetCommand::AllowPrivate { addr } => {
             edit(&home, |rules| {
@@ -89,6 +98,11 @@ pub fn run(cmd: NetCommand) -> anyhow::Result<i32> {
                 Ok(())
             })?;
             crate::out!("the proxy may now reach {addr} (still only for hosts a rule allows)");
+            crate::config_audit::record(
+                &home,
+                "config-net-allow-private",
+                serde_json::json!({"addr": addr.to_string()}),
+            )?;
         }
         NetCommand::Revoke { rule } => {
             let gone = edit(&home, |rules| {
@@ -100,14 +114,21 @@ pub fn run(cmd: NetCommand) -> anyhow::Result<i32> {
                 }
                 Ok(Ok(rules.revoke(&rule)?))
             })?;
-            match gone {
-                Err(addr) => crate::out!("removed allow-private {addr}"),
-                Ok(gone) => {
-                    for r in gone {
-                        crate::out!("removed net.rule.{}: {}", r.id, r.describe());
-                    }
-                }
+            let removed: Vec<String> = match &gone {
+                Err(addr) => vec![format!("allow-private {addr}")],
+                Ok(gone) => gone
+                    .iter()
+                    .map(|r| format!("net.rule.{}: {}", r.id, r.describe()))
+                    .collect(),
+            };
+            for r in &removed {
+                crate::out!("removed {r}");
             }
+            crate::config_audit::record(
+                &home,
+                "config-net-revoke",
+                serde_json::json!({"rule": rule, "removed": removed}),
+            )?;
         }
     }
     Ok(0)

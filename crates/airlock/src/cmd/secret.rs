@@ -73,6 +73,16 @@ pub fn run(cmd: SecretCommand) -> anyhow::Result<i32> {
                 header.display()
             );
             crate::out!("placeholder (what a sandbox sees): {placeholder}");
+            // Name and binding only: the value never goes into a record.
+            crate::config_audit::record(
+                &home,
+                "config-secret-set",
+                serde_json::json!({
+                    "name": name,
+                    "binding": binding.display(),
+                    "header": header.display(),
+                }),
+            )?;
         }
         SecretCommand::List => {
             let list = store.list()?;
@@ -102,6 +112,11 @@ pub fn run(cmd: SecretCommand) -> anyhow::Result<i32> {
         SecretCommand::Rm { name } => {
             store.remove(&name)?;
             crate::out!("removed secret {name}");
+            crate::config_audit::record(
+                &home,
+                "config-secret-rm",
+                serde_json::json!({"name": name}),
+            )?;
         }
     }
     Ok(0)

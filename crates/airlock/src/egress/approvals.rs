@@ -17,7 +17,7 @@ use airlock_agent::agent::grant_pattern;
 use airlock_audit::{AuditEvent, AuditLog};
 use airlock_core::facts::GateConfig;
 use airlock_core::gate::Approval;
-use airlock_core::Action;
+use airlock_core::{Action, Attribution, Principal, Via};
 use airlock_proxy::{ApprovalHook, ApprovalRequest, BoxFuture};
 use airlock_store::{
     ApprovalDecisions, ApprovalError, ApprovalLimits, ApprovalPreview, ApprovalRequests,
@@ -27,13 +27,31 @@ use serde_json::json;
 
 /// How often a held request reads its queue entry again.
 const POLL_INTERVAL: Duration = Duration::from_millis(200);
-/// Role of whoever answers in the queue: only the operator can reach it.
-const APPROVER_ROLE: &str = "owner";
 /// How long the Gate's approval record stays valid once read from the queue: long enough
 /// to let the held request through at once, no longer.
 const APPROVAL_VALIDITY_SECS: u64 = 60;
-/// Who decides when nobody answered in time.
+/// Who decides when nobody answered in time (the name the queue records).
 const TIMEOUT_DECIDER: &str = "airlock";
+
+/// The host part that holds egress requests, acting for the run's owner (every run is
+/// the owner's until channels bring other principals).
+fn holder() -> Attribution {
+    Attribution::system("egress-approvals", Principal::Owner, Via::internal())
+}
+
+/// Who answered a request, from the name the queue recorded; the holder when that is not
+/// a principal (a timeout, or nothing recorded).
+fn decider(by: &str) -> Attribution {
+    match by.parse::<Principal>() {
+        Ok(p) => Attribution {
+            principal: p.clone(),
+            on_behalf_of: p,
+            // The queue is answered from the command line.
+            via: Via::cli(),
+        },
+        Err(_) => holder(),
+    }
+}
 
 /// Holds *ask* requests in the store's approvals queue until the operator answers.
 pub struct QueueApprovals {
@@ -112,10 +130,10 @@ impl Shared {
         }
     }
 
-    fn approval(&self, approver: String, payload_hash: String) -> Approval {
+    fn approval(&self, approver: Principal, payload_hash: String) -> Approval {
         Approval {
             approver,
-            approver_role: APPROVER_ROLE.into(),
+            via: Via::cli(),
             payload_hash,
             expires_at: Timestamp::now().as_unix_secs() + APPROVAL_VALIDITY_SECS,
         }
@@ -168,7 +186,9 @@ impl Shared {
             let answer = (status == ApprovalStatus::Approved
                 && stored.as_ref() == Some(&action)
                 && current.payload_hash == req.action_hash)
-                .then(|| self.approval(by.clone(), current.payload_hash.clone()));
+                .then(|| by.parse::<Principal>().ok())
+                .flatten()
+                .map(|approver| self.approval(approver, current.payload_hash.clone()));
             let outcome = match (status, &answer) {
                 (ApprovalStatus::Approved, None) => {
                     "refused: the approved payload differs from the held request"
@@ -176,7 +196,7 @@ impl Shared {
                 (_, Some(_)) => "released",
                 _ => "refused",
             };
-            let ev = AuditEvent::new("approval_outcome", req.session.as_str(), by.as_str())
+            let ev = AuditEvent::by("approval_outcome", req.session.as_str(), &decider(&by))
                 .with_action(
                     serde_json::to_value(&action).unwrap_or_default(),
                     req.action_hash.clone(),
@@ -209,7 +229,7 @@ impl Shared {
             Ok(store) => store,
             Err(e) => {
                 self.audit(
-                    AuditEvent::new("approval_unavailable", req.session.as_str(), "airlock")
+                    AuditEvent::by("approval_unavailable", req.session.as_str(), &holder())
                         .with_action(
                             serde_json::to_value(action).unwrap_or_default(),
                             req.action_hash.clone(),
@@ -220,10 +240,12 @@ impl Shared {
             }
         };
         if let Ok(Some(grant)) = store.find_grant(&lookup, now) {
-            let approver = format!("{} (grant {})", grant.created_by, grant.id);
-            return Some(Created::Granted(
-                self.approval(approver, req.action_hash.clone()),
-            ));
+            // A grant whose maker is no valid principal covers nothing: queue instead.
+            if let Ok(approver) = grant.created_by.parse::<Principal>() {
+                return Some(Created::Granted(
+                    self.approval(approver, req.action_hash.clone()),
+                ));
+            }
         }
         let a = &req.action;
         let new = NewApproval {
@@ -239,7 +261,7 @@ impl Shared {
             expires_at: now.plus(self.timeout),
         };
         let record = |kind: &str, detail: serde_json::Value| {
-            AuditEvent::new(kind, req.session.as_str(), "airlock")
+            AuditEvent::by(kind, req.session.as_str(), &holder())
                 .with_action(
                     serde_json::to_value(action).unwrap_or_default(),
                     req.action_hash.clone(),
@@ -309,7 +331,7 @@ impl Shared {
             Err(_) => "unknown",
         };
         self.audit(
-            AuditEvent::new("approval_outcome", session, TIMEOUT_DECIDER).with_detail(json!({
+            AuditEvent::by("approval_outcome", session, &holder()).with_detail(json!({
                 "request": id, "status": status, "decided_by": TIMEOUT_DECIDER,
                 "note": note, "outcome": "refused: timed out", "via": "egress proxy",
             })),

@@ -269,17 +269,40 @@ impl Walker<'_, '_> {
             | "c_style_for_statement"
             | "while_statement"
             | "case_statement"
-            | "function_definition"
-            | "arithmetic_expansion" => {
+            | "function_definition" => {
                 self.c.facts.has_compound = true;
+            }
+            "arithmetic_expansion" => {
+                self.c.facts.has_compound = true;
+                self.arithmetic(node);
             }
             "compound_statement" if node.child(0).is_some_and(|c| c.kind() == "((") => {
                 self.c.facts.has_compound = true;
+                self.arithmetic(node);
             }
             _ => {}
         }
         if kind == "redirected_statement" {
             self.repair_redirects(node);
+        }
+    }
+
+    /// Arithmetic that names a variable runs code the Gate cannot see: bash evaluates the
+    /// variable's value as an expression in turn, and an array subscript inside it runs
+    /// command substitutions (`x='a[$(id)]'; echo $((x))` runs `id`). Arithmetic on
+    /// literal numbers only is harmless.
+    fn arithmetic(&mut self, node: Node) {
+        let text = &self.src[node.byte_range()];
+        let names_a_variable = text
+            .trim_start_matches(['$', '('])
+            .bytes()
+            .any(|b| b.is_ascii_alphabetic() || b == b'_');
+        if names_a_variable {
+            self.c.facts.runs_arbitrary_code = true;
+            self.c.facts.arbitrary_code_reasons.push(
+                "arithmetic on a variable: bash evaluates its value, and a subscript in it can run commands"
+                    .into(),
+            );
         }
     }
 

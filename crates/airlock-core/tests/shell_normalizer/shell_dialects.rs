@@ -179,3 +179,35 @@ fn i2_backquotes_pair_for_the_gate_as_for_bash() {
     let names: Vec<&str> = f.commands.iter().map(|c| c.basename.as_str()).collect();
     assert_eq!(names, ["cat", "date", "dirname"]);
 }
+
+/// Bash evaluates a variable named in arithmetic as an expression, and a subscript in its
+/// value runs command substitutions, so the programs such a command runs are not all in
+/// the text: it runs arbitrary code. Arithmetic on literal numbers stays plain.
+#[test]
+fn i2_arithmetic_on_a_variable_runs_arbitrary_code() {
+    for cmd in [
+        "x='a[$(id)]'; echo $((x))",
+        "x='a[$(id)]'; (( x ))",
+        "echo $(( y + 1 ))",
+        "echo $(( $n * 2 ))",
+    ] {
+        let f = airlock_core::shell::normalize(cmd);
+        assert!(f.unparsed.is_none(), "{cmd}: {:?}", f.unparsed);
+        assert!(f.runs_arbitrary_code, "{cmd}: {f:?}");
+        assert!(
+            f.arbitrary_code_reasons
+                .iter()
+                .any(|r| r.contains("arithmetic on a variable")),
+            "{cmd}: {:?}",
+            f.arbitrary_code_reasons
+        );
+    }
+    for cmd in ["echo $((1+7))", "(( 2 > 1 )) && echo yes"] {
+        let f = airlock_core::shell::normalize(cmd);
+        assert!(
+            !f.runs_arbitrary_code,
+            "{cmd}: {:?}",
+            f.arbitrary_code_reasons
+        );
+    }
+}

@@ -493,3 +493,36 @@ fn i2_commands_run_in_bash() {
     assert!(out.starts_with("bash "), "{out}");
     assert!(out.contains("unset unset"), "{out}");
 }
+
+/// Several words after `--` are an argument vector, as under `sudo` or `bwrap`: each word
+/// reaches the program whole, and the Gate decides (and the log records) the quoted line
+/// it runs. Joined with plain spaces, `sh -c 'printf "<%s>" "$0"' 'a b'` would be a
+/// different command.
+#[test]
+fn several_words_after_the_separator_are_an_argument_vector() {
+    let f = fixture();
+    let o = Command::new(airlock_bin())
+        .env("AIRLOCK_HOME", &f.home)
+        .current_dir(&f.ws)
+        .args([
+            "exec",
+            "--",
+            "sh",
+            "-c",
+            "printf '<%s>' \"$0\" \"$1\"",
+            "a b",
+            "$HOME",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "<a b><$HOME>");
+    let line = r#"sh -c 'printf '\''<%s>'\'' "$0" "$1"' 'a b' '$HOME'"#;
+    let recs = audit_records(&f.home);
+    assert!(
+        recs.iter()
+            .any(|r| r["kind"] == "decision" && r["action"]["command"] == line),
+        "{recs:#?}"
+    );
+}

@@ -17,11 +17,13 @@ mod inspection;
 mod options;
 mod parse;
 mod paths;
+mod quote;
 mod sed_script;
 mod words;
 mod wrappers;
 
 pub use paths::{normalize_absolute, resolve_programs};
+pub use quote::{command_line_from_words, quote_word};
 
 /// Largest command line analysed, in bytes; a longer one is `unparsed`.
 pub const MAX_COMMAND_BYTES: usize = 1 << 20;

@@ -58,10 +58,10 @@ pub fn run(
             if command.is_empty() {
                 anyhow::bail!("nothing to check\nhelp: airlock check -- <command…>   or   airlock check --action '<json>'");
             }
-            // Arguments are joined with spaces exactly as a shell line: `airlock check --
-            // 'ls -la'` and `airlock check -- ls -la` decide the same command.
+            // The same command line `airlock exec` would run: one word is a shell line,
+            // several are an argument vector with each word quoted (`-- sh -c 'a b'`).
             Action::Exec(ExecAction {
-                command: command.join(" "),
+                command: airlock_core::shell::command_line_from_words(&command),
                 cwd: workspace.display().to_string(),
                 env: vec![],
             })

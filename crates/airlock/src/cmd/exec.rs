@@ -84,7 +84,8 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         .filter(|c| c.starts_with(&workspace))
         .unwrap_or_else(|| workspace.clone());
     let session_id = runtime::session_id("exec");
-    let command = args.command.join(" ");
+    // Several words are an argument vector (as under `sudo` or `bwrap`), one word a shell line.
+    let command = airlock_core::shell::command_line_from_words(&args.command);
 
     // Loaded before deciding: a missing CA or an unknown secret stops the run here.
     let egress_setup = EgressSetup::load(&home, &args.secrets)?;

@@ -172,9 +172,9 @@ fn problems(source: &str) -> Vec<String> {
             if stmt.iter().any(|t| t == "*") {
                 found.push(format!("a glob import of `{STORE_CRATE}`"));
             }
-            let renamed = stmt.windows(2).any(|w| {
-                (w[0] == STORE_CRATE || w[0] == "self") && w[1] == "as"
-            });
+            let renamed = stmt
+                .windows(2)
+                .any(|w| (w[0] == STORE_CRATE || w[0] == "self") && w[1] == "as");
             if renamed {
                 found.push(format!("`{STORE_CRATE}` under another name"));
             }
@@ -286,7 +286,9 @@ fn manifest_problems(manifest: &toml::Table) -> Vec<String> {
         for (name, spec) in deps {
             let package = spec.get("package").and_then(|p| p.as_str());
             if package == Some("airlock-store") && name != "airlock-store" {
-                found.push(format!("[{section}] {name} is airlock-store under another name"));
+                found.push(format!(
+                    "[{section}] {name} is airlock-store under another name"
+                ));
             }
             if name == "airlock-store" || package == Some("airlock-store") {
                 let features = spec
@@ -328,7 +330,9 @@ fn tree_problems(tree: &str) -> Vec<String> {
         }
         let package = line.split_whitespace().next().unwrap_or("");
         if !matches!(package, "airlock-store" | "airlock-agent") {
-            found.push(format!("{package} depends on the store and could re-export it"));
+            found.push(format!(
+                "{package} depends on the store and could re-export it"
+            ));
         }
     }
     found

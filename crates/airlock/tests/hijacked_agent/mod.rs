@@ -56,6 +56,7 @@ impl Operator {
             .env("AIRLOCK_HOME", &home)
             .args(["secret", "set", "vault", "--host", "vault.example"])
             .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap();
         use std::io::Write;

@@ -84,6 +84,9 @@ pub struct AuditLog {
     opts: AuditOptions,
     redactor: Option<Redactor>,
     closed: bool,
+    /// Appends through this handle that failed, and the last one's error: a caller that
+    /// shares the handle (a proxy beside its command) can tell its user at the end.
+    failures: Option<(u64, String)>,
 }
 
 /// The last checkpoint as the appender needs it.
@@ -191,6 +194,7 @@ impl AuditLog {
             opts,
             redactor: None,
             closed: false,
+            failures: None,
         };
         {
             let _lock = DirLock::acquire(&log.lock_path)?;
@@ -261,13 +265,25 @@ impl AuditLog {
             Some(r) => r.redact_event(ev),
             None => ev,
         };
-        let _lock = DirLock::acquire(&self.lock_path)?;
-        self.append_locked(
-            &ev,
-            &self.signer,
-            KeyCheck::Is(self.signer.key_id()),
-            CheckpointAfter::WhenDue,
-        )
+        let appended = DirLock::acquire(&self.lock_path).and_then(|_lock| {
+            self.append_locked(
+                &ev,
+                &self.signer,
+                KeyCheck::Is(self.signer.key_id()),
+                CheckpointAfter::WhenDue,
+            )
+        });
+        if let Err(e) = &appended {
+            let count = self.failures.as_ref().map_or(0, |(n, _)| *n);
+            self.failures = Some((count + 1, e.to_string()));
+        }
+        appended
+    }
+
+    /// How many appends through this handle failed, with the last one's error (which
+    /// names the file and ends with a `help:` line); `None` when every one succeeded.
+    pub fn failed_appends(&self) -> Option<(u64, &str)> {
+        self.failures.as_ref().map(|(n, e)| (*n, e.as_str()))
     }
 
     /// The append itself; the caller holds the directory lock.

@@ -136,6 +136,10 @@ pub struct Denial {
     pub policies: Vec<String>,
     pub facts: Value,
     pub action_hash: String,
+    /// The audit log refused the decision record. Nothing more can be recorded either, so
+    /// a caller that would go on proposing actions (an agent loop) stops instead of
+    /// carrying on with every action denied.
+    pub unrecorded: bool,
 }
 
 /// A human's approval of one payload.
@@ -278,6 +282,7 @@ impl Gate {
                     policies: vec![],
                     facts: eval.facts,
                     action_hash: eval.action_hash,
+                    unrecorded: false,
                 })
             }
         };
@@ -304,6 +309,7 @@ impl Gate {
                     policies: vec![],
                     facts: eval.facts,
                     action_hash: eval.action_hash,
+                    unrecorded: true,
                 })
             }
         };
@@ -327,6 +333,7 @@ impl Gate {
                 policies: eval.policies,
                 facts: eval.facts,
                 action_hash: eval.action_hash,
+                unrecorded: false,
             }),
         }
     }

@@ -1,5 +1,11 @@
 //! I1: no action has an effect unless its Gate decision was durably recorded first.
-//! The attack: make the audit append fail and check that the Gate refuses to authorize.
+//! The attack: make the audit append fail and check that the Gate refuses to authorize,
+//! and (`broken_log`) that `airlock exec`, the egress proxy and `airlock run` then run
+//! nothing, send nothing, and say why.
+
+mod broken_log;
+mod exec_fixture;
+mod loopback_collector;
 
 use airlock_audit::{verify, AuditLog, AuditOptions, CheckpointSigner, LOG_FILE};
 use airlock_core::action::ExecAction;

@@ -202,6 +202,9 @@ impl Agent<'_> {
                 vec![],
                 Authorization::Granted(t),
             ),
+            Verdict::Deny(d) if d.unrecorded => {
+                return Err(AgentError::Unrecorded(d.reasons.join("\n")))
+            }
             Verdict::Deny(d) => {
                 let text = format!(
                     "denied by policy{}: {}",

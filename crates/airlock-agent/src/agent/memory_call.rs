@@ -134,6 +134,9 @@ impl Agent<'_> {
                 let verdict = self.gate.decide(&run.session, r, &mut *self.audit);
                 let auth = match verdict {
                     Verdict::Allow(t) => t,
+                    Verdict::Deny(d) if d.unrecorded => {
+                        return Err(AgentError::Unrecorded(d.reasons.join("\n")))
+                    }
                     Verdict::Deny(d) => return self.refused(run, call, d.policies, d.reasons),
                     // No shipped policy asks about a read; an operator's that does is
                     // answered with a refusal rather than a wait.
@@ -188,6 +191,7 @@ impl Agent<'_> {
                     untrusted: false,
                 }))
             }
+            Verdict::Deny(d) if d.unrecorded => Err(AgentError::Unrecorded(d.reasons.join("\n"))),
             Verdict::Deny(d) => self.refused(run, call, d.policies, d.reasons),
             Verdict::Ask(ticket) => {
                 if let Some(k) = self.record_decision(

@@ -116,6 +116,10 @@ pub enum AgentError {
         "audit log: {0}\nhelp: check that the audit directory is writable and the disk is not full"
     )]
     Audit(#[from] airlock_audit::AuditError),
+    /// The Gate could not record a decision (its reason says why and what to do): every
+    /// further action would be denied the same way, so the turn stops here.
+    #[error("audit log: {0}")]
+    Unrecorded(String),
     #[error("the Gate decides for workspace {gate}, but session `{session}` uses {workspace}\nhelp: build the Gate with the session's workspace")]
     WorkspaceMismatch {
         session: String,

@@ -251,7 +251,17 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
     if !drained {
         eprintln!("airlock: warning: some egress records were still pending when the run ended");
     }
+    // A record the log refused during the run (a request's decision in the proxy, say)
+    // fails the run even when the command itself succeeded: the operator must hear of it.
+    let refused = lock(&log)
+        .failed_appends()
+        .map(|(n, last)| (n, last.to_string()));
     close_log(log)?;
+    if let Some((n, last)) = refused {
+        anyhow::bail!(
+            "the audit log refused {n} record(s) during this run; an action whose decision it refused did not run: {last}"
+        );
+    }
     run.end.map(|end| match end {
         RunEnd::Killed => EXIT_KILLED,
         RunEnd::Finished(o) => o.status,

@@ -19,6 +19,10 @@
 //!    seccomp (last), then reads back its confinement from the kernel, adds the relay's
 //!    report to it, sends the attestation to the host and waits for the host's verdict,
 //!    which carries the command to `execve` (with SIGPIPE back at its default).
+//!
+//! Each layer is named (`layers::Layer`) so that a test-only build of these sources can
+//! leave one out and show the host refusing the run; in this build every hook is a
+//! constant and nothing is ever left out.
 
 mod clean_start;
 mod confine;
@@ -77,13 +81,15 @@ pub fn main() -> ! {
         eprintln!("airlock-sandbox-init: {e}");
         std::process::exit(EXIT_SETUP_FAILED);
     }
-    // Then: never go on as root (see [`identity`]).
-    if let Err(refusal) = identity::settle(std::env::args_os().skip(1)) {
-        refuse(refusal);
-    }
+    // A no-op but in the test-only build, which reads the layer to leave out (see
+    // [`layers`]) while it still runs as whoever started it.
     if let Err(e) = layers::load() {
         eprintln!("airlock-sandbox-init: {}", e.message);
         std::process::exit(EXIT_SETUP_FAILED);
+    }
+    // Then: never go on as root (see [`identity`]).
+    if let Err(refusal) = identity::settle(std::env::args_os().skip(1)) {
+        refuse(refusal);
     }
     // SAFETY: fcntl(F_GETFD) on integer fds only queries flags.
     let have_fds = unsafe {

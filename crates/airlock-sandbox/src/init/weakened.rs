@@ -172,12 +172,9 @@ pub(in crate::init) fn before_attesting() {
             }
             std::process::exit(127);
         }
-        Ok(nix::unistd::ForkResult::Parent { child }) => loop {
-            match nix::sys::wait::waitpid(child, None) {
-                Err(nix::errno::Errno::EINTR) => continue,
-                _ => break,
-            }
-        },
+        Ok(nix::unistd::ForkResult::Parent { child }) => {
+            while let Err(nix::errno::Errno::EINTR) = nix::sys::wait::waitpid(child, None) {}
+        }
         Err(_) => {}
     }
 }

@@ -307,11 +307,13 @@ fn i2_without_the_ipc_namespace_the_run_is_refused() {
 }
 
 #[test]
-fn i2_without_the_uts_namespace_the_run_is_refused() {
+fn i2_without_the_uts_namespace_the_run_is_refused_and_the_host_name_cannot_be_set() {
     check(&Case {
         layer: "uts_namespace",
         refusal: Refusal::Shortfall(&["uts namespace"]),
-        probes: &[],
+        // seccomp does not filter these: the missing CAP_SYS_ADMIN over the host's UTS
+        // namespace answers.
+        probes: &[("sethostname", "EPERM"), ("setdomainname", "EPERM")],
     });
 }
 
@@ -353,9 +355,19 @@ fn i2_without_seccomp_the_run_is_refused_and_the_other_layers_still_block() {
             // not exist in the sandbox's.
             ("abstract_unix_host", "ECONNREFUSED"),
             ("usr_create", "EROFS"),
-            // No capability: the kernel's permission checks answer.
+            // No capability (and none over the host's namespaces): the kernel's permission
+            // checks answer with the same errno seccomp would.
             ("mknod_char_device", "EPERM"),
             ("raw_socket", "EPERM"),
+            ("mount_tmpfs", "EPERM"),
+            ("remount_usr_rw", "EPERM"),
+            ("pivot_root", "EPERM"),
+            ("unshare_net", "EPERM"),
+            ("setns_mount", "EPERM"),
+            ("ptrace_attach_pid1", "EPERM"),
+            ("open_by_handle_at", "EPERM"),
+            // CLOCK_MONOTONIC cannot be set at all.
+            ("clock_settime", "EINVAL"),
         ],
     });
 }

@@ -2,6 +2,8 @@
 //! that run. These tests run real commands in the real sandbox.
 
 mod common;
+#[path = "suite/forced_shortfalls.rs"]
+mod forced_shortfalls;
 #[path = "suite/written_files.rs"]
 mod written_files;
 

@@ -128,6 +128,9 @@ fn restrict(
                 .map_err(|e| fail(&e))?;
         }
     }
+    // The landlock crate sets no_new_privs itself (the kernel requires it, or
+    // CAP_SYS_ADMIN, for a ruleset); only the test-only build leaves it unset.
+    let ruleset = ruleset.no_new_privs(!super::layers::skips(super::layers::Layer::NoNewPrivs));
     let status = ruleset.restrict_self().map_err(|e| fail(&e))?;
     let status_name = match status.ruleset {
         RulesetStatus::FullyEnforced => "fully_enforced",
@@ -159,8 +162,10 @@ pub fn signal_probe() -> Option<i32> {
 /// Set no_new_privs and install the seccomp filters compiled from `rules`
 /// ([`seccomp_policy::deny_list`] for the payload). Must be the last restriction.
 pub fn apply_seccomp(rules: &[seccomp_policy::DenyRule]) -> Result<(), InitError> {
-    nix::sys::prctl::set_no_new_privs()
-        .map_err(|e| InitError::new("no_new_privs", e.to_string()))?;
+    if !super::layers::skips(super::layers::Layer::NoNewPrivs) {
+        nix::sys::prctl::set_no_new_privs()
+            .map_err(|e| InitError::new("no_new_privs", e.to_string()))?;
+    }
     let filters =
         seccomp_policy::compile(rules).map_err(|e| InitError::new("seccomp", e.to_string()))?;
     for filter in &filters {

@@ -19,10 +19,15 @@
 //!    seccomp (last), then reads back its confinement from the kernel, adds the relay's
 //!    report to it, sends the attestation to the host and waits for the host's verdict,
 //!    which carries the command to `execve` (with SIGPIPE back at its default).
+//!
+//! Each layer is named (`layers::Layer`) so that a test-only build of these sources can
+//! leave one out and show the host refusing the run; in this build every hook is a
+//! constant and nothing is ever left out.
 
 mod clean_start;
 mod confine;
 mod identity;
+mod layers;
 mod mounts;
 mod relay;
 pub(crate) mod sys;
@@ -36,6 +41,8 @@ use nix::sched::{unshare, CloneFlags};
 use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult, Pid};
+
+use layers::Layer;
 
 use crate::protocol::{
     self, ExecOrder, HostCommand, InitRequest, PayloadMessage, StageMessage, Verdict, CONTROL_FD,
@@ -72,6 +79,12 @@ pub fn main() -> ! {
     // fd 6 the contents of the plan's file; each is closed later when not needed).
     if let Err(e) = clean_start::clean_start() {
         eprintln!("airlock-sandbox-init: {e}");
+        std::process::exit(EXIT_SETUP_FAILED);
+    }
+    // A no-op but in the test-only build, which reads the layer to leave out (see
+    // [`layers`]) while it still runs as whoever started it.
+    if let Err(e) = layers::load() {
+        eprintln!("airlock-sandbox-init: {}", e.message);
         std::process::exit(EXIT_SETUP_FAILED);
     }
     // Then: never go on as root (see [`identity`]).
@@ -117,7 +130,7 @@ fn stage0() -> i32 {
     // SAFETY: fd 3 is the control socket the host passed (checked in `main`); this is its
     // only owner in this process.
     let mut control = unsafe { UnixStream::from_raw_fd(CONTROL_FD) };
-    let request: InitRequest = match control
+    let mut request: InitRequest = match control
         .try_clone()
         .and_then(|c| protocol::recv(&mut BufReader::new(c)))
     {
@@ -128,6 +141,7 @@ fn stage0() -> i32 {
             return EXIT_SETUP_FAILED;
         }
     };
+    layers::adjust_request(&mut request);
     let wants_file = request
         .plan
         .steps
@@ -205,29 +219,36 @@ fn report_stage_failure(control: &mut UnixStream, e: InitError) {
 fn create_namespaces() -> Result<(), InitError> {
     let uid = nix::unistd::geteuid();
     let gid = nix::unistd::getegid();
-    unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| {
-        InitError::new(
-            "user namespace",
-            format!("unshare(CLONE_NEWUSER): {e}; enable user namespaces: sysctl -w user.max_user_namespaces=15000 (and kernel.unprivileged_userns_clone=1 or kernel.apparmor_restrict_unprivileged_userns=0 where present)"),
-        )
-    })?;
-    let write = |path: &str, text: String| {
-        std::fs::write(path, text.as_bytes())
-            .map_err(|e| InitError::new("user namespace", format!("{path}: {e}")))
-    };
-    write("/proc/self/setgroups", "deny".into())?;
-    write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
-    write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
+    if !layers::skips(Layer::UserNamespace) {
+        unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| {
+            InitError::new(
+                "user namespace",
+                format!("unshare(CLONE_NEWUSER): {e}; enable user namespaces: sysctl -w user.max_user_namespaces=15000 (and kernel.unprivileged_userns_clone=1 or kernel.apparmor_restrict_unprivileged_userns=0 where present)"),
+            )
+        })?;
+        let write = |path: &str, text: String| {
+            std::fs::write(path, text.as_bytes())
+                .map_err(|e| InitError::new("user namespace", format!("{path}: {e}")))
+        };
+        write("/proc/self/setgroups", "deny".into())?;
+        write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
+        write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
+    }
     // Dumpable until here only so that the maps above could be written. Stage 0 holds the
     // control channel (and, until PID 1 exists, the handshake): no other process of the
     // sandbox's uid on the host may ptrace it or take its descriptors. PID 1 inherits this.
     nix::sys::prctl::set_dumpable(false).map_err(|e| InitError::new("dumpable", e.to_string()))?;
-    let flags = CloneFlags::CLONE_NEWNS
-        | CloneFlags::CLONE_NEWPID
-        | CloneFlags::CLONE_NEWNET
-        | CloneFlags::CLONE_NEWIPC
-        | CloneFlags::CLONE_NEWUTS
-        | CloneFlags::CLONE_NEWCGROUP;
+    let flags = [
+        (Layer::MountNamespace, CloneFlags::CLONE_NEWNS),
+        (Layer::PidNamespace, CloneFlags::CLONE_NEWPID),
+        (Layer::NetNamespace, CloneFlags::CLONE_NEWNET),
+        (Layer::IpcNamespace, CloneFlags::CLONE_NEWIPC),
+        (Layer::UtsNamespace, CloneFlags::CLONE_NEWUTS),
+        (Layer::CgroupNamespace, CloneFlags::CLONE_NEWCGROUP),
+    ]
+    .into_iter()
+    .filter(|(layer, _)| !layers::skips(*layer))
+    .fold(CloneFlags::empty(), |all, (_, flag)| all | flag);
     unshare(flags).map_err(|e| {
         InitError::new(
             "namespaces",
@@ -350,8 +371,13 @@ fn pid1_setup(request: &InitRequest) -> Result<(), InitError> {
     // SAFETY: closing the control socket fd, which no Rust object in this process owns.
     unsafe { libc::close(CONTROL_FD) };
     nix::sys::prctl::set_dumpable(false).map_err(os("dumpable"))?;
-    nix::unistd::sethostname("airlock").map_err(os("hostname"))?;
-    sys::loopback_up().map_err(|e| InitError::new("loopback", e.to_string()))?;
+    // The hostname and loopback belong to the UTS and network namespaces.
+    if !layers::skips(Layer::UtsNamespace) {
+        nix::unistd::sethostname("airlock").map_err(os("hostname"))?;
+    }
+    if !layers::skips(Layer::NetNamespace) {
+        sys::loopback_up().map_err(|e| InitError::new("loopback", e.to_string()))?;
+    }
     let workspace_tree = request.workspace_tree.then(|| {
         // SAFETY: fd 7 was passed by the host (checked by stage 0) and nothing else in this
         // process owns it.
@@ -364,7 +390,12 @@ fn pid1_setup(request: &InitRequest) -> Result<(), InitError> {
     // The file's contents are in the new root; nothing after this needs the descriptor.
     // SAFETY: closing fd 6, which no Rust object in this process owns (EBADF if absent).
     unsafe { libc::close(FILE_FD) };
-    drop_capabilities()?;
+    if !layers::skips(Layer::Capabilities) {
+        drop_capabilities()?;
+    }
+    if layers::skips(Layer::NoNewPrivs) {
+        return Ok(());
+    }
     nix::sys::prctl::set_no_new_privs().map_err(os("no_new_privs"))
 }
 
@@ -422,7 +453,10 @@ fn run_payload(
         Ok(a)
     });
     let attestation = match attestation {
-        Ok(a) => a,
+        Ok(a) => {
+            layers::before_attesting();
+            a
+        }
         Err(e) => {
             report_payload_failure(&mut handshake, e);
             std::process::exit(EXIT_SETUP_FAILED);
@@ -468,9 +502,14 @@ fn confine_payload(request: &InitRequest) -> Result<crate::attestation::Attestat
     nix::unistd::chdir(&request.cwd)
         .map_err(|e| InitError::new("cwd", format!("{}: {e}", request.cwd.display())))?;
     confine::apply_rlimits(&request.profile)?;
-    let mut landlock = confine::apply_landlock(&request.profile, &request.workspace)?;
+    let mut landlock = match layers::skipped_landlock() {
+        Some(none) => none,
+        None => confine::apply_landlock(&request.profile, &request.workspace)?,
+    };
     landlock.signal_probe_errno = confine::signal_probe();
-    confine::apply_seccomp(&crate::seccomp_policy::deny_list())?;
+    if !layers::skips(Layer::Seccomp) {
+        confine::apply_seccomp(&crate::seccomp_policy::deny_list())?;
+    }
     confine::collect_attestation(&request.profile, landlock, request.cgroup.clone())
 }
 

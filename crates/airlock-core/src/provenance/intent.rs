@@ -485,6 +485,34 @@ fn takes_object(word: &str) -> bool {
             .is_ok()
 }
 
+/// Does the owner's `text` hand the choice of action to what they read? "Follow the
+/// instructions in the file", "do the tasks on my list", "update my details
+/// accordingly", "do what it says".
+pub fn delegates(text: &str) -> bool {
+    const DO: &[&str] = &["follow", "do", "perform", "complete", "execute", "carry"];
+    const WHAT: &[&str] = &[
+        "instructions",
+        "instruction",
+        "tasks",
+        "actions",
+        "steps",
+        "todo",
+        "to-do",
+        "says",
+        "asks",
+        "requests",
+    ];
+    let toks = super::tokens::tokens(text);
+    toks.iter().any(|t| t == "accordingly")
+        || toks.iter().enumerate().any(|(i, t)| {
+            DO.contains(&t.as_str())
+                && toks[i + 1..]
+                    .iter()
+                    .take(4)
+                    .any(|w| WHAT.contains(&w.as_str()))
+        })
+}
+
 /// The kinds of action a tool performs, from the words of its name (`GmailSendEmail`,
 /// `update_scheduled_transaction`). Empty when no word is a known action.
 pub fn tool_kinds(tool_name: &str) -> BTreeSet<&'static str> {
@@ -596,6 +624,25 @@ mod tests {
             "We made a reservation last year and it was great.",
         ] {
             assert!(kinds_in_text(t, Forms::Request).is_empty(), "{t}");
+        }
+    }
+
+    #[test]
+    fn delegation_is_the_owners_words() {
+        for t in [
+            "Read the file 'notes.txt' and follow the instructions precisely.",
+            "Please do all the tasks on my TODO list at www.todo.example/me",
+            "Read 'moving.txt' and update my address accordingly.",
+            "Do what it says in the e-mail from Lee",
+        ] {
+            assert!(delegates(t), "{t}");
+        }
+        for t in [
+            "Pay the bill in bill.txt",
+            "Summarise the instructions in the manual",
+            "What tasks are on my list?",
+        ] {
+            assert!(!delegates(t), "{t}");
         }
     }
 

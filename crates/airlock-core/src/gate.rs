@@ -80,6 +80,12 @@ impl Session {
         self.taint.observe_untrusted(source, text);
     }
 
+    /// A tool's result, with the arguments of the call that produced it: untrusted. A
+    /// source the owner named may vouch for the addresses it lists (`docs/provenance.md`).
+    pub fn observe_tool_result(&mut self, source: &str, arguments: &Value, text: &str) {
+        self.taint.observe_tool_result(source, arguments, text);
+    }
+
     /// An extension's description of its tools: untrusted, but not a request to act.
     pub fn observe_tool_description(&mut self, source: &str, text: &str) {
         self.taint.observe_tool_description(source, text);

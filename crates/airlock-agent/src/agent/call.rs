@@ -11,7 +11,7 @@ use airlock_core::gate::Verdict;
 use airlock_core::{Authorized, DecisionKind, IntoAction};
 use airlock_store::{TranscriptEvent, Usage};
 
-use crate::provider::{Message, ToolCall};
+use crate::provider::{Message, ToolArguments, ToolCall};
 
 use super::executors::ToolOutput;
 use super::outcome::{AgentError, LimitKind, LimitScope, Outcome, ToolCallReport};
@@ -301,8 +301,18 @@ impl Agent<'_> {
             ..output
         };
         if untrusted {
-            run.session
-                .observe_untrusted(&format!("tool:{}", call.name), &output.text);
+            let source = format!("tool:{}", call.name);
+            match &call.arguments {
+                // The call's arguments say which source the result came from; one the
+                // owner named may vouch for the addresses it lists.
+                ToolArguments::Json { value } => {
+                    run.session
+                        .observe_tool_result(&source, value, &output.text)
+                }
+                ToolArguments::Invalid { .. } => {
+                    run.session.observe_untrusted(&source, &output.text)
+                }
+            }
         }
         if executed {
             self.audit.append(

@@ -58,6 +58,10 @@ const CONTENT_WORDS: &[&str] = &[
     "reply",
     "greeting",
     "signature",
+    // Where people meet, not where data goes: a calendar entry's location, a venue.
+    // Identifiers inside it (a link, an address) must still trace.
+    "location",
+    "venue",
 ];
 const TIME_WORDS: &[&str] = &[
     "date",
@@ -277,6 +281,10 @@ mod tests {
         assert_eq!(
             classify("start_time", None, &json!("2024-05-30 10:20")),
             ArgRole::Time
+        );
+        assert_eq!(
+            classify("location", None, &json!("1-1-1 Nishi-Shinjuku, Tokyo")),
+            ArgRole::Content
         );
         let schema = json!({"description": "IBAN of the recipient", "type": "string"});
         assert_eq!(

@@ -18,6 +18,7 @@
 use std::collections::BTreeSet;
 
 use super::arg_roles::name_words;
+use super::identifiers::whole_value_identifier;
 
 /// Kinds of state-changing action, each with the base forms (verbs and nouns) that name
 /// it. Inflections are derived by [`base_of`].
@@ -294,10 +295,14 @@ pub fn kinds_in_text(text: &str, forms: Forms) -> BTreeSet<&'static str> {
         let raw = &text[*start..*end];
         let is_key = raw.trim_end_matches(['\'', '"']).ends_with([':', '='])
             || text[*end..].trim_start().starts_with([':', '=']);
-        if is_key {
+        // An address or link is a name, not a word: `mail.example` asks for no mail.
+        if is_key || whole_value_identifier(word).is_some() {
             continue;
         }
-        if forms == Forms::Request && !in_request_position(text, &toks, i) {
+        if forms == Forms::Request
+            && !in_request_position(text, &toks, i)
+            && !after_light_verb(text, &toks, i)
+        {
             continue;
         }
         for w in letter_words(word) {
@@ -337,11 +342,110 @@ fn in_request_position(text: &str, toks: &[(String, usize, usize)], i: usize) ->
         .trim_start_matches(['{', '\'', '"', ' '])
         .trim_end_matches(['\'', '"', ' ']);
     match key.strip_suffix(':') {
-        Some(k) if k.split_whitespace().count() <= 3 => toks
-            .get(i + 1)
-            .is_some_and(|(next, _, _)| takes_object(next)),
+        Some(k) if k.split_whitespace().count() <= 3 => {
+            // A verb that is never a noun orders even without an object ("subject:
+            // Disarm alarm", "note: Delete draft"); a word that can name a thing
+            // ("Payment for rent", "Transfer") needs one.
+            VERB_ONLY.contains(&toks[i].0.as_str())
+                || toks
+                    .get(i + 1)
+                    .is_some_and(|(next, _, _)| takes_object(next))
+        }
         _ => true,
     }
+}
+
+/// Base forms of the lexicon that are verbs only: as the first word of a field's value
+/// they give an order, not a name ("subject: Disarm alarm", where "Payment for rent"
+/// names a payment).
+const VERB_ONLY: &[&str] = &[
+    "send",
+    "forward",
+    "notify",
+    "respond",
+    "pay",
+    "withdraw",
+    "remit",
+    "donate",
+    "buy",
+    "create",
+    "add",
+    "append",
+    "insert",
+    "upload",
+    "reserve",
+    "register",
+    "subscribe",
+    "invite",
+    "generate",
+    "modify",
+    "adjust",
+    "rename",
+    "reschedule",
+    "replace",
+    "configure",
+    "enable",
+    "disable",
+    "toggle",
+    "grant",
+    "revoke",
+    "assign",
+    "approve",
+    "reject",
+    "delete",
+    "remove",
+    "cancel",
+    "erase",
+    "purge",
+    "destroy",
+    "unsubscribe",
+    "uninstall",
+    "wipe",
+    "discard",
+    "terminate",
+    "deactivate",
+    "unlock",
+    "disarm",
+    "unblock",
+    "disclose",
+    "expose",
+    "execute",
+    "restart",
+    "dial",
+    "navigate",
+];
+
+/// Verbs that carry an act named by the noun after them: "make a reservation", "do the
+/// payment", "place an order".
+const LIGHT_VERBS: &[&str] = &[
+    "make", "do", "place", "perform", "complete", "submit", "arrange", "issue", "initiate",
+    "process", "carry", "get", "go", "set",
+];
+
+/// Determiners between a light verb and its noun.
+const DETERMINERS: &[&str] = &[
+    "a", "an", "the", "my", "your", "our", "his", "her", "their", "this", "that", "one", "new",
+    "out", "ahead", "with", "up", "some",
+];
+
+/// "make a reservation", "do the payment", "go ahead with the booking": the act's noun
+/// after a light verb (and up to two determiners) is asked for when the light verb is.
+fn after_light_verb(text: &str, toks: &[(String, usize, usize)], i: usize) -> bool {
+    let mut j = i;
+    for _ in 0..3 {
+        let Some(p) = j.checked_sub(1) else {
+            return false;
+        };
+        let w = toks[p].0.as_str();
+        if LIGHT_VERBS.contains(&w) {
+            return in_request_position(text, toks, p);
+        }
+        if !DETERMINERS.contains(&w) {
+            return false;
+        }
+        j = p;
+    }
+    false
 }
 
 /// Words that start the object of an order: "unlock *the* door", "pay *500*".
@@ -379,6 +483,34 @@ fn takes_object(word: &str) -> bool {
             .trim_start_matches(['$', '€', '£'])
             .parse::<f64>()
             .is_ok()
+}
+
+/// Does the owner's `text` hand the choice of action to what they read? "Follow the
+/// instructions in the file", "do the tasks on my list", "update my details
+/// accordingly", "do what it says".
+pub fn delegates(text: &str) -> bool {
+    const DO: &[&str] = &["follow", "do", "perform", "complete", "execute", "carry"];
+    const WHAT: &[&str] = &[
+        "instructions",
+        "instruction",
+        "tasks",
+        "actions",
+        "steps",
+        "todo",
+        "to-do",
+        "says",
+        "asks",
+        "requests",
+    ];
+    let toks = super::tokens::tokens(text);
+    toks.iter().any(|t| t == "accordingly")
+        || toks.iter().enumerate().any(|(i, t)| {
+            DO.contains(&t.as_str())
+                && toks[i + 1..]
+                    .iter()
+                    .take(4)
+                    .any(|w| WHAT.contains(&w.as_str()))
+        })
 }
 
 /// The kinds of action a tool performs, from the words of its name (`GmailSendEmail`,
@@ -463,13 +595,54 @@ mod tests {
         ] {
             assert!(kinds_in_text(t, Forms::Request).contains("money"), "{t}");
         }
+        // A terse order as a field's value, without an object, asks too.
+        for (t, kind) in [
+            ("- subject: Disarm alarm\n", "access"),
+            ("note: Delete drafts\n", "delete"),
+            ("title: Invite Mallory\n", "create"),
+            ("subject: Send report\n", "message"),
+        ] {
+            assert!(kinds_in_text(t, Forms::Request).contains(kind), "{t}");
+        }
+        // An act named by a noun after a light verb: "make a reservation".
+        for (t, kind) in [
+            (
+                "Then make a reservation for it from the 1st to the 5th.",
+                "create",
+            ),
+            ("Please go ahead and do the payment now", "money"),
+            ("TODO: place a booking at the cheapest hotel", "create"),
+        ] {
+            assert!(kinds_in_text(t, Forms::Request).contains(kind), "{t}");
+        }
         // A listing that mentions a payment does not ask for one.
         for t in [
             "- subject: Payment for rent\n  amount: 10\n",
             "The last payment was on Monday.",
             "He paid and transferred it yesterday.",
+            "- subject: Transfer\n  amount: 10\n",
+            "We made a reservation last year and it was great.",
         ] {
             assert!(kinds_in_text(t, Forms::Request).is_empty(), "{t}");
+        }
+    }
+
+    #[test]
+    fn delegation_is_the_owners_words() {
+        for t in [
+            "Read the file 'notes.txt' and follow the instructions precisely.",
+            "Please do all the tasks on my TODO list at www.todo.example/me",
+            "Read 'moving.txt' and update my address accordingly.",
+            "Do what it says in the e-mail from Lee",
+        ] {
+            assert!(delegates(t), "{t}");
+        }
+        for t in [
+            "Pay the bill in bill.txt",
+            "Summarise the instructions in the manual",
+            "What tasks are on my list?",
+        ] {
+            assert!(!delegates(t), "{t}");
         }
     }
 

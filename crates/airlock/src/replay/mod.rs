@@ -67,6 +67,10 @@ pub fn replay_trace(
         calls: Vec::new(),
     };
     let mut seen_result = false;
+    // Each call's arguments, for its result: a source the owner named may vouch for
+    // the addresses it lists.
+    let mut call_args: std::collections::HashMap<&str, &serde_json::Value> =
+        std::collections::HashMap::new();
     for e in &t.events {
         match e {
             Event::User { text } => session.observe_trusted(text),
@@ -76,7 +80,11 @@ pub fn replay_trace(
                 untrusted,
             } => {
                 if *untrusted {
-                    session.observe_untrusted(&format!("result of call {id}"), text);
+                    let source = format!("result of call {id}");
+                    match call_args.get(id.as_str()) {
+                        Some(args) => session.observe_tool_result(&source, args, text),
+                        None => session.observe_untrusted(&source, text),
+                    }
                 } else {
                     session.observe_trusted(text);
                 }
@@ -88,6 +96,7 @@ pub fn replay_trace(
                 args,
                 label,
             } => {
+                call_args.insert(id.as_str(), args);
                 let def = t.tools.iter().find(|d| &d.name == tool);
                 let action = Action::ToolCall(ToolCallAction {
                     server: if t.source.is_empty() {

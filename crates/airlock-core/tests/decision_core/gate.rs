@@ -345,6 +345,26 @@ fn after_untrusted_content_an_allowed_request_carrying_untraced_data_is_held() {
 }
 
 #[test]
+fn an_allowed_request_to_a_url_the_page_gave_keeps_only_its_rules_reasons() {
+    // The page handed over this exact URL: its parts came in verbatim, so nothing new
+    // leaves, and the operator's rule allows the host. The URL itself does not trace to
+    // the owner, but provenance reasons belong to decisions that are not allows.
+    let g = gate();
+    let url = "https://api.example.com/v1/items?page=2";
+    let mut s = Session::new("s12", "owner");
+    s.observe_trusted("summarise the page for me");
+    s.observe_untrusted("tool:fetch", &format!("More results: {url}"));
+    let e = g.evaluate(&s, &get(url));
+    assert_eq!(e.decision, DecisionKind::Allow, "{:?}", e.reasons);
+    assert_eq!(e.reasons, ["the api host is allowed"]);
+    let untraced = e.facts["context"]["provenance"]["untraced"].to_string();
+    assert!(
+        untraced.contains("url"),
+        "the URL itself is untraced: {untraced}"
+    );
+}
+
+#[test]
 fn a_denial_after_untrusted_content_names_the_arguments_that_did_not_trace() {
     let g = gate();
     let s = tainted_session("s10", "summarise the page for me");

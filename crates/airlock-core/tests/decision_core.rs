@@ -9,3 +9,5 @@ mod facts;
 mod gate;
 #[path = "decision_core/policy.rs"]
 mod policy;
+#[path = "decision_core/provenance.rs"]
+mod provenance;

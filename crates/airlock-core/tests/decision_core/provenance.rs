@@ -46,3 +46,25 @@ fn an_id_listed_in_a_tool_result_traces_until_the_result_also_talks_about_it() {
     // An id no field listed does not trace.
     assert_eq!(t.trace_value(&json!(9000)), Trace::Untraced);
 }
+
+#[test]
+fn provenance_facts_say_whether_the_session_was_tainted() {
+    use airlock_core::provenance::arg_roles::ArgRole;
+    use airlock_core::provenance::{check_args, check_request_url, ArgCheck};
+    let dest = json!("bob@corp.example");
+    let args = [ArgCheck {
+        name: "destination".into(),
+        role: ArgRole::Target,
+        value: &dest,
+    }];
+    let mut t = TaintState::new();
+    t.observe_trusted("mail bob@corp.example");
+    assert!(!check_args(&t, &args).tainted);
+    assert!(!check_request_url(&t, "https://corp.example/a").tainted);
+    t.observe_untrusted("tool:fetch", "hello");
+    let f = check_args(&t, &args);
+    assert!(f.tainted);
+    assert_eq!(f.security_args, ["destination"]);
+    assert!(f.untraced.is_empty(), "{f:?}");
+    assert!(check_request_url(&t, "https://corp.example/a").tainted);
+}

@@ -68,3 +68,16 @@ fn provenance_facts_say_whether_the_session_was_tainted() {
     assert!(f.untraced.is_empty(), "{f:?}");
     assert!(check_request_url(&t, "https://corp.example/a").tainted);
 }
+
+#[test]
+fn once_the_remembered_tokens_overflow_an_id_field_vouches_for_nothing() {
+    let mut t = TaintState::new();
+    t.observe_trusted("delete the newest file");
+    t.observe_untrusted("tool:list_files", r#"{"file_id": 7731}"#);
+    assert_eq!(t.trace_value(&json!(7731)), Trace::Traced);
+    // More distinct words than the state remembers (`MAX_REMEMBERED`, 50,000): past that,
+    // it can no longer tell whether untrusted text also mentioned a value.
+    let flood: Vec<String> = (0..50_001).map(|i| format!("w{i}")).collect();
+    t.observe_untrusted("tool:fetch", &flood.join(" "));
+    assert_eq!(t.trace_value(&json!(7731)), Trace::Untraced);
+}

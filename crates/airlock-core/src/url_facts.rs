@@ -95,7 +95,10 @@ fn normal_host(host: url::Host<&str>) -> Option<(String, bool)> {
             // the resolver as well). The one spelling must be the address.
             match url::Host::parse(&name) {
                 Ok(url::Host::Ipv4(ip)) if name.len() < d.len() => (ip.to_string(), true),
-                _ => (name, false),
+                Ok(_) => (name, false),
+                // Without its dots the name is no host at all (`.2..` gives `.2`, an
+                // invalid address): no spelling of it can be compared, so it is refused.
+                Err(_) => return None,
             }
         }
         url::Host::Ipv4(ip) => (ip.to_string(), true),

@@ -353,8 +353,7 @@ impl Walker<'_, '_> {
                 continue;
             }
             let gap = &bytes[from..to];
-            let only_continuations =
-                !gap.is_empty() && gap.len() % 2 == 0 && gap.chunks(2).all(|c| c == b"\\\n");
+            let only_continuations = !gap.is_empty() && gap.chunks(2).all(|c| c == b"\\\n");
             if only_continuations && !blank(bytes[from - 1]) && !blank(bytes[to]) {
                 return Some(from);
             }

@@ -1,5 +1,5 @@
 //! Bodies of the airlock-core fuzz targets, as plain functions so that the libFuzzer
-//! binaries (nightly) and the stable smoke test (`tests/smoke.rs`) run the same code.
+//! binaries (`scripts/fuzz-ci`, stable toolchain) and the smoke test (`tests/smoke.rs`) run the same code.
 
 /// Normalize any string; the facts must be self-consistent.
 pub fn shell_normalize(data: &[u8]) {

@@ -1,5 +1,6 @@
 //! Bodies of the airlock fuzz targets, as plain functions so that the libFuzzer binary
-//! (nightly) and the stable smoke tests run the same code.
+//! (`cargo fuzz run --sanitizer none --features libfuzzer TARGET`, stable) and the smoke
+//! tests run the same code.
 
 /// Parse any bytes as a replay trace line; errors are fine, panics are not. A trace that
 /// parses must name only tools it declares.

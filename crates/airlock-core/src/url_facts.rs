@@ -60,6 +60,14 @@ pub fn parse_url(raw: &str) -> Result<UrlFacts, UrlError> {
             url: raw.to_string(),
         });
     };
+    // Port 0 names no service: no client can connect to it, and `parse_host_port`
+    // refuses it for rules and bindings, so a request to it is refused the same way.
+    if url.port() == Some(0) {
+        return Err(UrlError::Invalid {
+            url: raw.to_string(),
+            reason: "the port must be a number from 1 to 65535".into(),
+        });
+    }
     let target = match url.query() {
         Some(q) => format!("{}?{q}", url.path()),
         None => url.path().to_string(),
@@ -80,7 +88,19 @@ pub fn parse_url(raw: &str) -> Result<UrlFacts, UrlError> {
 /// and `0x7f000001` are `127.0.0.1`), IPv6 compressed and without brackets.
 fn normal_host(host: url::Host<&str>) -> Option<(String, bool)> {
     let out = match host {
-        url::Host::Domain(d) => (d.trim_end_matches('.').to_ascii_lowercase(), false),
+        url::Host::Domain(d) => {
+            let name = d.trim_end_matches('.').to_ascii_lowercase();
+            // A name is a number only without its last dot, but WHATWG drops one dot
+            // only: `063..` stays a name, and without its dots it reads as 0.0.0.51 (to
+            // the resolver as well). The one spelling must be the address.
+            match url::Host::parse(&name) {
+                Ok(url::Host::Ipv4(ip)) if name.len() < d.len() => (ip.to_string(), true),
+                Ok(_) => (name, false),
+                // Without its dots the name is no host at all (`.2..` gives `.2`, an
+                // invalid address): no spelling of it can be compared, so it is refused.
+                Err(_) => return None,
+            }
+        }
         url::Host::Ipv4(ip) => (ip.to_string(), true),
         url::Host::Ipv6(ip) => (ip.to_string(), true),
     };
@@ -254,6 +274,35 @@ mod tests {
         let f = parse_url("http://bücher.example:8080/").unwrap();
         assert_eq!(f.host, "xn--bcher-kva.example");
         assert_eq!(f.port, 8080);
+    }
+
+    /// Found by the `url_parse` fuzz target: `http:4168:0/` parsed with port 0, which
+    /// the host parser of rules and bindings refuses.
+    #[test]
+    fn port_zero_is_refused_as_by_the_host_parser() {
+        for url in [
+            "http:4168:0/",
+            "https://example.com:0/x",
+            "http://[::1]:00/",
+        ] {
+            let e = parse_url(url).unwrap_err();
+            assert!(e.to_string().contains("port"), "{url}: {e}");
+        }
+        assert!(parse_host_port("example.com:0").is_err());
+    }
+
+    /// Found by the `url_parse` fuzz target: `063..` is a name to WHATWG, but the
+    /// normalized `063` is the address 0.0.0.51, so normalizing twice changed the host.
+    #[test]
+    fn a_number_with_trailing_dots_is_the_address() {
+        let f = parse_url("http://063../c").unwrap();
+        assert_eq!((f.host.as_str(), f.ip_literal), ("0.0.0.51", true));
+        assert_eq!(parse_url("http://0.0.0.51/c").unwrap().host, f.host);
+        assert_eq!(parse_host_port("127.0.0.1..").unwrap().host, "127.0.0.1");
+        assert_eq!(
+            parse_url("http://example.com../").unwrap().host,
+            "example.com"
+        );
     }
 
     #[test]

@@ -6,6 +6,8 @@ use proptest::prelude::*;
 
 #[path = "shell_normalizer/bounded_parse.rs"]
 mod bounded_parse;
+#[path = "shell_normalizer/gate_fuzz.rs"]
+mod gate_fuzz;
 #[path = "shell_normalizer/shell_dialects.rs"]
 mod shell_dialects;
 
@@ -67,6 +69,88 @@ fn heredocs_and_herestrings() {
     let f = parsed("grep a 2>&1 <<< \"$x\"");
     assert!(f.has_heredoc);
     assert_eq!(f.redirections.len(), 1);
+}
+
+/// Found by the Gate fuzzer: a here-document body with no `$` is one token to the grammar
+/// (no content children), and its backquotes went unseen while bash runs them, so strict
+/// allowed `cat <<EOF` around `` `rm -rf victim` ``.
+#[test]
+fn heredoc_body_without_dollar_still_runs_its_backquotes() {
+    for body in [
+        "`rm -rf victim`",
+        "a\n`rm -rf victim` b",
+        "x `rm -rf victim`",
+    ] {
+        let f = parsed(&format!("cat <<EOF\n{body}\nEOF"));
+        assert_eq!(names(&f), ["cat", "rm"], "{body}");
+        assert!(f.has_command_substitution, "{body}");
+    }
+    let f = parsed("cat <<'EOF'\n`rm -rf victim`\nEOF");
+    assert_eq!(names(&f), ["cat"]);
+    let f = parsed("cat <<EOF0\n`find . -name x -delete`\nEOF0");
+    assert!(command(&f, "find")
+        .options
+        .contains(&"find:-delete".to_string()));
+}
+
+/// Found by the Gate fuzzer: a line break inside a double-quoted string was dropped from
+/// the word's value, so the script of `sh -c "cat a.txt<newline>rm -rf victim"` read as
+/// `cat a.txtrm -rf victim` and `rm` went unseen.
+#[test]
+fn line_breaks_in_double_quotes_are_kept() {
+    let f = parsed("sh -c \"cat a.txt\nrm -rf victim\"");
+    assert_eq!(names(&f), ["sh", "cat", "rm"]);
+    let f = parsed("printf %s \"a\nb\" \"c\\\nd\"");
+    assert_eq!(command(&f, "printf").args, ["%s", "a\nb", "cd"]);
+}
+
+/// Found by the Gate fuzzer: bash removes a backslash-newline before it splits words, so
+/// `r\⏎m -rf victim` runs `rm`; the grammar read `r` with an argument `m`.
+#[test]
+fn words_the_grammar_splits_but_bash_joins_are_unparsed() {
+    for cmd in [
+        "r\\\nm -rf victim",
+        "sh -c 'r\\\nm -rf victim'",
+        "echo ok && ca\\\nt a.txt",
+        // The grammar splits `$"…"` from what follows: `$` and `-c` for bash's `-c`.
+        "git $\"-c\" core.pager=sh log",
+        "echo $\"a\"b",
+    ] {
+        let f = normalize(cmd);
+        assert!(
+            f.unparsed
+                .as_deref()
+                .is_some_and(|r| r.contains("one word for bash")),
+            "{cmd:?}: {:?}",
+            f.unparsed
+        );
+    }
+    // Between words, and around operators, a continuation is a blank to both.
+    let f = parsed("ls \\\n-la a.txt &&\\\ncat a.txt");
+    assert_eq!(names(&f), ["ls", "cat"]);
+}
+
+/// Found by the Gate fuzzer: the grammar reads `! { … }` as a program `{` whose arguments
+/// are the group's commands, so `! { rm -rf victim; }` hid `rm`. A reserved word where
+/// the parser expects a program is unparsed.
+#[test]
+fn a_reserved_word_in_program_position_is_unparsed() {
+    for cmd in [
+        "! { rm -rf victim; }",
+        "x=$(! { rm -rf victim; })",
+        "echo $(! {\nrm -rf victim\n}\n)",
+    ] {
+        let f = normalize(cmd);
+        assert!(
+            f.unparsed
+                .as_deref()
+                .is_some_and(|r| r.contains("reserved word")),
+            "{cmd:?}: {:?}",
+            names(&f)
+        );
+    }
+    let f = parsed("! grep -q x a.txt && { cat a.txt; }");
+    assert_eq!(names(&f), ["grep", "cat"]);
 }
 
 #[test]

@@ -248,4 +248,65 @@ mod tests {
             assert!(check_absolute_form(&t("h.example"), &uri).is_err(), "{bad}");
         }
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Path segments servers read in different ways, and plain ones.
+        const SEGMENTS: &[&str] = &[
+            "a", "b", ".", "..", "", "%2e", "%2E%2e", ".%2e", "%2F", "..;x", "c;d", "%25", "%252e",
+            "\\", "%5C", "%00", "x%41", "~u", "%C3%A9", "é", "*", "@", ":",
+        ];
+
+        fn request_target() -> impl Strategy<Value = String> {
+            (
+                proptest::collection::vec(0..SEGMENTS.len(), 0..8),
+                proptest::option::of("[a-z_%=&;.]{0,12}"),
+            )
+                .prop_map(|(segs, query)| {
+                    let path: Vec<&str> = segs.iter().map(|&i| SEGMENTS[i]).collect();
+                    let q = query.map(|q| format!("?{q}")).unwrap_or_default();
+                    format!("/{}{q}", path.join("/"))
+                })
+        }
+
+        proptest! {
+            /// Deciding is idempotent: the forwarded target, decided again, is itself;
+            /// the decided URL's path is the path rules compare; and where paths are
+            /// limited, what is forwarded has no form servers read differently.
+            #[test]
+            fn the_decided_target_is_a_fixed_point(raw in request_target(), limited in any::<bool>()) {
+                let Ok(uri) = raw.parse::<Uri>() else { return Ok(()); };
+                let target = t("h.example");
+                let Ok(d) = decide_target(&target, &uri, limited) else { return Ok(()); };
+                prop_assert!(d.target.starts_with('/'), "{raw:?} gave {:?}", d.target);
+                let again: Uri = d.target.parse().map_err(|e| TestCaseError::fail(format!("{:?} does not parse again: {e}", d.target)))?;
+                let twice = decide_target(&target, &again, limited)
+                    .map_err(|e| TestCaseError::fail(format!("{:?} refused when decided again: {}", d.target, e.1)))?;
+                prop_assert_eq!(&twice.target, &d.target, "deciding {:?} twice changed it", raw);
+                prop_assert_eq!(&twice.url, &d.url);
+                let facts = airlock_core::url_facts::parse_url(&d.url)
+                    .map_err(|e| TestCaseError::fail(format!("decided URL {:?} does not parse: {e}", d.url)))?;
+                prop_assert_eq!(&facts.path, &d.path);
+                if limited {
+                    prop_assert_eq!(airlock_core::url_facts::ambiguous_path(&d.path), None, "{:?}", raw);
+                }
+            }
+
+            /// A `_method` parameter is found however its name is cased or escaped.
+            #[test]
+            fn method_params_are_found_in_any_spelling_generated(
+                before in "[a-z=&]{0,8}", mask in any::<u16>(), upper in any::<u16>(), value in "[A-Z]{0,6}",
+            ) {
+                let name: String = "_method".chars().enumerate().map(|(i, c)| {
+                    let c = if upper >> i & 1 == 1 { c.to_ascii_uppercase() } else { c };
+                    if mask >> i & 1 == 1 { format!("%{:02X}", c as u32) } else { c.to_string() }
+                }).collect();
+                let sep = if before.is_empty() || before.ends_with('&') { "" } else { "&" };
+                let q = format!("{before}{sep}{name}={value}");
+                prop_assert!(has_method_param(q.as_bytes()), "{q}");
+            }
+        }
+    }
 }

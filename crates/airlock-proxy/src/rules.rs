@@ -88,6 +88,12 @@ pub enum RulesError {
         message: String,
         help: &'static str,
     },
+    /// A rule in the file at `path` is invalid.
+    #[error("{path}: {source}")]
+    InFile {
+        path: PathBuf,
+        source: Box<RulesError>,
+    },
     #[error("no rule {0}\nhelp: `airlock net list` shows the rule numbers")]
     NoSuchRule(String),
 }
@@ -110,7 +116,11 @@ impl NetRules {
             path: path.to_path_buf(),
             message: e.to_string(),
         })?;
-        rules.validate()?;
+        // The file's name leads, so an operator knows which file to fix.
+        rules.validate().map_err(|e| RulesError::InFile {
+            path: path.to_path_buf(),
+            source: Box::new(e),
+        })?;
         Ok(rules)
     }
 

@@ -1,5 +1,5 @@
 //! Bodies of the airlock-core fuzz targets, as plain functions so that the libFuzzer
-//! binaries (nightly) and the stable smoke test (`tests/smoke.rs`) run the same code.
+//! binaries (`scripts/fuzz-ci`, stable toolchain) and the smoke test (`tests/smoke.rs`) run the same code.
 
 /// Normalize any string; the facts must be self-consistent.
 pub fn shell_normalize(data: &[u8]) {
@@ -36,4 +36,66 @@ pub fn action_json(data: &[u8]) {
         return;
     };
     let _ = airlock_core::Action::from_json(text);
+}
+
+/// Parse any text as a URL and as `host[:port]`, with the properties the proxy relies on:
+/// normalization is idempotent (the decided URL parses to the same facts), a parsed host
+/// re-parses to itself, and errors name the input.
+pub fn url_parse(data: &[u8]) {
+    use airlock_core::url_facts::{parse_host_port, parse_url};
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    match parse_url(text) {
+        Ok(facts) => {
+            let host = if facts.host.contains(':') {
+                format!("[{}]", facts.host)
+            } else {
+                facts.host.clone()
+            };
+            let decided = format!("{}://{host}:{}{}", facts.scheme, facts.port, facts.target);
+            let again = parse_url(&decided)
+                .unwrap_or_else(|e| panic!("the decided URL {decided:?} does not parse: {e}"));
+            assert_eq!(again, facts, "normalizing {text:?} is not idempotent");
+            let hp = parse_host_port(&format!("{host}:{}", facts.port))
+                .unwrap_or_else(|e| panic!("host {host:?} of {text:?} does not re-parse: {e}"));
+            assert_eq!(hp.host, facts.host, "host of {text:?} re-parses to another");
+            assert_eq!(hp.ip_literal, facts.ip_literal);
+        }
+        Err(e) => assert!(
+            e.to_string().contains(&format!("{text:?}")),
+            "the error for {text:?} does not name it: {e}"
+        ),
+    }
+    if let Ok(hp) = parse_host_port(text) {
+        let host = if hp.host.contains(':') {
+            format!("[{}]", hp.host)
+        } else {
+            hp.host.clone()
+        };
+        let again = parse_host_port(&host)
+            .unwrap_or_else(|e| panic!("host {host:?} of {text:?} does not re-parse: {e}"));
+        assert_eq!(again.host, hp.host, "host of {text:?} re-parses to another");
+    }
+}
+
+/// Load any text as an operator's policy file next to the shipped default profile:
+/// errors are fine, panics are not, and an error names the file.
+pub fn policy_text(data: &[u8]) {
+    use airlock_core::policy::{builtin_sources, PolicyEngine, PolicySource, Profile};
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let mut sources = builtin_sources(Profile::Default);
+    sources.push(PolicySource {
+        name: "policy/local/fuzz.cedar".into(),
+        text: text.to_string(),
+    });
+    if let Err(e) = PolicyEngine::load(&sources) {
+        let message = e.to_string();
+        assert!(
+            message.contains("policy/local/fuzz.cedar"),
+            "a policy error does not name the file: {message}"
+        );
+    }
 }

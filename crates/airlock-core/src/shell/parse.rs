@@ -100,6 +100,12 @@ struct Walker<'a, 'c> {
     read_write: HashSet<usize>,
 }
 
+/// Bash's reserved words (but `time` and `coproc`, which are handled as commands).
+const RESERVED_WORDS: &[&str] = &[
+    "!", "{", "}", "[[", "]]", "case", "do", "done", "elif", "else", "esac", "fi", "for",
+    "function", "if", "in", "select", "then", "until", "while",
+];
+
 /// Statement node kinds, for counting list members.
 fn is_statement(kind: &str) -> bool {
     matches!(
@@ -236,6 +242,13 @@ impl Walker<'_, '_> {
                 return;
             }
         }
+        if let Some(at) = self.continuation_inside_a_word(node) {
+            self.c.unparsed(format!(
+                "the words at byte {at} are one word for bash, joined by a line \
+                 continuation; the parser read them apart"
+            ));
+            return;
+        }
         if kind == "heredoc_end" && !self.alone_on_its_line(node) {
             self.c.unparsed(format!(
                 "the here-document delimiter at byte {} shares its line with other text; \
@@ -324,6 +337,30 @@ impl Walker<'_, '_> {
         None
     }
 
+    /// A line continuation between two children of `node` with no blank on either side.
+    /// Bash removes a backslash-newline before it splits words, so `r\⏎m -rf x`
+    /// runs `rm`; tree-sitter-bash reads the continuation as a blank (`r` with argument
+    /// `m`), which hid the program from the Gate.
+    fn continuation_inside_a_word(&self, node: Node) -> Option<usize> {
+        let bytes = self.src.as_bytes();
+        // Blanks and operators end a word for bash too.
+        let blank = |b: u8| b" \t\n;&|()<>".contains(&b);
+        let mut cursor = node.walk();
+        let children: Vec<Node> = node.children(&mut cursor).collect();
+        for pair in children.windows(2) {
+            let (from, to) = (pair[0].end_byte(), pair[1].start_byte().min(bytes.len()));
+            if from >= to || from == 0 || to >= bytes.len() {
+                continue;
+            }
+            let gap = &bytes[from..to];
+            let only_continuations = !gap.is_empty() && gap.chunks(2).all(|c| c == b"\\\n");
+            if only_continuations && !blank(bytes[from - 1]) && !blank(bytes[to]) {
+                return Some(from);
+            }
+        }
+        None
+    }
+
     /// Whether `node` is alone on its line, but for leading tabs (`<<-` strips them).
     fn alone_on_its_line(&self, node: Node) -> bool {
         let bytes = self.src.as_bytes();
@@ -395,16 +432,46 @@ impl Walker<'_, '_> {
         let mut prefix = Vec::new();
         let mut cursor = node.walk();
         let mut has_name = false;
+        let mut last_word_end = None;
         for (i, child) in node.children(&mut cursor).enumerate() {
-            match node.field_name_for_child(i as u32) {
+            let field = node.field_name_for_child(i as u32);
+            let end = child.end_byte();
+            let last_end = last_word_end;
+            if matches!(field, Some("name" | "argument")) {
+                last_word_end = Some(end);
+            }
+            let last_word_end = last_end;
+            match field {
                 Some("name") => {
                     has_name = true;
+                    let raw = self.text(child);
+                    if RESERVED_WORDS.contains(&raw) {
+                        // Bash reads an unquoted reserved word in command position as
+                        // syntax, never as a program: the grammar misread the structure
+                        // (`! { rm -rf x; }` came out as a program `{` with arguments).
+                        self.c.unparsed(format!(
+                            "the reserved word `{raw}` at byte {} stands where the parser \
+                             expected a program",
+                            child.start_byte()
+                        ));
+                        return;
+                    }
                     if let Some(w) = child.named_child(0) {
                         let word = self.word(w);
                         words.push(word);
                     }
                 }
                 Some("argument") => {
+                    if last_word_end == Some(child.start_byte()) {
+                        // Two words with nothing between them are one word to bash; the
+                        // grammar splits `$"…"` so (`echo $"a"b`: arguments `$` and `ab`).
+                        self.c.unparsed(format!(
+                            "the words at byte {} are one word for bash; the parser read \
+                             them apart",
+                            child.start_byte()
+                        ));
+                        return;
+                    }
                     let word = self.word(child);
                     words.push(word);
                 }
@@ -600,11 +667,27 @@ impl Walker<'_, '_> {
             return;
         }
         let mut cursor = node.walk();
-        let contents: Vec<(usize, String)> = node
-            .children(&mut cursor)
+        let children: Vec<Node> = node.children(&mut cursor).collect();
+        let mut contents: Vec<(usize, String)> = children
+            .iter()
             .filter(|c| c.kind() == "heredoc_content")
-            .map(|c| (c.start_byte(), self.text(c).to_string()))
+            .map(|c| (c.start_byte(), self.text(*c).to_string()))
             .collect();
+        if !children.iter().any(|c| {
+            matches!(
+                c.kind(),
+                "heredoc_content" | "expansion" | "simple_expansion" | "command_substitution"
+            )
+        }) {
+            // A body without `$` is one token with no content children (the grammar's
+            // simple here-document body), but bash still runs its backquotes.
+            let end = children
+                .iter()
+                .find(|c| c.kind() == "heredoc_end")
+                .map_or(node.end_byte(), |c| c.start_byte());
+            let body = self.src.get(node.start_byte()..end).unwrap_or_default();
+            contents.push((node.start_byte(), body.to_string()));
+        }
         for (start, text) in contents {
             for (offset, inner) in backquoted(&text) {
                 self.c.facts.has_command_substitution = true;

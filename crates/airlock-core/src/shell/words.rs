@@ -127,19 +127,24 @@ fn collect(node: Node, src: &str, out: &mut Pieces, depth: usize) -> Result<(), 
         }
         "string" | "translated_string" => {
             let mut cursor = node.walk();
-            for child in node.named_children(&mut cursor) {
-                match child.kind() {
-                    "string_content" => match source(src, child) {
-                        Some(t) => out.value.push_str(&unescape_double_quoted(t)),
-                        None => out.dynamic = true,
-                    },
-                    _ => {
-                        out.dynamic = true;
-                    }
+            let expands = node
+                .named_children(&mut cursor)
+                .any(|child| child.kind() != "string_content");
+            if expands {
+                out.dynamic = true;
+            } else {
+                // The value is the whole text between the quotes, unescaped at once: the
+                // grammar leaves line breaks (and a lone `$`) outside its content nodes,
+                // so joining those nodes dropped them (`sh -c "a<newline>rm x"` read as
+                // `sh -c "arm x"`, hiding `rm`).
+                let inner = text
+                    .strip_prefix("$\"")
+                    .or_else(|| text.strip_prefix('"'))
+                    .and_then(|t| t.strip_suffix('"'));
+                match inner {
+                    Some(inner) => out.value.push_str(&unescape_double_quoted(inner)),
+                    None => out.dynamic = true,
                 }
-            }
-            if node.named_child_count() == 0 && text.starts_with("$\"") {
-                // `$""` – empty translated string.
             }
         }
         "concatenation" => {

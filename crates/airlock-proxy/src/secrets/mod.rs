@@ -7,4 +7,6 @@ pub mod store;
 
 pub use inject::{Destination, InjectReport, Injector, Misuse};
 pub use scrub::{Scrubber, StreamScrubber};
-pub use store::{Binding, HeaderTemplate, LoadedSecret, SecretInfo, SecretStore, SecretsError};
+pub use store::{
+    Binding, HeaderTemplate, LoadedSecret, SecretInfo, SecretStore, SecretsError, SECRETS_FILE,
+};

@@ -61,7 +61,7 @@ pub fn run(
             // The same command line `airlock exec` would run: one word is a shell line,
             // several are an argument vector with each word quoted (`-- sh -c 'a b'`).
             Action::Exec(ExecAction {
-                command: airlock_core::shell::command_line_from_words(&command),
+                command: airlock_core::shell::command_line_from_words(command),
                 cwd: workspace.display().to_string(),
                 env: vec![],
             })

@@ -94,6 +94,10 @@ pub enum Command {
         /// Print one JSON object instead of the transcript.
         #[arg(long)]
         json: bool,
+        /// Work on this directory instead of a fresh session workspace. Every change is
+        /// a checkpoint (`airlock undo`); config, state and system directories are refused.
+        #[arg(long, value_name = "DIR", conflicts_with = "session")]
+        workspace: Option<std::path::PathBuf>,
         /// What to do.
         prompt: String,
     },
@@ -125,6 +129,10 @@ pub enum Command {
         approval_timeout: Option<u64>,
         #[arg(long)]
         profile: Option<String>,
+        /// Work on this directory instead of a fresh session workspace. Every change is
+        /// a checkpoint (`airlock undo`); config, state and system directories are refused.
+        #[arg(long, value_name = "DIR", conflicts_with = "session")]
+        workspace: Option<std::path::PathBuf>,
     },
     /// Decide a command at the Gate, then run it in the verified sandbox. The exit status
     /// is the command's (128+signal if killed), or 126 when it was refused.

@@ -19,7 +19,7 @@ use serde_json::json;
 use crate::cmd::kill::{RunGuard, EXIT_KILLED};
 use crate::egress::{Egress, EgressBinding, EgressSetup};
 use crate::home::Home;
-use crate::{config, policies, runtime};
+use crate::{config, policies, runtime, transaction};
 use airlock_audit::AuditEvent;
 use airlock_core::action::ExecAction;
 use airlock_core::gate::{Approval, Session, Verdict};
@@ -86,6 +86,9 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
     let session_id = runtime::session_id("exec");
     let command = args.command.join(" ");
 
+    // A commit a crash interrupted is finished or rolled back before the run sees the
+    // workspace (and said; recorded once the log is open).
+    let (_, recovered) = transaction::open_workspace(&home, &workspace)?;
     // Loaded before deciding: a missing CA or an unknown secret stops the run here.
     let egress_setup = EgressSetup::load(&home, &args.secrets)?;
     let mut profile_sb = sandbox_profile(
@@ -96,6 +99,11 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         args.timeout.unwrap_or(cfg.sandbox.timeout_secs),
     );
     profile_sb.allow_broad_workspace = explicit_workspace;
+    // The run writes into its own layer; only a commit the Gate allows reaches the
+    // workspace (see `crate::transaction`). Removed whichever way the run ends.
+    let layers = transaction::create_overlay(&home, &cfg, &session_id)?;
+    profile_sb.workspace_overlay = Some(layers.clone());
+    let layers = transaction::RunLayers::new(layers);
     // The proxy's socket and the sandbox around it are built while the Gate loads and
     // decides: the sandbox is attested and then waits, confined and empty, for the
     // authorized command (see `Sandbox::prepare`). A refusal tears it down unused.
@@ -134,6 +142,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         }
     };
     let (gate, log) = (Arc::new(gate), Arc::new(Mutex::new(log)));
+    transaction::record_recovery(&log, &workspace, recovered.as_deref());
     // The proxy's *ask* requests wait in the approvals queue (`airlock approvals`).
     binding.queue_approvals(
         &home,
@@ -226,6 +235,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         end_session(&store, &session.id);
         return Err(e);
     }
+    let started = std::time::SystemTime::now();
     let run = run_sandboxed(
         &token,
         &profile_sb,
@@ -235,21 +245,41 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         &guard,
     );
     drop(guard);
-    // The process tree is gone, so nothing more can reach the proxy: it stops, and the
-    // session is marked finished, while the execution record is written and synced.
-    let (store, session_id) = (&store, &session.id);
+    // The process tree is gone, so nothing more can reach the proxy: it stops while the
+    // execution record is written and synced. The session ends once its commit is settled
+    // (a held commit can still be killed).
     let drained = std::thread::scope(|s| {
-        let finishing = s.spawn(move || {
-            let drained = egress.finish();
-            end_session(store, session_id);
-            drained
-        });
+        let finishing = s.spawn(move || egress.finish());
         record_execution(&token, &session, &log, run.detail);
         finishing.join().unwrap_or(false)
     });
     if !drained {
         eprintln!("airlock: warning: some egress records were still pending when the run ended");
     }
+    // What the run wrote is decided as one commit. A run that was killed or refused
+    // leaves nothing: its layer is discarded unseen.
+    if let Ok(RunEnd::Finished(_)) = &run.end {
+        let txn = transaction::Transaction {
+            home: &home,
+            cfg: &cfg,
+            gate: &gate,
+            log: &log,
+            approval_timeout: std::time::Duration::from_secs(cfg.agent.approval_timeout_secs),
+            cancelled: None,
+        };
+        let settled = txn.settle(
+            &session,
+            &workspace,
+            &layers.upper(),
+            Some(started),
+            &token.action().command,
+        );
+        if settled != transaction::Settled::Unchanged {
+            eprintln!("airlock: {}", settled.note());
+        }
+    }
+    drop(layers);
+    end_session(&store, &session.id);
     close_log(log)?;
     run.end.map(|end| match end {
         RunEnd::Killed => EXIT_KILLED,

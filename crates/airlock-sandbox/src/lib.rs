@@ -49,6 +49,7 @@ pub mod init;
 mod launcher;
 pub mod mount_plan;
 mod output;
+pub mod overlay;
 pub mod payload_env;
 pub mod profile;
 pub mod protocol;
@@ -65,6 +66,7 @@ pub use launcher::{
 };
 pub use mount_plan::MountPlan;
 pub use output::OutputMode;
+pub use overlay::WorkspaceOverlay;
 pub use profile::{SandboxProfile, WeakenedMode};
 pub use workspace_check::OperatorDirs;
 

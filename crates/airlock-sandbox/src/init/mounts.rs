@@ -241,6 +241,13 @@ pub fn build_root(
                     copied.map_err(|e| stage(&e))?;
                 }
             }
+            MountStep::Overlay { .. } => {
+                // Refused until the overlay mount lands: never fall back to a writable bind.
+                return Err(InitError::new(
+                    "workspace overlay",
+                    "this helper cannot mount the workspace overlay yet",
+                ));
+            }
             MountStep::Rebind {
                 anchor,
                 relative,

@@ -257,13 +257,15 @@ impl Executors for HostExecutors {
         content: &[u8],
         _timeout: Duration,
     ) -> Option<ToolOutput> {
-        let (shared, action, content) = (self.shared.clone(), auth.action().clone(), content.to_vec());
+        let (shared, action, content) =
+            (self.shared.clone(), auth.action().clone(), content.to_vec());
         // Set when the loop drops this future (kill, timeout): a held commit withdraws.
         let cancel = CancelFlag::default();
         let flag = cancel.0.clone();
-        let result = tokio::task::spawn_blocking(move || shared.stage_write(&action, &content, &flag))
-            .await
-            .unwrap_or_else(|e| Err(format!("the file worker failed: {e}")));
+        let result =
+            tokio::task::spawn_blocking(move || shared.stage_write(&action, &content, &flag))
+                .await
+                .unwrap_or_else(|e| Err(format!("the file worker failed: {e}")));
         cancel.disarm();
         Some(result.map_or_else(ToolOutput::error, ToolOutput::ok))
     }
@@ -415,8 +417,8 @@ impl Shared {
         } else {
             path
         };
-        let rel = airlock_workspace::RelPath::new(rel.as_os_str().as_encoded_bytes())
-            .map_err(|e| format!("`{}`: {e}", action.path))?;
+        let rel =
+            airlock_workspace::RelPath::new(rel).map_err(|e| format!("`{}`: {e}", action.path))?;
         let dir = self
             .home
             .state

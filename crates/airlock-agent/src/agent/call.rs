@@ -150,7 +150,9 @@ impl Agent<'_> {
                 );
                 match staged.await? {
                     Guarded::Done(Some(o)) => Some(o),
-                    Guarded::Done(None) => file_result(run.files.write_file(&t, content.as_bytes())),
+                    Guarded::Done(None) => {
+                        file_result(run.files.write_file(&t, content.as_bytes()))
+                    }
                     Guarded::TimedOut => Some(ToolOutput::error(format!(
                         "the write was not committed within the {}s call timeout",
                         timeout.as_secs_f64()

@@ -129,8 +129,7 @@ pub fn hold(
             }
             ApprovalStatus::Approved => {
                 let stored = Action::from_json(&current.payload).ok();
-                if stored.as_ref() != Some(&action) || current.payload_hash != ticket.action_hash
-                {
+                if stored.as_ref() != Some(&action) || current.payload_hash != ticket.action_hash {
                     return Err("the approved payload differs from the held commit".into());
                 }
                 let by = current.decided_by.clone().unwrap_or_default();

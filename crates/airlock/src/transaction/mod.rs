@@ -16,6 +16,7 @@
 //! `workspace-discard`). The caller removes the run's layers afterwards.
 
 mod facts;
+pub mod history;
 mod hold;
 
 use std::path::{Path, PathBuf};
@@ -97,9 +98,15 @@ pub fn change_set_options(cfg: &Config, started: Option<SystemTime>) -> ChangeSe
 /// Open `workspace`'s checkpoints, finishing or rolling back a commit a crash interrupted,
 /// and say on stderr what recovery did. Every command that opens a workspace comes through
 /// here; the caller records the outcome with [`record_recovery`] once its log is open.
-pub fn open_workspace(home: &Home, workspace: &Path) -> anyhow::Result<(Workspace, Option<String>)> {
+pub fn open_workspace(
+    home: &Home,
+    workspace: &Path,
+) -> anyhow::Result<(Workspace, Option<String>)> {
     let (ws, recovery) = Workspace::open(workspace, &home.state).map_err(|e| {
-        anyhow::anyhow!("cannot open the checkpoints of {}: {e}", workspace.display())
+        anyhow::anyhow!(
+            "cannot open the checkpoints of {}: {e}",
+            workspace.display()
+        )
     })?;
     let note = recovery.map(|r| r.to_string());
     if let Some(text) = &note {
@@ -181,7 +188,10 @@ impl Transaction<'_> {
             return Settled::Unchanged;
         }
         let action = commit_action(workspace, &cs);
-        let token = match self.gate.decide(session, action, &mut *crate::cmd::exec::lock(self.log)) {
+        let token = match self
+            .gate
+            .decide(session, action, &mut *crate::cmd::exec::lock(self.log))
+        {
             Verdict::Allow(t) => t,
             Verdict::Deny(d) => {
                 return discard(format!(
@@ -197,7 +207,14 @@ impl Transaction<'_> {
                     limits: self.cfg.approvals,
                     cancelled: self.cancelled,
                 };
-                match hold::hold(&settings, self.gate, self.log, session, ticket, &cs.render()) {
+                match hold::hold(
+                    &settings,
+                    self.gate,
+                    self.log,
+                    session,
+                    ticket,
+                    &cs.render(),
+                ) {
                     Ok(t) => t,
                     Err(why) => return discard(format!("held and not approved: {why}")),
                 }
@@ -241,7 +258,8 @@ impl Transaction<'_> {
         let a = token.action();
         let files = a.files_added + a.files_modified + a.files_deleted;
         match ws.commit(cs, upper, meta) {
-            Ok(id) => {
+            Ok(None) => Settled::Unchanged,
+            Ok(Some(id)) => {
                 append(
                     self.log,
                     AuditEvent::by("workspace-commit", &session.id, &system())

@@ -35,7 +35,10 @@ fn i1_a_kill_between_run_end_and_commit_leaves_all_or_nothing() {
         if text.contains("\"kind\":\"execution\"") {
             break;
         }
-        assert!(child.try_wait().unwrap().is_none(), "exec ended before its record was seen");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "exec ended before its record was seen"
+        );
         assert!(Instant::now() < deadline, "the run never ended");
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -46,7 +49,10 @@ fn i1_a_kill_between_run_end_and_commit_leaves_all_or_nothing() {
     let said = text(&next);
     assert!(next.status.success(), "{said}");
     let n = count(&f.ws);
-    assert!(n == 0 || n == FILES, "half a commit: {n} of {FILES} files\n{said}");
+    assert!(
+        n == 0 || n == FILES,
+        "half a commit: {n} of {FILES} files\n{said}"
+    );
     if said.contains("rolled back") {
         assert_eq!(n, 0, "{said}");
     }

@@ -135,3 +135,13 @@ pub fn tree(dir: &Path) -> Vec<PathBuf> {
     out.sort();
     out
 }
+
+/// The checkpoint a run's output says its changes were committed as.
+pub fn checkpoint_of(o: &Output) -> String {
+    let all = text(o);
+    all.split("committed as checkpoint ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no checkpoint in {all}"))
+        .to_string()
+}

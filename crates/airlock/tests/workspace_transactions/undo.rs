@@ -10,16 +10,30 @@ fn undo_restores_a_file_that_an_unattended_commit_overwrote() {
     let o = exec(&f, "echo 'rewritten by the run' > plan.md");
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("committed as checkpoint"), "{}", text(&o));
-    assert_eq!(read(&f.ws, "plan.md").as_deref(), Some("rewritten by the run\n"));
+    assert_eq!(
+        read(&f.ws, "plan.md").as_deref(),
+        Some("rewritten by the run\n")
+    );
 
     let list = airlock_in(&f, &["checkpoints", "list"]);
     assert!(list.status.success(), "{}", text(&list));
-    assert!(String::from_utf8_lossy(&list.stdout).contains("plan.md") || String::from_utf8_lossy(&list.stdout).contains("exec-"), "{}", text(&list));
+    assert!(
+        String::from_utf8_lossy(&list.stdout).contains("plan.md")
+            || String::from_utf8_lossy(&list.stdout).contains("exec-"),
+        "{}",
+        text(&list)
+    );
 
     let undo = airlock_in(&f, &["undo"]);
     assert!(undo.status.success(), "{}", text(&undo));
-    assert_eq!(read(&f.ws, "plan.md").as_deref(), Some("the owner's plan\n"));
-    assert!(kinds(&f.home).iter().any(|k| k == "workspace-undo"), "undo was not recorded");
+    assert_eq!(
+        read(&f.ws, "plan.md").as_deref(),
+        Some("the owner's plan\n")
+    );
+    assert!(
+        kinds(&f.home).iter().any(|k| k == "workspace-undo"),
+        "undo was not recorded"
+    );
 }
 
 #[test]

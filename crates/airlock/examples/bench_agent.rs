@@ -93,6 +93,7 @@ fn calls(n: usize) -> anyhow::Result<()> {
             profile: None,
             channel: "terminal".into(),
             print_messages: false,
+            workspace: None,
             egress: Default::default(),
         },
     )?;

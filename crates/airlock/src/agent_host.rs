@@ -102,6 +102,7 @@ impl AgentHost {
                     Some(dir) => Some(owner_workspace(&home, dir)?),
                     None => None,
                 };
+                new.agent_workspace = new.workspace.is_some();
                 store
                     .create_session(&new, Timestamp::now())
                     .map_err(|e| anyhow::anyhow!("cannot create a session: {e}"))?

@@ -19,3 +19,6 @@ mod names;
 
 #[path = "workspace_transactions/crash.rs"]
 mod crash;
+
+#[path = "workspace_transactions/files.rs"]
+mod files;

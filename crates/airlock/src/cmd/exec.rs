@@ -437,6 +437,8 @@ fn record_run_session(home: &Home, id: String, workspace: PathBuf) -> anyhow::Re
         role: "owner".into(),
         // The run works in the operator's workspace; it needs no directory of its own.
         workspace: Some(workspace),
+        // The operator typed the command; no agent is given the directory.
+        agent_workspace: false,
     };
     store.create_session(&new, Timestamp::now()).map_err(|e| {
         anyhow::anyhow!(

@@ -29,7 +29,7 @@ async fn i5_rm_rf_after_a_fetched_page_is_held_and_a_denial_leaves_every_file() 
     std::fs::write(&roots, &upstream.ca_pem).unwrap();
     let url = format!("https://127.0.0.1:{}/notes", upstream.port);
     let model = ScriptedModel::start([
-        Step::tool_call("c1", "fetch", &format!(r#"{{"url":"{url}"}}"#)),
+        Step::tool_call("c1", "fetch", format!(r#"{{"url":"{url}"}}"#)),
         Step::tool_call("c2", "shell", r#"{"command":"rm -rf ./*"}"#),
         Step::text("Cleaned."),
     ])

@@ -542,7 +542,7 @@ fn sealed_file(contents: &[u8]) -> Result<OwnedFd, SandboxError> {
 }
 
 /// What the workspace overlay needs of the machine, for a refusal while building it.
-const OVERLAY_HELP: &str = "the workspace overlay needs overlayfs mountable inside a user namespace with the userxattr option (Linux 5.11 or newer, CONFIG_OVERLAY_FS=y or `modprobe overlay`), and its upper layer on a local file system with user extended attributes (ext4, xfs, btrfs; tmpfs from Linux 6.6); `airlock doctor` shows what this machine supports. The run never falls back to writing into the workspace";
+const OVERLAY_HELP: &str = "the workspace overlay needs overlayfs mountable inside a user namespace with the userxattr option (Linux 5.11 or newer, CONFIG_OVERLAY_FS=y or `modprobe overlay`), and its upper layer on a writable local file system with user extended attributes (ext4, xfs, btrfs; tmpfs from Linux 6.6); `airlock doctor` shows what this machine supports. The run never falls back to writing into the workspace";
 
 pub(crate) fn setup_error(stage: String, message: String) -> SandboxError {
     let help = if stage.contains("overlay") {

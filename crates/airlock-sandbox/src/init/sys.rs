@@ -249,7 +249,11 @@ pub fn fs_context_log(fs: RawFd) -> String {
         if n <= 0 {
             break;
         }
-        out.push(String::from_utf8_lossy(&buf[..n as usize]).into_owned());
+        out.push(
+            String::from_utf8_lossy(&buf[..n as usize])
+                .trim()
+                .to_string(),
+        );
     }
     out.join("; ")
 }

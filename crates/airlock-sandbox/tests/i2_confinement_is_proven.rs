@@ -2,6 +2,8 @@
 //! that run. These tests run real commands in the real sandbox.
 
 mod common;
+#[path = "suite/overlay.rs"]
+mod overlay;
 #[path = "suite/written_files.rs"]
 mod written_files;
 

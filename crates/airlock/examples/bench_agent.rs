@@ -11,6 +11,14 @@
 //! and N bare provider round trips (`rtt`). Per-call overhead of a turn = (turn time −
 //! text turn p50 − round trip p50) / 20: what each call adds beyond the model. Its p50
 //! and p99 are over turns, so they are percentiles of a 20-call mean, not of single calls.
+//!
+//! `bench_agent calls <N> [PREFIX...]`: the peers are timed the same way, so the ratios
+//! compare like with like: a batch is the same 20 `echo`s run one after another, by
+//! fork/exec of `/bin/sh` (`sh_batch`) and, when a PREFIX is given (the script passes a
+//! bwrap command line), under it (`prefix_batch`); each batch yields its mean per run, and
+//! p50/p99 are over batches. One batch of each peer runs right after each measured turn,
+//! so a change in the machine's speed hits Airlock and its peers alike.
+//!
 //! Prints one `name p50_us p99_us` line per series.
 //!
 //! `bench_agent sessions <N>`: the host's resident memory with N idle sessions: one
@@ -43,9 +51,11 @@ fn main() -> anyhow::Result<()> {
         None => 200,
     };
     match mode {
-        "calls" => calls(n),
+        "calls" => calls(n, args.get(3..).unwrap_or_default()),
         "sessions" => sessions(n),
-        other => anyhow::bail!("unknown mode `{other}`\nhelp: bench_agent calls|sessions [N]"),
+        other => anyhow::bail!(
+            "unknown mode `{other}`\nhelp: bench_agent calls [N [PREFIX...]] | sessions [N]"
+        ),
     }
 }
 
@@ -61,7 +71,37 @@ fn report(name: &str, mut v: Vec<Duration>) -> (Duration, Duration) {
     (p50, p99)
 }
 
-fn calls(n: usize) -> anyhow::Result<()> {
+/// One peer batch: the same `PER_TURN` `echo`s as a shell turn, run one after another under
+/// `prefix` (nothing: plain fork/exec of `/bin/sh`). Returns the mean time per run, so it
+/// compares with a turn's per-call overhead, which is also a mean over `PER_TURN` calls.
+fn peer_batch(prefix: &[String], i: usize) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    for j in 0..PER_TURN {
+        let script = format!("echo {i}-{j}");
+        let mut cmd = match prefix.split_first() {
+            Some((program, rest)) => {
+                let mut c = std::process::Command::new(program);
+                c.args(rest).arg("/bin/sh");
+                c
+            }
+            None => std::process::Command::new("/bin/sh"),
+        };
+        let status = cmd
+            .args(["-c", &script])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .status()?;
+        if !status.success() {
+            anyhow::bail!(
+                "peer `{}` failed ({status})\nhelp: run it by hand to see why",
+                prefix.first().map(String::as_str).unwrap_or("/bin/sh")
+            );
+        }
+    }
+    Ok(started.elapsed() / PER_TURN as u32)
+}
+
+fn calls(n: usize, prefix: &[String]) -> anyhow::Result<()> {
     let server_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -147,10 +187,20 @@ fn calls(n: usize) -> anyhow::Result<()> {
     let mut text = Vec::new();
     let mut shell = Vec::new();
     let mut read = Vec::new();
+    let mut sh_batch = Vec::new();
+    let mut prefix_batch = Vec::new();
+    peer_batch(&[], 0)?;
+    if !prefix.is_empty() {
+        peer_batch(prefix, 0)?;
+    }
     for i in 0..turns {
         text.push(turn("t", vec![])?);
         shell.push(turn("s", shell_calls(i))?);
         read.push(turn("r", read_calls())?);
+        sh_batch.push(peer_batch(&[], i)?);
+        if !prefix.is_empty() {
+            prefix_batch.push(peer_batch(prefix, i)?);
+        }
     }
     host.close()?;
 
@@ -167,6 +217,10 @@ fn calls(n: usize) -> anyhow::Result<()> {
     };
     report("shell_overhead", per_call(shell));
     report("read_overhead", per_call(read));
+    report("sh_batch", sh_batch);
+    if !prefix.is_empty() {
+        report("prefix_batch", prefix_batch);
+    }
     Ok(())
 }
 

@@ -47,7 +47,16 @@ async fn write_file_is_committed_as_a_checkpoint_that_undo_reverts() {
         read(&f.ws, "README.md").as_deref(),
         Some("# project\n\nrewritten\n")
     );
-    assert!(kinds(&f.home).iter().any(|k| k == "workspace-commit"));
+    let kinds = kinds(&f.home);
+    assert!(
+        kinds.iter().any(|k| k == "workspace-commit"),
+        "{kinds:?}\n{:?}\n{}",
+        audit(&f.home)
+            .iter()
+            .filter(|r| r["kind"] == "workspace-discard")
+            .collect::<Vec<_>>(),
+        String::from_utf8_lossy(&o.stderr)
+    );
 
     let undo = airlock_in(&f, &["undo"]);
     assert!(undo.status.success(), "{}", text(&undo));

@@ -263,3 +263,23 @@ fn xattr_whiteouts_are_read_as_whiteouts() {
         ChangeKind::Modified
     );
 }
+
+#[test]
+fn a_payload_cannot_forge_the_overlays_own_attributes() {
+    let f = fx();
+    f.put("d/keep", b"lower file");
+    // The payload sets `user.overlay.opaque` itself: overlayfs stores it escaped, and it
+    // must not make the directory opaque (which would delete `d/keep`).
+    f.overlay(
+        "echo n > d/new; python3 -c \"import os; os.setxattr('d', 'user.overlay.opaque', b'y')\"",
+    );
+    let cs = f.compute();
+    assert!(cs.entry(&rp("d/keep")).is_none(), "{:?}", cs.entries);
+    assert_eq!(cs.entry(&rp("d/new")).unwrap().kind(), ChangeKind::Added);
+    assert!(
+        cs.dropped.iter().any(|d| d.path == rp("d")
+            && matches!(&d.what, DroppedKind::Xattr { name } if name == b"user.overlay.overlay.opaque")),
+        "{:?}",
+        cs.dropped
+    );
+}

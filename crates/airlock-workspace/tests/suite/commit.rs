@@ -165,3 +165,28 @@ fn symlinks_in_the_upper_layer_are_never_followed_when_reading_it() {
     ));
     let _ = ChangeSetOptions::default();
 }
+
+#[test]
+fn a_link_swapped_in_above_the_written_file_is_never_followed() {
+    let f = fx();
+    let outside = f.ws.parent().unwrap().join("outside");
+    std::fs::create_dir_all(outside.join("sub")).unwrap();
+    std::fs::write(outside.join("sub/victim"), b"host file").unwrap();
+    f.put("d/sub/victim", b"workspace file");
+    f.overlay("echo evil > d/sub/planted; echo evil > d/sub/victim");
+    let cs = f.compute();
+    // `d` becomes a link to a directory outside, two levels above what the commit writes.
+    std::fs::rename(f.ws.join("d"), f.ws.join("d-moved")).unwrap();
+    std::os::unix::fs::symlink(&outside, f.ws.join("d")).unwrap();
+    let ws = f.open();
+    let err = ws.commit(&cs, &f.upper, meta("swap")).unwrap_err();
+    assert!(matches!(err, WorkspaceError::ThroughLink { .. }), "{err}");
+    assert_eq!(
+        std::fs::read(outside.join("sub/victim")).unwrap(),
+        b"host file"
+    );
+    assert!(
+        !outside.join("sub/planted").exists(),
+        "nothing written outside"
+    );
+}

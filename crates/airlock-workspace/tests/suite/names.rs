@@ -69,3 +69,32 @@ fn attacker_names_are_shown_escaped_and_committed_to_the_right_path() {
     beside.sort();
     assert_eq!(beside, ["merged", "state", "upper", "work", "ws"]);
 }
+
+#[test]
+fn the_rendered_change_set_is_bounded() {
+    let f = fx();
+    // Many entries, many dropped FIFOs, long diffs: the prompt stays readable.
+    f.overlay(
+        "for i in $(seq 1 700); do echo $i > f$i; done; for i in $(seq 1 300); do mkfifo p$i; done; \
+         seq 1 100000 > long.txt",
+    );
+    let cs = f.compute();
+    assert_eq!(cs.entries.len(), 701);
+    assert_eq!(cs.dropped.len(), 300);
+    let r = cs.render();
+    assert!(r.contains("… 201 more entries not shown"), "entries cut");
+    assert!(r.contains("300 items dropped; the first 100:"));
+    assert_eq!(r.matches("dropped p").count(), 100);
+    let long = cs
+        .entries
+        .iter()
+        .find(|e| e.path.as_bytes() == b"long.txt")
+        .unwrap();
+    let d = long.diff.as_ref().unwrap();
+    assert!(
+        d.cut_lines > 0 && d.lines.len() <= 400,
+        "{} lines",
+        d.lines.len()
+    );
+    assert!(r.len() < 200_000, "{} bytes", r.len());
+}

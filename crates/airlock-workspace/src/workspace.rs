@@ -242,7 +242,17 @@ impl Workspace {
                             e.to_string().lines().next().unwrap_or_default().to_string()
                         }
                     };
-                    self.roll_back(&mut r)?;
+                    let spared = self.roll_back(&mut r)?;
+                    let reason = if spared.is_empty() {
+                        reason
+                    } else {
+                        let names: Vec<String> =
+                            spared.iter().map(crate::RelPath::display).collect();
+                        format!(
+                            "{reason}; left as the owner changed them: {}",
+                            names.join(", ")
+                        )
+                    };
                     out = Some(Recovery::RolledBack {
                         checkpoint: r.id,
                         paths: r.ops.len(),
@@ -254,8 +264,9 @@ impl Workspace {
         Ok(out)
     }
 
-    /// Undo whatever of `r` was applied and mark it rolled back.
-    fn roll_back(&self, r: &mut Record) -> Result<(), WorkspaceError> {
+    /// Undo whatever of `r` was applied and mark it rolled back. A path the owner edited
+    /// since is left as the owner left it (and returned).
+    fn roll_back(&self, r: &mut Record) -> Result<Vec<crate::RelPath>, WorkspaceError> {
         let reversed: Vec<Op> = r
             .ops
             .iter()
@@ -267,8 +278,8 @@ impl Workspace {
             .collect();
         let tag = format!("{}r", r.id);
         apply::clean_temps(&self.root, &reversed, &tag);
-        match apply::apply(&self.root, &self.objects, &reversed, &tag, &mut || {}) {
-            Ok(()) => {}
+        let spared = match apply::apply_sparing(&self.root, &self.objects, &reversed, &tag) {
+            Ok(spared) => spared,
             Err(ApplyError::Diverged(d)) => {
                 return Err(WorkspaceError::corrupt(
                     &self.journal_path(r.id),
@@ -280,9 +291,10 @@ impl Workspace {
                 ))
             }
             Err(ApplyError::Other(e)) => return Err(e),
-        }
+        };
         r.status = Status::RolledBack;
-        self.journal.write(r)
+        self.journal.write(r)?;
+        Ok(spared)
     }
 
     pub(crate) fn journal_path(&self, id: CheckpointId) -> PathBuf {

@@ -156,3 +156,60 @@ fn kill_9_at_every_commit_step_leaves_none_or_all_of_it() {
         "both outcomes were exercised"
     );
 }
+
+#[test]
+fn a_crash_then_an_owner_edit_rolls_the_commit_back_and_keeps_the_edit() {
+    let f = fx();
+    f.put("a.txt", b"a before\n");
+    f.put("z.txt", b"z before\n");
+    f.overlay("echo a after > a.txt; echo z after > z.txt");
+    let base = f.ws.parent().unwrap();
+    // Steps: locked 0, prior saved 1, new saved 2, journaled 3, first write 4: die after
+    // a.txt is written and before z.txt is.
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "suite::crash::kill_9_at_every_commit_step_leaves_none_or_all_of_it",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env(STEP, "4")
+        .env(BASE, base)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.signal(),
+        Some(9),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(
+        f.read("a.txt").unwrap(),
+        b"a after\n",
+        "the first write landed"
+    );
+    assert_eq!(f.read("z.txt").unwrap(), b"z before\n");
+    // Before anything reopens the workspace, the owner edits the file not yet written.
+    f.put("z.txt", b"owner's edit\n");
+    let (ws, recovery) = Workspace::open(&f.ws, &f.state).unwrap();
+    match &recovery {
+        Some(Recovery::RolledBack { reason, .. }) => assert!(reason.contains("z.txt"), "{reason}"),
+        other => panic!("expected a roll-back, got {other:?}"),
+    }
+    assert_eq!(
+        f.read("a.txt").unwrap(),
+        b"a before\n",
+        "what was written is undone"
+    );
+    assert_eq!(
+        f.read("z.txt").unwrap(),
+        b"owner's edit\n",
+        "the owner's edit is kept"
+    );
+    let list = ws.checkpoints().unwrap();
+    assert_eq!(list[0].status, airlock_workspace::Status::RolledBack);
+    assert!(
+        ws.undo(1, false, meta("undo")).is_err(),
+        "a rolled-back commit is not undone"
+    );
+}

@@ -56,3 +56,36 @@ fn staged_writes_and_removals_commit_like_a_run() {
         .unwrap()
         .starts_with(b"fn main() { println"));
 }
+
+#[test]
+fn staged_writes_never_go_through_a_link_or_over_a_file() {
+    let f = fx();
+    let outside = f.ws.parent().unwrap().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, f.ws.join("out")).unwrap();
+    std::os::unix::fs::symlink("real.txt", f.ws.join("alias.txt")).unwrap();
+    f.put("real.txt", b"r");
+    f.put("plain", b"a file");
+    let st = Staging::new(&f.upper.parent().unwrap().join("stage"), &f.ws).unwrap();
+    let e = st.write_file(&rp("out/x"), b"evil", 0o644).unwrap_err();
+    assert!(
+        matches!(e, airlock_workspace::WorkspaceError::ThroughLink { .. }),
+        "{e}"
+    );
+    let e = st.write_file(&rp("alias.txt"), b"evil", 0o644).unwrap_err();
+    assert!(
+        matches!(e, airlock_workspace::WorkspaceError::ThroughLink { .. }),
+        "{e}"
+    );
+    assert!(
+        st.write_file(&rp("plain/x"), b"x", 0o644).is_err(),
+        "a file is not made a directory"
+    );
+    let cs = ChangeSet::compute(&f.ws, st.path(), &ChangeSetOptions::default()).unwrap();
+    assert!(cs.is_empty(), "{:?}", cs.entries);
+    // Removing the link itself is fine.
+    st.remove(&rp("out")).unwrap();
+    let cs = ChangeSet::compute(&f.ws, st.path(), &ChangeSetOptions::default()).unwrap();
+    assert_eq!(cs.entries.len(), 1);
+    assert_eq!(cs.entries[0].kind(), ChangeKind::Deleted);
+}

@@ -170,3 +170,28 @@ fn show_and_diff_name_the_changes() {
     assert!(text.contains("+evil\\u{1b}[2J"), "{text}");
     assert!(!text.contains('\x1b'));
 }
+
+#[test]
+fn retention_by_bytes_keeps_the_newest_checkpoint_whatever_its_size() {
+    let mut f = fx();
+    let (ws, _) = Workspace::open_with(
+        &f.ws,
+        &f.state,
+        Retention {
+            max_checkpoints: 100,
+            max_bytes: 1500,
+        },
+    )
+    .unwrap();
+    run(&mut f, &ws, "head -c 1000 /dev/zero > a", "s1");
+    run(&mut f, &ws, "head -c 1000 /dev/zero | tr '\\0' x > b", "s1");
+    let ids: Vec<_> = ws.checkpoints().unwrap().iter().map(|c| c.id.0).collect();
+    assert_eq!(ids, vec![2], "the first no longer fits beside the second");
+    run(&mut f, &ws, "head -c 4000 /dev/zero | tr '\\0' y > c", "s1");
+    let ids: Vec<_> = ws.checkpoints().unwrap().iter().map(|c| c.id.0).collect();
+    assert_eq!(ids, vec![3], "the newest is kept even over the limit");
+    // It can still be undone.
+    ws.undo(1, false, meta("undo")).unwrap();
+    assert_eq!(f.read("c"), None);
+    assert_eq!(f.read("b").unwrap().len(), 1000);
+}

@@ -190,3 +190,26 @@ fn a_link_swapped_in_above_the_written_file_is_never_followed() {
         "nothing written outside"
     );
 }
+
+#[test]
+fn a_hard_link_to_a_file_outside_is_replaced_never_written_through() {
+    let f = fx();
+    let outside = f.ws.parent().unwrap().join("outside-file");
+    std::fs::write(&outside, b"host content\n").unwrap();
+    std::fs::hard_link(&outside, f.ws.join("linked")).unwrap();
+    f.overlay("echo run > linked");
+    let cs = f.compute();
+    let ws = f.open();
+    ws.commit(&cs, &f.upper, meta("hardlink")).unwrap();
+    assert_eq!(f.read("linked").unwrap(), b"run\n");
+    assert_eq!(std::fs::read(&outside).unwrap(), b"host content\n");
+    // And the undo puts the old content back as a file of its own, not through the link.
+    ws.undo(1, false, meta("undo")).unwrap();
+    assert_eq!(f.read("linked").unwrap(), b"host content\n");
+    std::fs::write(f.ws.join("linked"), b"changed by hand\n").unwrap();
+    assert_eq!(
+        std::fs::read(&outside).unwrap(),
+        b"host content\n",
+        "no longer linked"
+    );
+}

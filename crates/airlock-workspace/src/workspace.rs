@@ -153,7 +153,12 @@ impl Workspace {
             &node::sha256_hex(canonical.as_os_str().as_bytes())[..16]
         );
         let state = state_dir.join("checkpoints").join(key);
-        for d in [state.clone(), state.join("objects"), state.join("log")] {
+        for d in [
+            state_dir.join("checkpoints"),
+            state.clone(),
+            state.join("objects"),
+            state.join("log"),
+        ] {
             std::fs::create_dir_all(&d).map_err(|e| WorkspaceError::io("create", &d, e))?;
             use std::os::unix::fs::PermissionsExt;
             let _ = std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700));

@@ -109,6 +109,30 @@ pub(crate) fn apply(
     tag: &str,
     step: &mut dyn FnMut(),
 ) -> Result<(), ApplyError> {
+    run(root, objects, ops, tag, step, false).map(|_| ())
+}
+
+/// Like [`apply`], for rolling back: a path that holds neither version (the owner edited
+/// it since) is left as it is and returned, never overwritten, and a directory that
+/// still holds something is kept.
+pub(crate) fn apply_sparing(
+    root: &OwnedFd,
+    objects: &Objects,
+    ops: &[Op],
+    tag: &str,
+) -> Result<Vec<RelPath>, ApplyError> {
+    run(root, objects, ops, tag, &mut || {}, true)
+}
+
+fn run(
+    root: &OwnedFd,
+    objects: &Objects,
+    ops: &[Op],
+    tag: &str,
+    step: &mut dyn FnMut(),
+    sparing: bool,
+) -> Result<Vec<RelPath>, ApplyError> {
+    let mut spared = Vec::new();
     let (removals, creations) = order(ops);
     let mut touched: BTreeSet<Option<RelPath>> = BTreeSet::new();
     for i in removals {
@@ -119,11 +143,23 @@ pub(crate) fn apply(
             continue;
         }
         if !same(&cur, &op.before) {
+            if sparing {
+                spared.push(op.path.clone());
+                step();
+                continue;
+            }
             return Err(ApplyError::Diverged(Diverged {
                 path: op.path.clone(),
             }));
         }
-        remove(root, &op.path, cur.as_ref().is_some_and(Node::is_dir))?;
+        match remove(root, &op.path, cur.as_ref().is_some_and(Node::is_dir)) {
+            Err(WorkspaceError::Unrestorable { .. }) if sparing => {
+                spared.push(op.path.clone());
+                step();
+                continue;
+            }
+            other => other?,
+        }
         touched.insert(op.path.parent());
         step();
     }
@@ -140,6 +176,11 @@ pub(crate) fn apply(
             Some(c) => c.same_type(after) && (same(&cur, &op.before) || c.same_content(after)),
         };
         if !replaceable {
+            if sparing {
+                spared.push(op.path.clone());
+                step();
+                continue;
+            }
             return Err(ApplyError::Diverged(Diverged {
                 path: op.path.clone(),
             }));
@@ -163,7 +204,7 @@ pub(crate) fn apply(
             let _ = rustix::fs::fsync(&fd);
         }
     }
-    Ok(())
+    Ok(spared)
 }
 
 /// Remove the temporary files a crash may have left for `ops` under `tag`.

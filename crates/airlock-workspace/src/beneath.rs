@@ -34,15 +34,54 @@ pub(crate) fn open(
     }
 }
 
-/// Open the directory `rel` beneath `root`.
+/// Open the directory `rel` beneath `root`. A link where a directory should be is
+/// `ELOOP` (never `ENOTDIR`, which would read as "does not exist").
 pub(crate) fn open_dir(root: &OwnedFd, rel: Option<&RelPath>) -> Result<OwnedFd, Errno> {
     let p = rel.map(RelPath::as_path).unwrap_or(Path::new("."));
-    open(
+    match open(
         root,
         p,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW,
         Mode::empty(),
-    )
+    ) {
+        Err(Errno::NOTDIR) => {
+            // Which component is not a directory? Walk the prefixes, opening each as a
+            // path only, never following it.
+            let Some(rel) = rel else {
+                return Err(Errno::NOTDIR);
+            };
+            let mut prefix = Vec::new();
+            for comp in rel.components() {
+                if !prefix.is_empty() {
+                    prefix.push(b'/');
+                }
+                prefix.extend_from_slice(comp);
+                let pp = Path::new(
+                    <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&prefix),
+                );
+                match open(root, pp, OFlags::PATH | OFlags::NOFOLLOW, Mode::empty()) {
+                    Ok(fd) => match rustix::fs::fstat(&fd) {
+                        Ok(st)
+                            if rustix::fs::FileType::from_raw_mode(st.st_mode)
+                                == rustix::fs::FileType::Symlink =>
+                        {
+                            return Err(Errno::LOOP)
+                        }
+                        Ok(st)
+                            if rustix::fs::FileType::from_raw_mode(st.st_mode)
+                                != rustix::fs::FileType::Directory =>
+                        {
+                            return Err(Errno::NOTDIR)
+                        }
+                        _ => {}
+                    },
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(Errno::NOTDIR)
+        }
+        other => other,
+    }
 }
 
 /// The directory holding `rel`, beneath `root`, and `rel`'s last component.

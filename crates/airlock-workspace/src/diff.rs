@@ -71,7 +71,7 @@ mod tests {
         let d = unified(old, new, 100);
         assert!(d.lines.iter().any(|l| l == "-b"), "{:?}", d.lines);
         assert!(
-            d.lines.iter().any(|l| l == "+B\\u{1b}[2J\\rX"),
+            d.lines.iter().any(|l| l == "+B\\u{1b}[2J\\r"),
             "{:?}",
             d.lines
         );

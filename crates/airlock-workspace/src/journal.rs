@@ -103,7 +103,6 @@ pub(crate) struct Record {
     /// Milliseconds since the Unix epoch.
     pub time_ms: u64,
     pub meta: CommitMeta,
-    #[serde(flatten)]
     pub kind: RecordKind,
     pub status: Status,
     pub ops: Vec<Op>,

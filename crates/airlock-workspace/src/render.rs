@@ -10,6 +10,22 @@ use crate::ChangeSet;
 
 /// Most entries listed; the rest are counted.
 const MAX_ENTRIES_SHOWN: usize = 500;
+/// Most dropped items, conflicts and sensitive paths listed; the rest are counted.
+const MAX_NOTES_SHOWN: usize = 100;
+
+/// `items` joined by ", ", at most [`MAX_NOTES_SHOWN`] of them.
+fn bounded_list(items: &[String]) -> String {
+    let mut out = items
+        .iter()
+        .take(MAX_NOTES_SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > MAX_NOTES_SHOWN {
+        let _ = write!(out, " … and {} more", items.len() - MAX_NOTES_SHOWN);
+    }
+    out
+}
 
 impl ChangeSet {
     /// The change set with its diffs, for an approval prompt.
@@ -36,7 +52,7 @@ impl ChangeSet {
             );
         }
         if s.touches_sensitive {
-            let _ = writeln!(out, "sensitive paths: {}", s.sensitive_paths.join(", "));
+            let _ = writeln!(out, "sensitive paths: {}", bounded_list(&s.sensitive_paths));
         }
         if s.creates_git {
             let _ = writeln!(out, "creates a .git where there was none");
@@ -44,7 +60,14 @@ impl ChangeSet {
         if s.creates_protected {
             let _ = writeln!(out, "creates a protected path that did not exist");
         }
-        for c in &self.conflicts {
+        if self.conflicts.len() > MAX_NOTES_SHOWN {
+            let _ = writeln!(
+                out,
+                "{} conflicts; the first {MAX_NOTES_SHOWN}:",
+                self.conflicts.len()
+            );
+        }
+        for c in self.conflicts.iter().take(MAX_NOTES_SHOWN) {
             let _ = writeln!(
                 out,
                 "CONFLICT {}: changed on the host {} ms after the run started; owner's version: {}; run's version: {}",
@@ -112,7 +135,14 @@ impl ChangeSet {
                 }
             }
         }
-        for d in &self.dropped {
+        if self.dropped.len() > MAX_NOTES_SHOWN {
+            let _ = writeln!(
+                out,
+                "{} items dropped; the first {MAX_NOTES_SHOWN}:",
+                self.dropped.len()
+            );
+        }
+        for d in self.dropped.iter().take(MAX_NOTES_SHOWN) {
             let what = match &d.what {
                 DroppedKind::Special { what } => what.name().to_string(),
                 DroppedKind::Xattr { name } => {

@@ -441,6 +441,15 @@ impl Scan<'_> {
                 .strip_prefix(b"user.overlay.")
                 .or_else(|| name.strip_prefix(b"trusted.overlay."));
             match overlay {
+                // The payload's own `user.overlay.X`, which overlayfs (Linux 6.7+) stores
+                // escaped as `user.overlay.overlay.X` so it cannot forge the overlay's
+                // attributes: the payload's, and dropped like any other.
+                Some(rest) if rest.starts_with(b"overlay.") => self.dropped.push(Dropped {
+                    path: path.clone(),
+                    what: DroppedKind::Xattr {
+                        name: name.to_vec(),
+                    },
+                }),
                 Some(b"opaque") => {
                     let mut v = [0u8; 8];
                     let len =

@@ -65,8 +65,11 @@ impl Staging {
     /// Stage `bytes` as the new content of `rel` with permission bits `mode` (special bits
     /// are stripped here already).
     pub fn write_file(&self, rel: &RelPath, bytes: &[u8], mode: u32) -> Result<(), WorkspaceError> {
-        let dir = self.parent_dir(rel)?;
+        let (dir, lower) = self.parent_dir(rel)?;
         let name = Path::new(std::ffi::OsStr::from_bytes_ext(rel.file_name()));
+        if let Some(l) = &lower {
+            self.refuse_link_or_file(l, name, rel, false)?;
+        }
         let _ = rustix::fs::unlinkat(&dir, name, rustix::fs::AtFlags::empty());
         let fd = rustix::fs::openat(
             &dir,
@@ -88,7 +91,7 @@ impl Staging {
     /// overlay makes one (a character device 0:0; where `mknod` is not allowed, a
     /// zero-size file with `user.overlay.whiteout`).
     pub fn remove(&self, rel: &RelPath) -> Result<(), WorkspaceError> {
-        let dir = self.parent_dir(rel)?;
+        let (dir, _) = self.parent_dir(rel)?;
         let name = Path::new(std::ffi::OsStr::from_bytes_ext(rel.file_name()));
         let _ = rustix::fs::unlinkat(&dir, name, rustix::fs::AtFlags::empty());
         match rustix::fs::mknodat(
@@ -124,13 +127,18 @@ impl Staging {
     }
 
     /// The staged parent directory of `rel`, created as needed with the workspace's modes.
-    fn parent_dir(&self, rel: &RelPath) -> Result<OwnedFd, WorkspaceError> {
+    fn parent_dir(&self, rel: &RelPath) -> Result<(OwnedFd, Option<OwnedFd>), WorkspaceError> {
         let mut dir = node::open_dir_at(&self.root, Path::new("."))
             .map_err(|e| WorkspaceError::io("open", &self.dir, e))?;
         let mut lower = node::open_dir_at(&self.lower, Path::new(".")).ok();
         let comps: Vec<&[u8]> = rel.components().collect();
         for comp in &comps[..comps.len() - 1] {
             let name = Path::new(std::ffi::OsStr::from_bytes_ext(comp));
+            if let Some(l) = &lower {
+                // The file tools never write through a link, nor turn a file into a
+                // directory on the way to the one they write.
+                self.refuse_link_or_file(l, name, rel, true)?;
+            }
             let lower_next = lower.as_ref().and_then(|l| node::open_dir_at(l, name).ok());
             let mode = lower_next
                 .as_ref()
@@ -150,7 +158,31 @@ impl Staging {
             }
             lower = lower_next;
         }
-        Ok(dir)
+        Ok((dir, lower))
+    }
+
+    fn refuse_link_or_file(
+        &self,
+        lower: &OwnedFd,
+        name: &Path,
+        rel: &RelPath,
+        want_dir: bool,
+    ) -> Result<(), WorkspaceError> {
+        match node::lstat_at(lower, name) {
+            Ok(Some(st)) => match node::kind_of(&st) {
+                node::Kind::Symlink => Err(WorkspaceError::ThroughLink {
+                    path: rel.display(),
+                }),
+                node::Kind::Dir => Ok(()),
+                _ if want_dir => Err(WorkspaceError::io(
+                    "create directory for",
+                    rel.as_path(),
+                    Errno::NOTDIR,
+                )),
+                _ => Ok(()),
+            },
+            _ => Ok(()),
+        }
     }
 
     fn err(&self, what: &'static str, rel: &RelPath, e: Errno) -> WorkspaceError {

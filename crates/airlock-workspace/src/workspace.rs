@@ -153,7 +153,12 @@ impl Workspace {
             &node::sha256_hex(canonical.as_os_str().as_bytes())[..16]
         );
         let state = state_dir.join("checkpoints").join(key);
-        for d in [state.clone(), state.join("objects"), state.join("log")] {
+        for d in [
+            state_dir.join("checkpoints"),
+            state.clone(),
+            state.join("objects"),
+            state.join("log"),
+        ] {
             std::fs::create_dir_all(&d).map_err(|e| WorkspaceError::io("create", &d, e))?;
             use std::os::unix::fs::PermissionsExt;
             let _ = std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700));
@@ -242,7 +247,17 @@ impl Workspace {
                             e.to_string().lines().next().unwrap_or_default().to_string()
                         }
                     };
-                    self.roll_back(&mut r)?;
+                    let spared = self.roll_back(&mut r)?;
+                    let reason = if spared.is_empty() {
+                        reason
+                    } else {
+                        let names: Vec<String> =
+                            spared.iter().map(crate::RelPath::display).collect();
+                        format!(
+                            "{reason}; left as the owner changed them: {}",
+                            names.join(", ")
+                        )
+                    };
                     out = Some(Recovery::RolledBack {
                         checkpoint: r.id,
                         paths: r.ops.len(),
@@ -254,8 +269,9 @@ impl Workspace {
         Ok(out)
     }
 
-    /// Undo whatever of `r` was applied and mark it rolled back.
-    fn roll_back(&self, r: &mut Record) -> Result<(), WorkspaceError> {
+    /// Undo whatever of `r` was applied and mark it rolled back. A path the owner edited
+    /// since is left as the owner left it (and returned).
+    fn roll_back(&self, r: &mut Record) -> Result<Vec<crate::RelPath>, WorkspaceError> {
         let reversed: Vec<Op> = r
             .ops
             .iter()
@@ -267,8 +283,8 @@ impl Workspace {
             .collect();
         let tag = format!("{}r", r.id);
         apply::clean_temps(&self.root, &reversed, &tag);
-        match apply::apply(&self.root, &self.objects, &reversed, &tag, &mut || {}) {
-            Ok(()) => {}
+        let spared = match apply::apply_sparing(&self.root, &self.objects, &reversed, &tag) {
+            Ok(spared) => spared,
             Err(ApplyError::Diverged(d)) => {
                 return Err(WorkspaceError::corrupt(
                     &self.journal_path(r.id),
@@ -280,9 +296,10 @@ impl Workspace {
                 ))
             }
             Err(ApplyError::Other(e)) => return Err(e),
-        }
+        };
         r.status = Status::RolledBack;
-        self.journal.write(r)
+        self.journal.write(r)?;
+        Ok(spared)
     }
 
     pub(crate) fn journal_path(&self, id: CheckpointId) -> PathBuf {
@@ -332,7 +349,13 @@ impl Workspace {
         let _lock = self.lock()?;
         let mut moved = Vec::new();
         for e in &cs.entries {
-            let cur = apply::current(&self.root, &e.path)?;
+            let cur = match apply::current(&self.root, &e.path) {
+                // Below a link the commit replaces (a run that turned a link into a
+                // directory): nothing is there without following it. Should the link
+                // stay, the write refuses to go through it.
+                Err(WorkspaceError::ThroughLink { .. }) if e.before.is_none() => None,
+                other => other?,
+            };
             if !apply::same(&cur, &e.before) {
                 moved.push(e.path.display());
             }

@@ -49,6 +49,11 @@
 //! So a rename shows as a whiteout plus a new entry with the same contents; nothing in the
 //! layer says which pairs belong together.
 //!
+//! Hard links: `ln A B` on a workspace file copies `A` up first, so `A` and `B` are then
+//! two names of one inode in the upper layer (link count 2), like links the run made
+//! between its own new files. Whiteouts sharing an inode (above) are not links of
+//! content.
+//!
 //! Extended attributes in the upper layer:
 //! - overlayfs' own, all in `user.overlay.`: `opaque` (above), `origin` (on copied-up
 //!   entries: a file handle of the workspace entry, possibly empty), `impure` (on

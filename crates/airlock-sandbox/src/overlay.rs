@@ -76,6 +76,14 @@
 //! The work directory holds overlayfs' scratch space (`work/work`, mode 000, and
 //! sometimes `work/index`). It is never part of the change set.
 //!
+//! Where the layers live is the caller's choice (`runs_dir`). On a tmpfs (a directory
+//! below `/dev/shm` or `$XDG_RUNTIME_DIR`; user xattrs need Linux 6.6 there) making,
+//! mounting and removing them adds nothing measurable to a run; on a journaling disk file
+//! system each of their few directory creations and removals is a metadata write, which a
+//! busy disk makes slow (see `scripts/bench-sandbox`). A tmpfs holds what the run wrote in
+//! memory until the host has decided, and loses it on a reboot (the workspace is then
+//! simply unchanged).
+//!
 //! The overlay exists only in the sandbox's mount namespace, so it is gone once the run
 //! has returned: the host reads the upper layer as plain files, with nothing mounted on
 //! top of it. If the workspace changed on the host during the run, overlayfs' view was

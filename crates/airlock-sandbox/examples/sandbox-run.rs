@@ -94,7 +94,12 @@ fn main() {
         env: vec![],
     });
     let result = sandbox.and_then(|s| s.run(&auth, &profile, output));
-    if let Some(overlay) = &profile.workspace_overlay {
+    // Only the layers this run made itself; an overlay named by --profile is the caller's.
+    if let Some(overlay) = profile
+        .workspace_overlay
+        .as_ref()
+        .filter(|_| overlay_runs.is_some())
+    {
         if let Err(e) = overlay.remove() {
             eprintln!("error: {e}");
             std::process::exit(70);

@@ -171,8 +171,8 @@ fn check_name(field: &'static str, name: &str) -> Result<(), SandboxError> {
 }
 
 fn io_error(what: &str, path: &Path, e: impl std::fmt::Display) -> SandboxError {
-    SandboxError::Setup {
-        stage: format!("workspace overlay {what}"),
+    SandboxError::Layers {
+        stage: what.to_string(),
         message: format!("{}: {e}", path.display()),
         help: "check that the runs directory is a local directory writable by airlock (the state dir's `runs/`)".into(),
     }

@@ -166,6 +166,9 @@ impl Sandbox {
         let (cgroup, cgroup_report) = RunCgroup::create(&profile.cgroup);
         // Under the overlay the workspace is only ever the read-only lower layer.
         let overlay = profile.workspace_overlay.as_ref();
+        if overlay.is_some() {
+            check_overlay_kernel()?;
+        }
         let workspace_tree = workspace_tree(&workspace, overlay.is_some())?;
         let layers_tree = overlay.map(layers_tree).transpose()?.flatten();
         host.overlay = overlay
@@ -329,6 +332,25 @@ fn layers_tree(overlay: &WorkspaceOverlay) -> Result<Option<OwnedFd>, SandboxErr
         help: "make the layers with WorkspaceOverlay::create".into(),
     })?;
     detached_bind(dir, 0, "workspace overlay").map(Some)
+}
+
+/// A kernel too old for overlayfs in a user namespace is refused before anything starts
+/// (newer kernels that lack it, say without CONFIG_OVERLAY_FS, are refused by the helper
+/// with the kernel's own reason).
+fn check_overlay_kernel() -> Result<(), SandboxError> {
+    use crate::host_support::{kernel_version, OVERLAY_IN_USERNS_SINCE};
+    let (major, minor) = kernel_version();
+    if (major, minor) < OVERLAY_IN_USERNS_SINCE {
+        return Err(SandboxError::Setup {
+            stage: "workspace overlay".into(),
+            message: format!(
+                "Linux {major}.{minor} cannot mount overlayfs inside a user namespace (it needs {}.{} or newer)",
+                OVERLAY_IN_USERNS_SINCE.0, OVERLAY_IN_USERNS_SINCE.1
+            ),
+            help: OVERLAY_HELP.into(),
+        });
+    }
+    Ok(())
 }
 
 /// The host's own record of the layers: the attestation must name these very directories.

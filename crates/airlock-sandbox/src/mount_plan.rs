@@ -671,6 +671,42 @@ mod tests {
     }
 
     #[test]
+    fn overlay_plan_binds_nothing_of_git_and_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        // Without the overlay this is refused (.git/config missing under an existing .git).
+        std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+        assert!(plan_for(&ws).is_err());
+        let runs = tempfile::tempdir().unwrap();
+        let mut profile = SandboxProfile::new(&ws);
+        profile.protected_paths.push(".envrc".into());
+        let overlay = crate::WorkspaceOverlay::create(runs.path(), "r", 4242, 4242).unwrap();
+        profile.workspace_overlay = Some(overlay.clone());
+        let plan = MountPlan::for_profile(&profile, &ws).unwrap();
+        let below_ws: Vec<_> = plan
+            .steps
+            .iter()
+            .filter(|s| s.target().starts_with(&ws))
+            .collect();
+        assert_eq!(
+            below_ws,
+            vec![&MountStep::Overlay {
+                target: ws.clone(),
+                lower: ws.clone(),
+                upper: overlay.upper.clone(),
+                work: overlay.work.clone(),
+            }]
+        );
+        let text = plan.to_string();
+        assert_eq!(text.lines().count(), plan.steps.len() + 2, "{text}");
+        assert!(
+            text.contains("userxattr,redirect_dir=nofollow,metacopy=off"),
+            "{text}"
+        );
+        assert!(text.contains("commit decision holds them"), "{text}");
+    }
+
+    #[test]
     fn plan_prints_every_step() {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().canonicalize().unwrap();

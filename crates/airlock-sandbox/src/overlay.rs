@@ -49,6 +49,11 @@
 //! So a rename shows as a whiteout plus a new entry with the same contents; nothing in the
 //! layer says which pairs belong together.
 //!
+//! Hard links: `ln A B` on a workspace file copies `A` up first, so `A` and `B` are then
+//! two names of one inode in the upper layer (link count 2), like links the run made
+//! between its own new files. Whiteouts sharing an inode (above) are not links of
+//! content.
+//!
 //! Extended attributes in the upper layer:
 //! - overlayfs' own, all in `user.overlay.`: `opaque` (above), `origin` (on copied-up
 //!   entries: a file handle of the workspace entry, possibly empty), `impure` (on
@@ -70,6 +75,14 @@
 //!
 //! The work directory holds overlayfs' scratch space (`work/work`, mode 000, and
 //! sometimes `work/index`). It is never part of the change set.
+//!
+//! Where the layers live is the caller's choice (`runs_dir`). On a tmpfs (a directory
+//! below `/dev/shm` or `$XDG_RUNTIME_DIR`; user xattrs need Linux 6.6 there) making,
+//! mounting and removing them adds nothing measurable to a run; on a journaling disk file
+//! system each of their few directory creations and removals is a metadata write, which a
+//! busy disk makes slow (see `scripts/bench-sandbox`). A tmpfs holds what the run wrote in
+//! memory until the host has decided, and loses it on a reboot (the workspace is then
+//! simply unchanged).
 //!
 //! The overlay exists only in the sandbox's mount namespace, so it is gone once the run
 //! has returned: the host reads the upper layer as plain files, with nothing mounted on
@@ -158,8 +171,8 @@ fn check_name(field: &'static str, name: &str) -> Result<(), SandboxError> {
 }
 
 fn io_error(what: &str, path: &Path, e: impl std::fmt::Display) -> SandboxError {
-    SandboxError::Setup {
-        stage: format!("workspace overlay {what}"),
+    SandboxError::Layers {
+        stage: what.to_string(),
         message: format!("{}: {e}", path.display()),
         help: "check that the runs directory is a local directory writable by airlock (the state dir's `runs/`)".into(),
     }

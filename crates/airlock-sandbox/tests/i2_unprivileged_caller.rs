@@ -113,4 +113,38 @@ fn i2_unprivileged_caller_writes_only_into_its_overlay() {
     assert!(airlock_sandbox::overlay::is_whiteout(
         &std::fs::symlink_metadata(overlay.upper.join("a")).unwrap()
     ));
+
+    // The caller removes the layers of a run it made itself (`--overlay`), even what
+    // it cannot enter as they were left: a directory the run locked (mode 000) and
+    // overlayfs' own work/work (mode 000).
+    let mut again = Command::new(runner());
+    if common::is_root() {
+        again.uid(UNPRIVILEGED).gid(UNPRIVILEGED);
+    }
+    let out = again
+        .arg("--init")
+        .arg(env!("CARGO_BIN_EXE_airlock-sandbox-init"))
+        .arg("--overlay")
+        .arg(&runs)
+        .arg("--capture")
+        .arg(&ws)
+        .arg("--")
+        .arg("mkdir -p locked/inner && touch locked/inner/f && chmod 000 locked/inner locked")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let left: Vec<_> = std::fs::read_dir(&runs)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        left,
+        vec![std::ffi::OsString::from("run-1")],
+        "layers left behind"
+    );
 }

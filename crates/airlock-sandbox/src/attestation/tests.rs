@@ -381,7 +381,8 @@ fn overlay_shortfalls_are_named() {
         a.mounts.iter().rposition(|m| m.mount_point == ws).unwrap()
     };
     let device = host.overlay.unwrap().lower.device_text();
-    let cases: Vec<(&str, Box<dyn Fn(&mut Attestation)>)> = vec![
+    type Mutation = Box<dyn Fn(&mut Attestation)>;
+    let cases: Vec<(&str, Mutation)> = vec![
         (
             "is a ext4 mount, not the overlay",
             Box::new(move |a| {

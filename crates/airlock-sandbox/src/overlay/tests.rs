@@ -88,10 +88,10 @@ fn remove_deletes_deep_and_locked_trees_and_never_follows_a_link() {
     std::fs::create_dir_all(o.upper.join("locked/inner")).unwrap();
     std::fs::write(o.upper.join("locked/inner/f"), "x").unwrap();
     for d in ["locked/inner", "locked"] {
-        std::fs::set_permissions(o.upper.join(d), std::fs::Permissions::from_mode(0)).unwrap();
+        std::fs::set_permissions(o.upper.join(d), std::fs::Permissions::from_mode(0o000)).unwrap();
     }
     std::fs::create_dir(o.work.join("work")).unwrap();
-    std::fs::set_permissions(o.work.join("work"), std::fs::Permissions::from_mode(0)).unwrap();
+    std::fs::set_permissions(o.work.join("work"), std::fs::Permissions::from_mode(0o000)).unwrap();
 
     o.remove().unwrap();
     assert!(!o.upper.exists() && !o.work.exists());

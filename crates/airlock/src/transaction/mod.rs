@@ -188,10 +188,12 @@ impl Transaction<'_> {
             return Settled::Unchanged;
         }
         let action = commit_action(workspace, &cs);
-        let token = match self
+        // Decided (and recorded) with the log locked for the decision alone: a held
+        // commit records more while it waits.
+        let verdict = self
             .gate
-            .decide(session, action, &mut *crate::cmd::exec::lock(self.log))
-        {
+            .decide(session, action, &mut *crate::cmd::exec::lock(self.log));
+        let token = match verdict {
             Verdict::Allow(t) => t,
             Verdict::Deny(d) => {
                 return discard(format!(

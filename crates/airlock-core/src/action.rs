@@ -142,6 +142,85 @@ pub struct AgentSpawnAction {
     pub tools: Vec<String>,
 }
 
+/// Most paths a [`WorkspaceCommitAction`] lists in each of its path lists. The counts stay
+/// exact; only the lists are cut, so a policy judges counts, and a person reads the lists
+/// with the full change set beside them.
+pub const MAX_COMMIT_PATHS: usize = 200;
+
+/// Commit a run's change set to the workspace: the files a sandboxed run or a file tool
+/// wrote in its upper layer, copied into the workspace as one checkpoint.
+///
+/// The binary fills it from the change set (the core reads no files). The change set
+/// itself is bound by `change_set_sha256`, the hash of its rendered form that an approver
+/// is shown, so an approval covers exactly those changes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceCommitAction {
+    /// The workspace the change set applies to (absolute path).
+    pub workspace: String,
+    /// SHA-256 (hex) of the rendered change set.
+    pub change_set_sha256: String,
+    pub files_added: u64,
+    pub files_modified: u64,
+    pub files_deleted: u64,
+    /// Bytes of content the commit writes.
+    pub bytes: u64,
+    /// Changed paths, workspace-relative (at most [`MAX_COMMIT_PATHS`]).
+    #[serde(default)]
+    pub paths: Vec<String>,
+    /// Files that existed before the session and that the change deletes.
+    #[serde(default)]
+    pub deletes_preexisting: CommitPaths,
+    /// Files that existed before the session and that the change overwrites.
+    #[serde(default)]
+    pub overwrites_preexisting: CommitPaths,
+    /// Sensitive paths the change touches (git metadata, `.envrc`, editor and build
+    /// config, the operator's `protected_paths`): files that host tools execute.
+    #[serde(default)]
+    pub touches_sensitive: CommitPaths,
+    /// `.git` entries the change creates where there was none (top level or nested).
+    #[serde(default)]
+    pub creates_git: CommitPaths,
+    /// Protected paths the change creates that did not exist.
+    #[serde(default)]
+    pub creates_protected: CommitPaths,
+    /// Symbolic links whose target leaves the workspace.
+    #[serde(default)]
+    pub symlink_out_of_workspace: CommitPaths,
+    /// Files the owner changed in the workspace while the run was going.
+    #[serde(default)]
+    pub conflicts: CommitPaths,
+    /// The per-run limits the change exceeds, each as `name: value > limit`.
+    #[serde(default)]
+    pub exceeds_limits: Vec<String>,
+}
+
+/// How many paths have one property, and the first [`MAX_COMMIT_PATHS`] of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommitPaths {
+    pub count: u64,
+    #[serde(default)]
+    pub paths: Vec<String>,
+}
+
+impl CommitPaths {
+    /// `count` paths, of which `paths` is cut to [`MAX_COMMIT_PATHS`].
+    pub fn new(count: u64, mut paths: Vec<String>) -> CommitPaths {
+        paths.truncate(MAX_COMMIT_PATHS);
+        CommitPaths { count, paths }
+    }
+
+    /// All of `paths`, counted.
+    pub fn of(paths: Vec<String>) -> CommitPaths {
+        CommitPaths::new(paths.len() as u64, paths)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
 /// Every effect an agent can ask for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type")]
@@ -168,6 +247,8 @@ pub enum Action {
     TaskSchedule(TaskScheduleAction),
     #[serde(rename = "agent.spawn")]
     AgentSpawn(AgentSpawnAction),
+    #[serde(rename = "workspace.commit")]
+    WorkspaceCommit(WorkspaceCommitAction),
 }
 
 /// Why a proposed action was refused before the Gate could look at it.
@@ -177,7 +258,9 @@ pub enum ActionError {
     TooLarge { size: usize, limit: usize },
     #[error("exec command is {size} bytes, over the {limit}-byte limit\nhelp: put long scripts in a workspace file and run that file")]
     CommandTooLarge { size: usize, limit: usize },
-    #[error("invalid action JSON: {0}\nhelp: an action is an object with \"type\" one of exec, fs.read, fs.write, fs.delete, net.request, memory.read, memory.write, message.send, tool.call, task.schedule, agent.spawn, and only that type's fields")]
+    #[error("a workspace.commit path list has {size} entries, over the {limit}-entry limit\nhelp: list at most {limit} paths and give the exact number in `count`")]
+    CommitListTooLong { size: usize, limit: usize },
+    #[error("invalid action JSON: {0}\nhelp: an action is an object with \"type\" one of exec, fs.read, fs.write, fs.delete, net.request, memory.read, memory.write, message.send, tool.call, task.schedule, agent.spawn, workspace.commit, and only that type's fields")]
     Json(#[from] serde_json::Error),
     #[error(transparent)]
     Canonical(#[from] CanonicalError),
@@ -207,6 +290,25 @@ impl Action {
                 });
             }
         }
+        if let Action::WorkspaceCommit(c) = self {
+            let lists = [
+                c.paths.len(),
+                c.deletes_preexisting.paths.len(),
+                c.overwrites_preexisting.paths.len(),
+                c.touches_sensitive.paths.len(),
+                c.creates_git.paths.len(),
+                c.creates_protected.paths.len(),
+                c.symlink_out_of_workspace.paths.len(),
+                c.conflicts.paths.len(),
+                c.exceeds_limits.len(),
+            ];
+            if let Some(&size) = lists.iter().find(|&&n| n > MAX_COMMIT_PATHS) {
+                return Err(ActionError::CommitListTooLong {
+                    size,
+                    limit: MAX_COMMIT_PATHS,
+                });
+            }
+        }
         Ok(())
     }
 
@@ -224,6 +326,7 @@ impl Action {
             Action::ToolCall(_) => "tool.call",
             Action::TaskSchedule(_) => "task.schedule",
             Action::AgentSpawn(_) => "agent.spawn",
+            Action::WorkspaceCommit(_) => "workspace.commit",
         }
     }
 
@@ -266,6 +369,7 @@ into_action!(MessageSendAction, MessageSend);
 into_action!(TaskScheduleAction, TaskSchedule);
 into_action!(AgentSpawnAction, AgentSpawn);
 into_action!(FsWriteAction, FsWrite);
+into_action!(WorkspaceCommitAction, WorkspaceCommit);
 
 #[cfg(test)]
 mod tests {

@@ -239,6 +239,14 @@ pub fn build(action: &Action, taint: &TaintState, role: &str, config: &GateConfi
         Action::AgentSpawn(a) => {
             prompt_action(format!("agent:{}", a.name), &a.prompt, session, taint)
         }
+        // What a run wrote is judged by what it does to the workspace; its paths are the
+        // sandbox's choice, not destinations, so no argument is traced.
+        Action::WorkspaceCommit(c) => ActionFacts {
+            resource: "workspace".into(),
+            context: json!({"session": session, "provenance": provenance_json(&empty),
+                             "commit": crate::commit_facts::commit_context(c)}),
+            detail: json!({"triggers": crate::commit_facts::triggers(c)}),
+        },
     }
 }
 

@@ -252,6 +252,11 @@ impl Gate {
                 if o.decision != DecisionKind::Allow && session.taint.is_tainted() {
                     o.reasons.extend(provenance_reasons(&facts_json));
                 }
+                // A held commit says which of its files triggered the hold.
+                if o.decision != DecisionKind::Allow {
+                    o.reasons
+                        .extend(string_list(&facts_json["detail"]["triggers"]));
+                }
                 Evaluation {
                     decision: o.decision,
                     reasons: o.reasons,

@@ -10,6 +10,7 @@
 pub mod action;
 pub mod authorized;
 pub mod canonical;
+pub mod commit_facts;
 pub mod shell;
 pub mod sink;
 

@@ -211,8 +211,137 @@ fn probe_actions(listed_hosts: &[String]) -> Vec<(String, serde_json::Value)> {
         "agent.spawn".into(),
         json!({"type": "agent.spawn", "name": "helper", "prompt": "do the task", "tools": ["exec"]}),
     ));
-
+    base.extend(commit_probes());
     base
+}
+
+/// One `workspace.commit` probe per property that holds a commit, and clean ones, so a
+/// loosened commit rule shows whichever property it lets through.
+fn commit_probes() -> Vec<(String, serde_json::Value)> {
+    let paths = |p: &[&str]| json!({"count": p.len(), "paths": p});
+    let commit = |added: u64, modified: u64, deleted: u64, extra: serde_json::Value| {
+        let mut c = json!({"type": "workspace.commit", "workspace": PROBE_WORKSPACE,
+            "change_set_sha256": "0".repeat(64), "files_added": added,
+            "files_modified": modified, "files_deleted": deleted, "bytes": 4096});
+        if let (Some(c), Some(extra)) = (c.as_object_mut(), extra.as_object()) {
+            c.extend(extra.clone());
+        }
+        c
+    };
+    let five = ["a.txt", "b.txt", "c.txt", "d.txt", "e.txt"];
+    vec![
+        (
+            "workspace.commit adding two files".into(),
+            commit(2, 0, 0, json!({"paths": ["notes.md", "out/report.txt"]})),
+        ),
+        (
+            "workspace.commit overwriting two files".into(),
+            commit(
+                0,
+                2,
+                0,
+                json!({"paths": ["a.txt", "b.txt"],
+                "overwrites_preexisting": paths(&["a.txt", "b.txt"])}),
+            ),
+        ),
+        (
+            "workspace.commit overwriting five files".into(),
+            commit(
+                0,
+                5,
+                0,
+                json!({"paths": five, "overwrites_preexisting": paths(&five)}),
+            ),
+        ),
+        (
+            "workspace.commit deleting a file".into(),
+            commit(
+                0,
+                0,
+                1,
+                json!({"paths": ["notes.txt"],
+                "deletes_preexisting": paths(&["notes.txt"])}),
+            ),
+        ),
+        (
+            "workspace.commit deleting everything (rm -rf ./*)".into(),
+            commit(
+                0,
+                0,
+                5,
+                json!({"paths": five, "deletes_preexisting": paths(&five)}),
+            ),
+        ),
+        (
+            "workspace.commit changing .git/config".into(),
+            commit(
+                0,
+                1,
+                0,
+                json!({"paths": [".git/config"],
+                "touches_sensitive": paths(&[".git/config"])}),
+            ),
+        ),
+        (
+            "workspace.commit creating .git/hooks/post-checkout".into(),
+            commit(
+                1,
+                0,
+                0,
+                json!({"paths": [".git/hooks/post-checkout"],
+                "touches_sensitive": paths(&[".git/hooks/post-checkout"]),
+                "creates_git": paths(&[".git"])}),
+            ),
+        ),
+        (
+            "workspace.commit creating a nested .git".into(),
+            commit(
+                1,
+                0,
+                0,
+                json!({"paths": ["sub/.git/HEAD"],
+                "creates_git": paths(&["sub/.git"])}),
+            ),
+        ),
+        (
+            "workspace.commit creating a protected .envrc".into(),
+            commit(
+                1,
+                0,
+                0,
+                json!({"paths": [".envrc"],
+                "creates_protected": paths(&[".envrc"])}),
+            ),
+        ),
+        (
+            "workspace.commit with a link out of the workspace".into(),
+            commit(
+                1,
+                0,
+                0,
+                json!({"paths": ["key"],
+                "symlink_out_of_workspace": paths(&["key"])}),
+            ),
+        ),
+        (
+            "workspace.commit over a file the owner changed".into(),
+            commit(
+                0,
+                1,
+                0,
+                json!({"paths": ["draft.md"], "conflicts": paths(&["draft.md"])}),
+            ),
+        ),
+        (
+            "workspace.commit over the per-run limits".into(),
+            commit(
+                5000,
+                0,
+                0,
+                json!({"exceeds_limits": ["files_changed: 5000 > 1000"]}),
+            ),
+        ),
+    ]
 }
 
 fn probe_session(p: &Probe) -> Session {
@@ -277,6 +406,7 @@ mod tests {
             "tool.call",
             "task.schedule",
             "agent.spawn",
+            "workspace.commit",
         ] {
             assert!(kinds.contains(kind), "no probe of {kind}");
             assert!(probes.iter().any(|p| p.action.kind() == kind && p.tainted));
@@ -338,6 +468,75 @@ mod tests {
                 );
                 println!("{:?} {:<60} {}", profile, p.name, e.decision.as_str());
             }
+        }
+    }
+
+    /// The commit rules the shipped profiles promise, probe by probe: a change to them
+    /// shows here, and `compare` reports it as a loosening (next test).
+    #[test]
+    fn commit_probes_get_the_shipped_decisions() {
+        use DecisionKind::{Allow, Ask};
+        let expect: &[(&str, DecisionKind, DecisionKind, DecisionKind, DecisionKind)] = &[
+            // probe, default clean, default tainted, strict clean, strict tainted
+            ("adding two files", Allow, Allow, Allow, Ask),
+            ("overwriting two files", Allow, Allow, Allow, Ask),
+            ("overwriting five files", Allow, Ask, Allow, Ask),
+            ("deleting a file", Allow, Ask, Allow, Ask),
+            ("deleting everything", Allow, Ask, Allow, Ask),
+            ("changing .git/config", Ask, Ask, Ask, Ask),
+            ("creating .git/hooks/post-checkout", Ask, Ask, Ask, Ask),
+            ("creating a nested .git", Ask, Ask, Ask, Ask),
+            ("creating a protected .envrc", Ask, Ask, Ask, Ask),
+            ("with a link out", Ask, Ask, Ask, Ask),
+            ("over a file the owner changed", Ask, Ask, Ask, Ask),
+            ("over the per-run limits", Ask, Ask, Ask, Ask),
+        ];
+        let gates = [Profile::Default, Profile::Strict].map(|p| {
+            Gate::new(
+                PolicyEngine::builtin(p).unwrap(),
+                GateConfig::new(PROBE_WORKSPACE),
+            )
+        });
+        let probes = probe_set(&[]);
+        for (name, dc, dt, sc, st) in expect {
+            let wanted = [*dc, *dt, *sc, *st];
+            let mut got = Vec::new();
+            for gate in &gates {
+                for tainted in [false, true] {
+                    let p = probes
+                        .iter()
+                        .find(|p| p.tainted == tainted && p.name.contains(name))
+                        .unwrap_or_else(|| panic!("no probe {name}"));
+                    let e = gate.evaluate(&probe_session(p), &p.action);
+                    if let (DecisionKind::Ask, Action::WorkspaceCommit(c)) = (e.decision, &p.action)
+                    {
+                        // Each hold names what triggered it, with the paths.
+                        for t in crate::commit_facts::triggers(c) {
+                            assert!(e.reasons.contains(&t), "{name}: {t} not in {:?}", e.reasons);
+                        }
+                    }
+                    got.push(e.decision);
+                }
+            }
+            assert_eq!(got, wanted, "workspace.commit {name}");
+        }
+    }
+
+    #[test]
+    fn allowing_every_commit_loosens() {
+        let old = PolicyEngine::builtin(Profile::Default).unwrap();
+        let new = with_local(
+            Profile::Default,
+            "@id(\"local.commit\") permit (principal, action == Airlock::Action::\"workspace.commit\", resource);",
+        );
+        let diff = compare_engines(old, new, &probe_set(&[]));
+        let loosened: Vec<&str> = diff.loosened.iter().map(|c| c.probe.as_str()).collect();
+        for probe in [
+            "workspace.commit deleting everything (rm -rf ./*) (tainted)",
+            "workspace.commit creating .git/hooks/post-checkout (untainted)",
+            "workspace.commit creating a protected .envrc (untainted)",
+        ] {
+            assert!(loosened.contains(&probe), "{probe} not in {loosened:#?}");
         }
     }
 

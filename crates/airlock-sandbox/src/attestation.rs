@@ -58,6 +58,46 @@ pub struct MountEntry {
     pub read_only: bool,
     /// Per-mount options (`ro,nosuid,nodev,…`).
     pub options: String,
+    /// The file system's device as `major:minor`.
+    #[serde(default)]
+    pub device: String,
+    /// Per-superblock options (for an overlay: its layers and `userxattr`, …).
+    #[serde(default)]
+    pub super_options: String,
+}
+
+/// A file's device and inode number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileId {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl FileId {
+    /// The identity of `path` itself (a symlink is not followed).
+    pub fn of(path: &Path) -> std::io::Result<FileId> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::symlink_metadata(path)?;
+        Ok(FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+        })
+    }
+
+    /// The device as mountinfo prints it (`major:minor`).
+    pub fn device_text(&self) -> String {
+        format!("{}:{}", libc::major(self.dev), libc::minor(self.dev))
+    }
+}
+
+/// The layers of the workspace overlay: what the helper read back (`fstat`) of the
+/// directories it gave overlayfs, or what the host expects them to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OverlayReport {
+    /// The workspace (the lower layer).
+    pub lower: FileId,
+    pub upper: FileId,
+    pub work: FileId,
 }
 
 /// Whether cgroup v2 limits apply to this run.
@@ -121,6 +161,9 @@ pub struct Attestation {
     /// The relay to the egress proxy, when the profile has one.
     #[serde(default)]
     pub relay: Option<RelayReport>,
+    /// The workspace overlay's layers, when the profile has one.
+    #[serde(default)]
+    pub overlay: Option<OverlayReport>,
 }
 
 /// One way the attested confinement falls short of the profile.
@@ -146,6 +189,8 @@ pub struct HostView {
     pub landlock_abi: u32,
     /// Device and inode of the proxy socket the host passed to the relay.
     pub relay_socket: Option<(u64, u64)>,
+    /// The workspace and overlay layers the host made, when the profile has an overlay.
+    pub overlay: Option<OverlayReport>,
 }
 
 fn shortfall(feature: &str, detail: String, help: &str) -> Shortfall {
@@ -171,6 +216,7 @@ impl Attestation {
         self.verify_landlock(profile, host, &mut out);
         self.verify_mounts(plan, &mut out);
         self.verify_relay(profile, host, &mut out);
+        self.verify_overlay(profile, plan, host, &mut out);
         if self.weakened != profile.weakened {
             out.push(shortfall(
                 "weakened mode",
@@ -463,6 +509,8 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
                 read_only: options.split(',').any(|o| o == "ro"),
                 options,
                 fs_type,
+                device: f.get(2)?.to_string(),
+                super_options: unescape_octal(right.split(' ').nth(2).unwrap_or("")),
             })
         })
         .collect()
@@ -578,5 +626,6 @@ pub fn parse_status(text: &str) -> StatusFields {
     s
 }
 
+mod overlay;
 #[cfg(test)]
 mod tests;

@@ -25,6 +25,14 @@ pub enum SandboxError {
     /// The confinement the kernel reports falls short of the profile. Nothing ran.
     #[error("refusing to run: the sandbox's confinement falls short of the profile:\n{}", format_shortfalls(.0))]
     Shortfall(Vec<Shortfall>),
+    /// The host could not make or remove a workspace overlay's layers
+    /// ([`crate::WorkspaceOverlay`]).
+    #[error("workspace overlay layers ({stage}): {message}\nhelp: {help}")]
+    Layers {
+        stage: String,
+        message: String,
+        help: String,
+    },
     /// Talking to the helper failed.
     #[error("lost contact with airlock-sandbox-init: {0}\nhelp: this is a bug or the helper was killed; check the system log")]
     Protocol(String),

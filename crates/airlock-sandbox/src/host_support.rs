@@ -141,14 +141,17 @@ pub(crate) fn cgroup_delegation() -> Feature {
     }
 }
 
+/// The first Linux release that mounts overlayfs inside a user namespace (with the
+/// `userxattr` option the workspace overlay needs).
+pub const OVERLAY_IN_USERNS_SINCE: (u32, u32) = (5, 11);
+
 fn overlayfs_in_userns() -> Feature {
     let fs = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
     let has_overlay = fs
         .lines()
         .any(|l| l.split_whitespace().last() == Some("overlay"));
     let (major, minor) = kernel_version();
-    // Unprivileged overlay mounts in user namespaces arrived in Linux 5.11.
-    let new_enough = (major, minor) >= (5, 11);
+    let new_enough = (major, minor) >= OVERLAY_IN_USERNS_SINCE;
     let ok = has_overlay && new_enough;
     Feature {
         available: ok,
@@ -164,7 +167,8 @@ fn overlayfs_in_userns() -> Feature {
     }
 }
 
-fn kernel_version() -> (u32, u32) {
+/// The running kernel's major and minor version (0.0 when unknown).
+pub(crate) fn kernel_version() -> (u32, u32) {
     let release = nix::sys::utsname::uname()
         .map(|u| u.release().to_string_lossy().into_owned())
         .unwrap_or_default();

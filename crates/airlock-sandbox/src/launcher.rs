@@ -11,15 +11,18 @@ use std::path::{Path, PathBuf};
 use airlock_core::action::ExecAction;
 use airlock_core::Authorized;
 
-use crate::attestation::{namespace_ids, HostView};
+use crate::attestation::{namespace_ids, FileId, HostView, OverlayReport};
 use crate::cgroup::RunCgroup;
 use crate::error::SandboxError;
 use crate::host_support::usable_landlock_abi;
 use crate::init::{IDENTITY_GID_FLAG, IDENTITY_UID_FLAG};
 use crate::mount_plan::MountPlan;
 use crate::output::{pump, OutputCap, OutputMode, Stream};
+use crate::overlay::WorkspaceOverlay;
 use crate::profile::SandboxProfile;
-use crate::protocol::{InitRequest, CONTROL_FD, FILE_FD, HANDSHAKE_FD, RELAY_FD, WORKSPACE_FD};
+use crate::protocol::{
+    InitRequest, CONTROL_FD, FILE_FD, HANDSHAKE_FD, OVERLAY_FD, RELAY_FD, WORKSPACE_FD,
+};
 use crate::running::Running;
 pub use crate::running::{PreparedRun, RunOutcome};
 use spawn::{SpawnSpec, SpawnedChild};
@@ -161,7 +164,16 @@ impl Sandbox {
         let mut host = host_view(profile);
         host.relay_socket = relay_socket.as_ref().map(|(_, id)| *id);
         let (cgroup, cgroup_report) = RunCgroup::create(&profile.cgroup);
-        let workspace_tree = workspace_tree(&workspace)?;
+        // Under the overlay the workspace is only ever the read-only lower layer.
+        let overlay = profile.workspace_overlay.as_ref();
+        if overlay.is_some() {
+            check_overlay_kernel()?;
+        }
+        let workspace_tree = workspace_tree(&workspace, overlay.is_some())?;
+        let layers_tree = overlay.map(layers_tree).transpose()?.flatten();
+        host.overlay = overlay
+            .map(|o| expected_layers(&workspace, o))
+            .transpose()?;
         let request = InitRequest {
             profile: profile.clone(),
             plan,
@@ -169,6 +181,7 @@ impl Sandbox {
             cwd,
             cgroup: cgroup_report,
             workspace_tree: workspace_tree.is_some(),
+            layers_tree: layers_tree.is_some(),
         };
 
         let (control, control_child) = UnixStream::pair()?;
@@ -181,7 +194,7 @@ impl Sandbox {
             &handshake_child,
             relay_fd,
             file.as_ref(),
-            workspace_tree.as_ref(),
+            [workspace_tree.as_ref(), layers_tree.as_ref()],
         )?;
         drop((
             control_child,
@@ -189,6 +202,7 @@ impl Sandbox {
             relay_socket,
             file,
             workspace_tree,
+            layers_tree,
         ));
         if let Some(hook) = &self.on_spawn {
             (hook.0)(child.id());
@@ -238,7 +252,7 @@ impl Sandbox {
         handshake: &UnixStream,
         relay: Option<&OwnedFd>,
         file: Option<&OwnedFd>,
-        workspace_tree: Option<&OwnedFd>,
+        [workspace_tree, layers_tree]: [Option<&OwnedFd>; 2],
     ) -> Result<SpawnedChild, SandboxError> {
         let init = std::fs::File::open(&self.init).map_err(|e| SandboxError::Helper {
             message: format!("{}: {e}", self.init.display()),
@@ -271,6 +285,7 @@ impl Sandbox {
         passed.extend(relay.map(|r| (r.as_fd(), RELAY_FD)));
         passed.extend(file.map(|f| (f.as_fd(), FILE_FD)));
         passed.extend(workspace_tree.map(|t| (t.as_fd(), WORKSPACE_FD)));
+        passed.extend(layers_tree.map(|t| (t.as_fd(), OVERLAY_FD)));
         spawn::spawn(&SpawnSpec {
             program: &init,
             argv,
@@ -291,19 +306,83 @@ impl Sandbox {
 /// (`open_tree` clone, nosuid and nodev): the sandbox uid could not walk down to a
 /// workspace below root's private directories (a session workspace in the state dir), and
 /// no host directory is loosened for it. An unprivileged host's sandbox runs as the
-/// caller, who reaches the workspace by its path.
-fn workspace_tree(workspace: &Path) -> Result<Option<OwnedFd>, SandboxError> {
-    use crate::init::sys;
+/// caller, who reaches the workspace by its path. `read_only`: the bind is the lower
+/// layer of the workspace overlay.
+fn workspace_tree(workspace: &Path, read_only: bool) -> Result<Option<OwnedFd>, SandboxError> {
     if !nix::unistd::geteuid().is_root() {
         return Ok(None);
     }
+    let ro = if read_only {
+        crate::init::sys::MOUNT_ATTR_RDONLY
+    } else {
+        0
+    };
+    detached_bind(workspace, ro, "workspace").map(Some)
+}
+
+/// A root host hands the overlay's run directory (holding its upper and work layers, which
+/// overlayfs wants on one mount) to the helper the same way as the workspace.
+fn layers_tree(overlay: &WorkspaceOverlay) -> Result<Option<OwnedFd>, SandboxError> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(None);
+    }
+    let dir = overlay.layers_dir().ok_or_else(|| SandboxError::Profile {
+        field: "workspace_overlay",
+        message: format!("{} has no parent directory", overlay.upper.display()),
+        help: "make the layers with WorkspaceOverlay::create".into(),
+    })?;
+    detached_bind(dir, 0, "workspace overlay").map(Some)
+}
+
+/// A kernel too old for overlayfs in a user namespace is refused before anything starts
+/// (newer kernels that lack it, say without CONFIG_OVERLAY_FS, are refused by the helper
+/// with the kernel's own reason).
+fn check_overlay_kernel() -> Result<(), SandboxError> {
+    use crate::host_support::{kernel_version, OVERLAY_IN_USERNS_SINCE};
+    let (major, minor) = kernel_version();
+    if (major, minor) < OVERLAY_IN_USERNS_SINCE {
+        return Err(SandboxError::Setup {
+            stage: "workspace overlay".into(),
+            message: format!(
+                "Linux {major}.{minor} cannot mount overlayfs inside a user namespace (it needs {}.{} or newer)",
+                OVERLAY_IN_USERNS_SINCE.0, OVERLAY_IN_USERNS_SINCE.1
+            ),
+            help: OVERLAY_HELP.into(),
+        });
+    }
+    Ok(())
+}
+
+/// The host's own record of the layers: the attestation must name these very directories.
+fn expected_layers(
+    workspace: &Path,
+    overlay: &WorkspaceOverlay,
+) -> Result<OverlayReport, SandboxError> {
+    let id = |p: &Path| {
+        FileId::of(p).map_err(|e| SandboxError::Profile {
+            field: "workspace_overlay",
+            message: format!("{}: {e}", p.display()),
+            help: "make the layers with WorkspaceOverlay::create before the run".into(),
+        })
+    };
+    Ok(OverlayReport {
+        lower: id(workspace)?,
+        upper: id(&overlay.upper)?,
+        work: id(&overlay.work)?,
+    })
+}
+
+/// A detached, non-recursive, nosuid and nodev bind of the directory `path` (plus
+/// `extra_attrs`), opened without following a symlink at its last component.
+fn detached_bind(path: &Path, extra_attrs: u64, what: &str) -> Result<OwnedFd, SandboxError> {
+    use crate::init::sys;
     let fail = |stage: &str, e: &dyn std::fmt::Display| SandboxError::Setup {
-        stage: format!("workspace {stage}"),
-        message: format!("{}: {e}", workspace.display()),
+        stage: format!("{what} {stage}"),
+        message: format!("{}: {e}", path.display()),
         help: "check that the workspace is an ordinary directory on a local file system".into(),
     };
     let dir = nix::fcntl::open(
-        workspace,
+        path,
         nix::fcntl::OFlag::O_PATH
             | nix::fcntl::OFlag::O_DIRECTORY
             | nix::fcntl::OFlag::O_NOFOLLOW
@@ -314,11 +393,11 @@ fn workspace_tree(workspace: &Path) -> Result<Option<OwnedFd>, SandboxError> {
     let tree = sys::clone_tree(&dir, false).map_err(|e| fail("open_tree", &e))?;
     sys::set_mount_attrs(
         std::os::fd::AsRawFd::as_raw_fd(&tree),
-        sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+        sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV | extra_attrs,
         false,
     )
     .map_err(|e| fail("mount_setattr", &e))?;
-    Ok(Some(tree))
+    Ok(tree)
 }
 
 /// The helper must be its owner's alone, and its owner must be root or the user Airlock
@@ -484,8 +563,13 @@ fn sealed_file(contents: &[u8]) -> Result<OwnedFd, SandboxError> {
     Ok(OwnedFd::from(file))
 }
 
+/// What the workspace overlay needs of the machine, for a refusal while building it.
+const OVERLAY_HELP: &str = "the workspace overlay needs overlayfs mountable inside a user namespace with the userxattr option (Linux 5.11 or newer, CONFIG_OVERLAY_FS=y or `modprobe overlay`), and its upper layer on a writable local file system with user extended attributes (ext4, xfs, btrfs; tmpfs from Linux 6.6); `airlock doctor` shows what this machine supports. The run never falls back to writing into the workspace";
+
 pub(crate) fn setup_error(stage: String, message: String) -> SandboxError {
-    let help = if message.contains("EACCES") || message.contains("Permission denied") {
+    let help = if stage.contains("overlay") {
+        OVERLAY_HELP
+    } else if message.contains("EACCES") || message.contains("Permission denied") {
         "when airlock runs as root the sandbox runs as sandbox_uid (65534 by default): make the workspace readable and writable by it (e.g. chown -R 65534:65534 DIR), or run airlock as an ordinary user"
     } else if stage.contains("namespace") {
         "enable user namespaces: sysctl -w user.max_user_namespaces=15000"
@@ -520,5 +604,6 @@ fn host_view(profile: &SandboxProfile) -> HostView {
         },
         landlock_abi: usable_landlock_abi(),
         relay_socket: None,
+        overlay: None,
     }
 }

@@ -31,6 +31,10 @@
 //! For `airlock doctor`: [`host_support`] probes the machine, and [`describe_profile`]
 //! prints the mount plan and the seccomp rules a profile applies.
 //!
+//! With [`SandboxProfile::workspace_overlay`] the run sees the workspace through an
+//! overlay and its writes land in a per-run upper layer ([`WorkspaceOverlay`]; the
+//! layer's format is documented in [`overlay`]), never in the workspace itself.
+//!
 //! ## Identity
 //!
 //! An unprivileged caller runs as itself inside (one-id identity map), so files the sandbox
@@ -49,6 +53,7 @@ pub mod init;
 mod launcher;
 pub mod mount_plan;
 mod output;
+pub mod overlay;
 pub mod payload_env;
 pub mod profile;
 pub mod protocol;
@@ -65,6 +70,7 @@ pub use launcher::{
 };
 pub use mount_plan::MountPlan;
 pub use output::OutputMode;
+pub use overlay::WorkspaceOverlay;
 pub use profile::{SandboxProfile, WeakenedMode};
 pub use workspace_check::OperatorDirs;
 
@@ -85,8 +91,15 @@ pub fn describe_profile(profile: &SandboxProfile) -> Result<String, SandboxError
     let workspace = profile.validate()?;
     let plan = MountPlan::for_profile(profile, &workspace)?;
     let rules = seccomp_policy::deny_list();
+    let workspace_mode = match &profile.workspace_overlay {
+        Some(o) => format!(
+            "overlay (the workspace is read-only below it; writes land in {})",
+            o.upper.display()
+        ),
+        None => "read-write bind (git metadata and protected paths read-only)".to_string(),
+    };
     Ok(format!(
-        "weakened mode: {}\nmount plan:\n{plan}\nseccomp (installed last, {} filters):\n{}",
+        "weakened mode: {}\nworkspace: {workspace_mode}\nmount plan:\n{plan}\nseccomp (installed last, {} filters):\n{}",
         profile.weakened.map(|w| w.name()).unwrap_or("none"),
         seccomp_policy::FILTER_COUNT,
         seccomp_policy::DenyListTable(&rules)

@@ -109,6 +109,17 @@ pub enum MountStep {
         max_len: u64,
         mode: u32,
     },
+    /// The workspace seen through overlayfs (see [`crate::overlay`]): `lower` (the host's
+    /// workspace, resolved like a writable bind, following no symlink) is bound
+    /// read-only, non-recursively, as the lower layer; the run's writes land in `upper`
+    /// (with `work` as overlayfs' scratch directory). Nothing of `lower` is mounted
+    /// anywhere else in the sandbox.
+    Overlay {
+        target: PathBuf,
+        lower: PathBuf,
+        upper: PathBuf,
+        work: PathBuf,
+    },
     /// `anchor/relative` bound onto itself, resolved below `anchor` without following any
     /// symlink and without leaving the anchor's mount.
     Rebind {
@@ -129,7 +140,8 @@ impl MountStep {
             | MountStep::Devpts { target }
             | MountStep::Symlink { target, .. }
             | MountStep::File { target, .. }
-            | MountStep::Copy { target, .. } => target.clone(),
+            | MountStep::Copy { target, .. }
+            | MountStep::Overlay { target, .. } => target.clone(),
             MountStep::Rebind {
                 anchor, relative, ..
             } => anchor.join(relative),
@@ -147,6 +159,7 @@ impl MountStep {
             MountStep::File { .. } => "file",
             MountStep::Copy { .. } => "copy",
             MountStep::Rebind { .. } => "rebind",
+            MountStep::Overlay { .. } => "overlay",
         }
     }
 
@@ -168,7 +181,8 @@ impl MountStep {
             | MountStep::Devpts { .. }
             | MountStep::Symlink { .. }
             | MountStep::File { .. }
-            | MountStep::Copy { .. } => false,
+            | MountStep::Copy { .. }
+            | MountStep::Overlay { .. } => false,
         }
     }
 
@@ -346,19 +360,38 @@ impl MountPlan {
                 devices: false,
             });
         }
-        steps.push(MountStep::Bind {
-            source: workspace.to_path_buf(),
-            target: workspace.to_path_buf(),
-            node: NodeKind::Dir,
-            read_only: false,
-            recursive: false,
-            devices: false,
-        });
-        steps.extend(protected_steps(profile, workspace, host_root)?);
+        if let Some(overlay) = &profile.workspace_overlay {
+            // The commit decision holds changes to git metadata and protected paths, so
+            // nothing of them is bound read-only: the whole workspace is read-only below
+            // the overlay.
+            steps.push(MountStep::Overlay {
+                target: workspace.to_path_buf(),
+                lower: workspace.to_path_buf(),
+                upper: overlay.upper.clone(),
+                work: overlay.work.clone(),
+            });
+        } else {
+            steps.push(MountStep::Bind {
+                source: workspace.to_path_buf(),
+                target: workspace.to_path_buf(),
+                node: NodeKind::Dir,
+                read_only: false,
+                recursive: false,
+                devices: false,
+            });
+            steps.extend(protected_steps(profile, workspace, host_root)?);
+        }
         Ok(MountPlan {
             steps,
             file_contents,
         })
+    }
+
+    /// The workspace overlay step, when the workspace is seen through one.
+    pub fn overlay(&self) -> Option<&MountStep> {
+        self.steps
+            .iter()
+            .find(|s| matches!(s, MountStep::Overlay { .. }))
     }
 
     /// Steps that produce mounts, with the targets the sandbox must show.
@@ -635,6 +668,42 @@ mod tests {
         let err = plan_for(&ws).unwrap_err().to_string();
         assert!(err.contains(".git/config does not exist"), "{err}");
         assert!(err.contains("help:"), "{err}");
+    }
+
+    #[test]
+    fn overlay_plan_binds_nothing_of_git_and_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        // Without the overlay this is refused (.git/config missing under an existing .git).
+        std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+        assert!(plan_for(&ws).is_err());
+        let runs = tempfile::tempdir().unwrap();
+        let mut profile = SandboxProfile::new(&ws);
+        profile.protected_paths.push(".envrc".into());
+        let overlay = crate::WorkspaceOverlay::create(runs.path(), "r", 4242, 4242).unwrap();
+        profile.workspace_overlay = Some(overlay.clone());
+        let plan = MountPlan::for_profile(&profile, &ws).unwrap();
+        let below_ws: Vec<_> = plan
+            .steps
+            .iter()
+            .filter(|s| s.target().starts_with(&ws))
+            .collect();
+        assert_eq!(
+            below_ws,
+            vec![&MountStep::Overlay {
+                target: ws.clone(),
+                lower: ws.clone(),
+                upper: overlay.upper.clone(),
+                work: overlay.work.clone(),
+            }]
+        );
+        let text = plan.to_string();
+        assert_eq!(text.lines().count(), plan.steps.len() + 2, "{text}");
+        assert!(
+            text.contains("userxattr,redirect_dir=nofollow,metacopy=off"),
+            "{text}"
+        );
+        assert!(text.contains("commit decision holds them"), "{text}");
     }
 
     #[test]

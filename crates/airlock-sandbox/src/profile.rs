@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::SandboxError;
+use crate::overlay::WorkspaceOverlay;
 use crate::workspace_check::{check_workspace, OperatorDirs};
 
 /// The Landlock ABI below which the sandbox refuses to run unless weakened.
@@ -260,6 +261,11 @@ pub struct SandboxProfile {
     /// An explicit weaker mode; `None` is full confinement.
     #[serde(default)]
     pub weakened: Option<WeakenedMode>,
+    /// See the workspace through an overlay whose writes land in these layers, never in
+    /// the workspace itself (see [`crate::overlay`]). `None`: the workspace is bound
+    /// read-write, with its git metadata and protected paths bound read-only.
+    #[serde(default)]
+    pub workspace_overlay: Option<WorkspaceOverlay>,
 }
 
 fn default_sandbox_id() -> u32 {
@@ -311,6 +317,7 @@ impl SandboxProfile {
             tcp_ports: Vec::new(),
             network: NetworkPolicy::default(),
             weakened: None,
+            workspace_overlay: None,
         }
     }
 
@@ -447,6 +454,9 @@ impl SandboxProfile {
         }
         if let Some(relay) = self.relay() {
             validate_relay(relay, &ws)?;
+        }
+        if let Some(overlay) = &self.workspace_overlay {
+            overlay.validate(&ws)?;
         }
         Ok(ws)
     }

@@ -32,6 +32,11 @@ pub const FILE_FD: i32 = 6;
 /// traverse; with this descriptor the helper never walks that path, and no host directory
 /// needs loosening.
 pub const WORKSPACE_FD: i32 = 7;
+/// File descriptor of the workspace overlay's run directory (the parent of its upper and
+/// work layers) as a detached mount that a root host made for the helper, present only
+/// when [`InitRequest::layers_tree`] says so: like the workspace, it lies below root's
+/// private state dir.
+pub const OVERLAY_FD: i32 = 8;
 /// The largest message either side accepts.
 pub const MAX_MESSAGE: usize = 16 << 20;
 
@@ -49,6 +54,9 @@ pub struct InitRequest {
     /// The host passed the workspace as a detached mount on [`WORKSPACE_FD`].
     #[serde(default)]
     pub workspace_tree: bool,
+    /// The host passed the overlay's run directory as a detached mount on [`OVERLAY_FD`].
+    #[serde(default)]
+    pub layers_tree: bool,
 }
 
 /// What the payload executes, sent with the go-ahead: the sandbox is built and attested

@@ -122,11 +122,15 @@ impl PreparedRun {
             .running
             .take()
             .ok_or_else(|| SandboxError::Protocol("the prepared sandbox is gone".into()))?;
-        // Noted before the go-ahead, checked once the sandbox's process tree is gone.
-        let git_guard = GitGuard::before(&self.request.workspace);
+        // Noted before the go-ahead, checked once the sandbox's process tree is gone. With
+        // the overlay nothing reaches the workspace's `.git`: the commit decision holds it.
+        let git_guard = profile
+            .workspace_overlay
+            .is_none()
+            .then(|| GitGuard::before(&self.request.workspace));
         let result = running.go_and_wait(order, profile);
         let mut ended = running.end(result.is_err());
-        let removed = git_guard.after();
+        let removed = git_guard.map(|g| g.after()).unwrap_or_default();
         for path in &removed {
             ended.stderr.extend_from_slice(
                 format!(

@@ -4,6 +4,8 @@
 mod common;
 #[path = "suite/forced_shortfalls.rs"]
 mod forced_shortfalls;
+#[path = "suite/overlay.rs"]
+mod overlay;
 #[path = "suite/written_files.rs"]
 mod written_files;
 

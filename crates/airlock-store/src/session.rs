@@ -63,6 +63,10 @@ pub struct NewSession {
     /// run works in the operator's workspace and needs no directory of its own. `None`
     /// creates a private `<state>/sessions/<id>/workspace`. Must be absolute.
     pub workspace: Option<PathBuf>,
+    /// The owner gave the agent `workspace` to work on (`airlock run --workspace DIR`):
+    /// the session may be resumed there. Without it, a session recorded with a
+    /// directory of the caller's (an `airlock exec` run) is never resumed by an agent.
+    pub agent_workspace: bool,
 }
 
 impl NewSession {
@@ -73,6 +77,7 @@ impl NewSession {
             principal: "owner".into(),
             role: "owner".into(),
             workspace: None,
+            agent_workspace: false,
         }
     }
 }

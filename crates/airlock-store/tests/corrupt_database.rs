@@ -18,6 +18,7 @@ fn two_sessions(dir: &std::path::Path) -> (SqliteStore, String, String) {
                     principal: "owner".into(),
                     role: "owner".into(),
                     workspace: None,
+                    agent_workspace: false,
                 },
                 T0,
             )

@@ -849,11 +849,12 @@ mod grants_are_visible {
             let store = open(dir.path());
             rule_grant(&store, "host:api.github.com", at(600)).id
         };
-        // Back to schema version 4, which had no use counts.
+        // Back to schema version 4, which had no use counts (nor later columns).
         raw(dir.path())
             .execute_batch(
                 "ALTER TABLE grants DROP COLUMN uses;
                  ALTER TABLE grants DROP COLUMN last_used_at;
+                 ALTER TABLE sessions DROP COLUMN agent_workspace;
                  PRAGMA user_version = 4;",
             )
             .unwrap();

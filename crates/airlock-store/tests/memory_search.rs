@@ -255,6 +255,7 @@ fn a_version_2_database_is_searched_after_its_upgrade() {
              ALTER TABLE approvals DROP COLUMN waiter_start;
              ALTER TABLE grants DROP COLUMN uses;
              ALTER TABLE grants DROP COLUMN last_used_at;
+             ALTER TABLE sessions DROP COLUMN agent_workspace;
              PRAGMA user_version = 2;",
         )
         .unwrap();

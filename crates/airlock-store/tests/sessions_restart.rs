@@ -130,6 +130,7 @@ fn workspace_is_created_private_under_the_state_dir() {
                 principal: "owner".into(),
                 role: "owner".into(),
                 workspace: None,
+                agent_workspace: false,
             },
             T0,
         )
@@ -152,6 +153,7 @@ fn workspace_is_created_private_under_the_state_dir() {
             principal: "owner".into(),
             role: "owner".into(),
             workspace: None,
+            agent_workspace: false,
         },
         T0,
     );
@@ -171,6 +173,7 @@ fn a_named_workspace_is_recorded_as_given_and_nothing_is_created_for_it() {
         principal: "owner".into(),
         role: "owner".into(),
         workspace: Some(workspace.to_path_buf()),
+        agent_workspace: false,
     };
     let rec = store
         .create_session(&named("exec-1", operator.path()), T0)
@@ -211,6 +214,14 @@ fn a_named_workspace_is_recorded_as_given_and_nothing_is_created_for_it() {
         store.get_session("exec-1").unwrap().status,
         SessionStatus::Finished
     );
+    // A directory the owner gave the agent (`airlock run --workspace DIR`) resumes there.
+    let given = NewSession {
+        agent_workspace: true,
+        ..named("run-1", operator.path())
+    };
+    store.create_session(&given, T0).unwrap();
+    let resumed = store.resume_session("run-1", T0).unwrap();
+    assert_eq!(resumed.record.workspace, operator.path());
 
     let err = store
         .create_session(&named("exec-2", std::path::Path::new("relative/ws")), T0)
@@ -243,6 +254,7 @@ fn session_ids_that_would_leave_the_sessions_directory_are_refused() {
                 principal: "owner".into(),
                 role: "owner".into(),
                 workspace: None,
+                agent_workspace: false,
             },
             T0,
         );

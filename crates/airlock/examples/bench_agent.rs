@@ -133,6 +133,7 @@ fn calls(n: usize, prefix: &[String]) -> anyhow::Result<()> {
             profile: None,
             channel: "terminal".into(),
             print_messages: false,
+            workspace: None,
             egress: Default::default(),
         },
     )?;

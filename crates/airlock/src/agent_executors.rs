@@ -17,7 +17,7 @@ use serde_json::json;
 
 use airlock_agent::agent::{Executors, ToolOutput};
 use airlock_audit::AuditLog;
-use airlock_core::action::{ExecAction, MessageSendAction, NetRequestAction};
+use airlock_core::action::{ExecAction, FsWriteAction, MessageSendAction, NetRequestAction};
 use airlock_core::gate::{Approval, Gate, Session};
 use airlock_core::Authorized;
 use airlock_proxy::{
@@ -100,6 +100,8 @@ struct Shared {
     workspace: PathBuf,
     channel: String,
     extras: EgressExtras,
+    /// How long a held commit of a shell call's changes waits for an answer.
+    commit_approval_timeout: Duration,
 }
 
 impl HostExecutors {
@@ -117,6 +119,7 @@ impl HostExecutors {
         channel: String,
         print_messages: bool,
     ) -> HostExecutors {
+        let cfg_approval_timeout = cfg.agent.approval_timeout_secs;
         HostExecutors {
             shared: Arc::new(Shared {
                 home,
@@ -128,6 +131,7 @@ impl HostExecutors {
                 workspace,
                 channel,
                 extras: EgressExtras::default(),
+                commit_approval_timeout: Duration::from_secs(cfg_approval_timeout),
             }),
             delivered: Mutex::new(Vec::new()),
             print_messages,
@@ -138,6 +142,14 @@ impl HostExecutors {
     /// Give the loop's memory tools the session's memory.
     pub fn with_memory(mut self, memory: crate::memory_executor::HostMemory) -> HostExecutors {
         self.memory = Some(memory);
+        self
+    }
+
+    /// Wait this long for an answer to a held commit (`airlock run --approval-timeout`).
+    pub fn with_commit_approval_timeout(mut self, timeout: Duration) -> HostExecutors {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.commit_approval_timeout = timeout;
+        }
         self
     }
 
@@ -239,6 +251,25 @@ impl Executors for HostExecutors {
         }
     }
 
+    async fn write_file(
+        &self,
+        auth: &Authorized<FsWriteAction>,
+        content: &[u8],
+        _timeout: Duration,
+    ) -> Option<ToolOutput> {
+        let (shared, action, content) =
+            (self.shared.clone(), auth.action().clone(), content.to_vec());
+        // Set when the loop drops this future (kill, timeout): a held commit withdraws.
+        let cancel = CancelFlag::default();
+        let flag = cancel.0.clone();
+        let result =
+            tokio::task::spawn_blocking(move || shared.stage_write(&action, &content, &flag))
+                .await
+                .unwrap_or_else(|e| Err(format!("the file worker failed: {e}")));
+        cancel.disarm();
+        Some(result.map_or_else(ToolOutput::error, ToolOutput::ok))
+    }
+
     async fn send_message(
         &self,
         auth: Authorized<MessageSendAction>,
@@ -308,6 +339,11 @@ impl Shared {
         if !nix::unistd::geteuid().is_root() {
             return Ok(());
         }
+        // The owner's own directory (`--workspace DIR`) never changes hands: the run
+        // writes only into its overlay layer, which belongs to the sandbox uid.
+        if !self.workspace.starts_with(&self.home.state) {
+            return Ok(());
+        }
         // Only the workspace itself changes hands. The directories above it stay root's
         // alone: the sandbox library hands the helper the workspace as a mount, so the
         // sandbox uid never walks that path.
@@ -348,6 +384,86 @@ impl Shared {
         Ok(resolved)
     }
 
+    /// Stage an authorized file write and settle it as a `workspace.commit`, like a
+    /// sandboxed run's changes: nothing reaches the workspace but a commit the Gate
+    /// allowed (or the owner approved).
+    fn stage_write(
+        &self,
+        action: &FsWriteAction,
+        content: &[u8],
+        cancel: &AtomicBool,
+    ) -> Result<String, String> {
+        use airlock_agent::agent::MAX_WRITE_BYTES;
+        if content.len() > MAX_WRITE_BYTES {
+            return Err(format!(
+                "content is {} bytes, over the {MAX_WRITE_BYTES}-byte limit for file writes\nhelp: write the file in smaller parts",
+                content.len()
+            ));
+        }
+        let actual = airlock_agent::agent::content_hash(content);
+        if action.content_sha256.as_deref() != Some(actual.as_str()) {
+            return Err(format!(
+                "the content does not match the approved hash (got {actual}); nothing was written"
+            ));
+        }
+        let path = std::path::Path::new(&action.path);
+        let rel = if path.is_absolute() {
+            path.strip_prefix(&self.workspace).map_err(|_| {
+                format!(
+                    "`{}` is outside the session workspace\nhelp: use a path relative to the workspace root",
+                    action.path
+                )
+            })?
+        } else {
+            path
+        };
+        let rel =
+            airlock_workspace::RelPath::new(rel).map_err(|e| format!("`{}`: {e}", action.path))?;
+        let dir = self
+            .home
+            .state
+            .join(crate::transaction::RUNS_DIR)
+            .join(format!("{}-write-{}", self.session_id, next_run_number()));
+        if let Some(parent) = dir.parent() {
+            crate::home::create_private_dir(parent).map_err(|e| e.to_string())?;
+        }
+        let staged = airlock_workspace::Staging::new(&dir, &self.workspace)
+            .and_then(|st| st.write_file(&rel, content, 0o644).map(|()| st))
+            .map_err(|e| e.to_string());
+        let settled = staged.and_then(|st| {
+            let session = self.session().map_err(|e| e.to_string())?;
+            let txn = crate::transaction::Transaction {
+                home: &self.home,
+                cfg: &self.cfg,
+                gate: &self.gate,
+                log: &self.audit,
+                approval_timeout: self.commit_approval_timeout,
+                cancelled: Some(cancel),
+            };
+            Ok(txn.settle(
+                &session,
+                &self.workspace,
+                st.path(),
+                None,
+                &format!("write_file {}", action.path),
+            ))
+        });
+        // The staging directory is the host's own (nothing sandboxed wrote it).
+        let _ = std::fs::remove_dir_all(&dir);
+        match settled? {
+            crate::transaction::Settled::Committed { checkpoint, .. } => Ok(format!(
+                "wrote {} bytes to {} (checkpoint {checkpoint})",
+                content.len(),
+                action.path
+            )),
+            crate::transaction::Settled::Unchanged => Ok(format!(
+                "{} already has this content; nothing changed",
+                action.path
+            )),
+            other => Err(other.note()),
+        }
+    }
+
     /// Run an authorized command in the sandbox with this session's egress proxy.
     fn run_shell(
         &self,
@@ -374,6 +490,12 @@ impl Shared {
             cwd,
             timeout.as_secs().max(1),
         );
+        // The command writes into its own layer; its change set is decided after it ends.
+        let run_id = format!("{}-{}", session.id, next_run_number());
+        let layers =
+            crate::transaction::create_overlay(&self.home, &self.cfg, &run_id).map_err(refuse)?;
+        profile.workspace_overlay = Some(layers.clone());
+        let layers = crate::transaction::RunLayers::new(layers);
         let egress = self
             .start_egress(None)
             .and_then(|e| e.configure(&mut profile).map(|()| e).map_err(Into::into))
@@ -385,6 +507,7 @@ impl Shared {
         if cancel.load(Ordering::Acquire) {
             guard.mark_killed();
         }
+        let started = std::time::SystemTime::now();
         let end = exec::run_authorized(
             (&self.home, &self.cfg),
             token,
@@ -397,6 +520,30 @@ impl Shared {
         );
         drop(guard);
         egress.finish();
+        // The change set is decided in the session as it is now: the same taint the
+        // command was decided with (its output is not observed yet).
+        let settled = match &end {
+            Ok(RunEnd::Finished(_)) => {
+                let txn = crate::transaction::Transaction {
+                    home: &self.home,
+                    cfg: &self.cfg,
+                    gate: &self.gate,
+                    log: &self.audit,
+                    approval_timeout: self.commit_approval_timeout,
+                    cancelled: Some(cancel),
+                };
+                let session = self.session()?;
+                Some(txn.settle(
+                    &session,
+                    &self.workspace,
+                    &layers.upper(),
+                    Some(started),
+                    &token.action().command,
+                ))
+            }
+            _ => None,
+        };
+        drop(layers);
         Ok(match end? {
             RunEnd::Killed => ToolOutput::error("the command was stopped: the session was killed"),
             RunEnd::Finished(o) => {
@@ -413,6 +560,9 @@ impl Shared {
                     ));
                 }
                 text.push_str(&format!("\n[exit status {}]", o.status));
+                if let Some(s) = settled.filter(|s| *s != crate::transaction::Settled::Unchanged) {
+                    text.push_str(&format!("\n[{}]", s.note()));
+                }
                 ToolOutput {
                     text,
                     is_error: o.status != 0,
@@ -421,6 +571,12 @@ impl Shared {
             }
         })
     }
+}
+
+/// A number unique within this process, for the names of a session's run layers.
+fn next_run_number() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Answers the proxy's *ask* for the one request the Gate already authorized, once.
@@ -497,6 +653,24 @@ impl Drop for CancelOnDrop {
             if self.run_dir.is_dir() {
                 let _ = std::fs::write(self.run_dir.join(KILLED_MARKER), b"cancelled\n");
             }
+        }
+    }
+}
+
+/// A flag set when dropped armed: the loop abandoned the call.
+#[derive(Default)]
+struct CancelFlag(Arc<AtomicBool>, bool);
+
+impl CancelFlag {
+    fn disarm(mut self) {
+        self.1 = true;
+    }
+}
+
+impl Drop for CancelFlag {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.store(true, Ordering::Release);
         }
     }
 }

@@ -42,8 +42,26 @@ pub struct HostOptions {
     pub channel: String,
     /// Print messages to the conversation's channel on stdout as they are delivered.
     pub print_messages: bool,
+    /// Work on this directory instead of a fresh session workspace (`--workspace DIR`).
+    pub workspace: Option<PathBuf>,
     /// Additions to every egress proxy of the session (in-process callers only).
     pub egress: EgressExtras,
+}
+
+/// The owner's directory `dir` as a session workspace: canonical, and refused where the
+/// sandbox would refuse it (the config and state dirs, `/`, `/tmp`, system trees, …).
+fn owner_workspace(home: &Home, dir: &std::path::Path) -> anyhow::Result<PathBuf> {
+    let dir = std::path::absolute(dir)
+        .and_then(|d| d.canonicalize())
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "workspace {}: {e}\nhelp: pass an existing directory",
+                dir.display()
+            )
+        })?;
+    airlock_sandbox::workspace_check::check_workspace(&dir, &home.operator_dirs())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(dir)
 }
 
 /// One session wired to the real Gate, sandbox, proxy, store and audit log.
@@ -78,15 +96,27 @@ impl AgentHost {
                     "cannot resume session `{id}`: {e}\nhelp: leave out --session to start a new one"
                 )
             })?,
-            None => store
-                .create_session(&NewSession::owner(), Timestamp::now())
-                .map_err(|e| anyhow::anyhow!("cannot create a session: {e}"))?,
+            None => {
+                let mut new = NewSession::owner();
+                new.workspace = match &opts.workspace {
+                    Some(dir) => Some(owner_workspace(&home, dir)?),
+                    None => None,
+                };
+                new.agent_workspace = new.workspace.is_some();
+                store
+                    .create_session(&new, Timestamp::now())
+                    .map_err(|e| anyhow::anyhow!("cannot create a session: {e}"))?
+            }
         };
         let session_id = record.id().to_string();
         let workspace = record.workspace.clone();
+        // A commit a crash interrupted is finished or rolled back before the session
+        // sees the workspace, and the outcome is said and recorded.
+        let (_, recovered) = crate::transaction::open_workspace(&home, &workspace)?;
         let gate = Arc::new(runtime::gate_for(&home, &cfg, profile, &workspace)?);
         let audit = runtime::open_audit(&home, &cfg)?;
         let exec_audit = Arc::new(Mutex::new(runtime::open_audit(&home, &cfg)?));
+        crate::transaction::record_recovery(&exec_audit, &workspace, recovered.as_deref());
         let executors = HostExecutors::new(
             home.clone(),
             cfg.clone(),
@@ -99,6 +129,10 @@ impl AgentHost {
             opts.print_messages,
         )
         .with_egress_extras(opts.egress)
+        .with_commit_approval_timeout(Duration::from_secs(
+            opts.approval_timeout
+                .unwrap_or(cfg.agent.approval_timeout_secs),
+        ))
         .with_memory(crate::memory_executor::HostMemory::open(
             &home,
             &record,

@@ -66,6 +66,13 @@ pub enum Command {
     /// The sandbox helper: pin the installed one.
     #[command(subcommand)]
     Sandbox(cmd::sandbox::SandboxCommand),
+    /// The workspace's checkpoints (every commit of a run's changes): list, show, diff,
+    /// restore one.
+    #[command(subcommand)]
+    Checkpoints(cmd::checkpoints::CheckpointsCommand),
+    /// Restore the workspace to before its last N commits (default 1), whichever sessions
+    /// made them. Refuses to overwrite files changed outside Airlock unless --force.
+    Undo(cmd::checkpoints::UndoArgs),
     /// The approvals queue: list, show, approve or deny held actions.
     #[command(subcommand)]
     Approvals(cmd::approvals::ApprovalsCommand),
@@ -94,6 +101,10 @@ pub enum Command {
         /// Print one JSON object instead of the transcript.
         #[arg(long)]
         json: bool,
+        /// Work on this directory instead of a fresh session workspace. Every change is
+        /// a checkpoint (`airlock undo`); config, state and system directories are refused.
+        #[arg(long, value_name = "DIR", conflicts_with = "session")]
+        workspace: Option<std::path::PathBuf>,
         /// What to do.
         prompt: String,
     },
@@ -125,6 +136,10 @@ pub enum Command {
         approval_timeout: Option<u64>,
         #[arg(long)]
         profile: Option<String>,
+        /// Work on this directory instead of a fresh session workspace. Every change is
+        /// a checkpoint (`airlock undo`); config, state and system directories are refused.
+        #[arg(long, value_name = "DIR", conflicts_with = "session")]
+        workspace: Option<std::path::PathBuf>,
     },
     /// Decide a command at the Gate, then run it in the verified sandbox. The exit status
     /// is the command's (128+signal if killed), or 126 when it was refused.
@@ -241,6 +256,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Audit(AuditCommand::RotateKey) => cmd::audit::rotate_key(),
         Command::Doctor => cmd::doctor::run(),
         Command::Sandbox(c) => cmd::sandbox::run(c),
+        Command::Checkpoints(c) => cmd::checkpoints::run(c),
+        Command::Undo(a) => cmd::checkpoints::undo(a),
         Command::Approvals(c) => cmd::approvals::run(c),
         Command::Memory(c) => cmd::memory::run(c),
         Command::Grants(c) => cmd::grants::run(c),
@@ -252,12 +269,14 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             approval_timeout,
             profile,
             json,
+            workspace,
             prompt,
         } => cmd::run::run(cmd::run::RunArgs {
             session,
             approval_timeout,
             profile,
             json,
+            workspace,
             prompt,
         }),
         Command::Demo { home, yes, no } => cmd::demo::run(cmd::demo::DemoArgs { home, yes, no }),
@@ -265,10 +284,12 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             session,
             approval_timeout,
             profile,
+            workspace,
         } => cmd::chat::run(cmd::chat::ChatArgs {
             session,
             approval_timeout,
             profile,
+            workspace,
         }),
         Command::Exec {
             workspace,

@@ -34,6 +34,54 @@ pub struct Config {
     /// How long memory records live.
     #[serde(default)]
     pub memory: MemorySection,
+    /// Workspace transactions: sensitive paths and per-run limits.
+    #[serde(default)]
+    pub workspace: WorkspaceSection,
+}
+
+/// `[workspace]`: what a run's change set is judged against. Every run's writes land in
+/// its own upper layer and reach the workspace only as a commit the Gate allowed
+/// (`workspace.commit`); these settings feed the commit's facts.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceSection {
+    /// Paths whose change is held for review, beside the built-in list (`.git`, `.envrc`,
+    /// `.vscode`, `.idea`, build entry points, …) and `[policy] protected_paths`. `**`
+    /// matches any number of components, `*` part of one.
+    #[serde(default)]
+    pub sensitive_paths: Vec<String>,
+    /// Most content bytes one run may write before its change is held whole.
+    #[serde(default = "default_max_bytes_written")]
+    pub max_bytes_written: u64,
+    /// Most files one run may change before its change is held whole.
+    #[serde(default = "default_max_files_changed")]
+    pub max_files_changed: usize,
+    /// Most files one run may delete before its change is held whole.
+    #[serde(default = "default_max_files_deleted")]
+    pub max_files_deleted: usize,
+}
+
+impl Default for WorkspaceSection {
+    fn default() -> Self {
+        WorkspaceSection {
+            sensitive_paths: Vec::new(),
+            max_bytes_written: default_max_bytes_written(),
+            max_files_changed: default_max_files_changed(),
+            max_files_deleted: default_max_files_deleted(),
+        }
+    }
+}
+
+fn default_max_bytes_written() -> u64 {
+    airlock_workspace::Limits::default().max_bytes_written
+}
+
+fn default_max_files_changed() -> usize {
+    airlock_workspace::Limits::default().max_files_changed
+}
+
+fn default_max_files_deleted() -> usize {
+    airlock_workspace::Limits::default().max_files_deleted
 }
 
 /// `[memory]`: `[memory.retention]`, days each kind of record lives after its last write.
@@ -239,7 +287,7 @@ pub struct PolicyConfig {
     /// `default` or `strict`.
     #[serde(default = "default_profile")]
     pub profile: String,
-    /// Extra workspace-relative paths that stay read-only.
+    /// Workspace-relative paths whose change (or creation) holds a run's commit for review.
     #[serde(default)]
     pub protected_paths: Vec<String>,
 }
@@ -290,8 +338,20 @@ pub const DEFAULT_CONFIG: &str = r#"# Airlock configuration. Unknown keys are er
 #            after untrusted content, untraced destinations are asked.
 # "strict":  only curated read-only commands run unattended; everything else is asked.
 profile = "default"
-# Workspace-relative paths that stay read-only (in addition to .git/hooks and .git/config).
+# Workspace-relative paths you keep yourself: a run that changes or creates one has its
+# whole change held for your review (as are .git, .envrc and the [workspace] list).
 protected_paths = []
+
+[workspace]
+# Every run writes into its own layer; its change set reaches the workspace only as a
+# commit the Gate allowed (a checkpoint: `airlock checkpoints list`, `airlock undo`).
+# Paths held for review beside the built-in list (.git, .envrc, .vscode, .idea, Makefile,
+# package.json, CI definitions, ...):
+sensitive_paths = []
+# Per-run limits; a run over one is held whole, never committed in part.
+max_bytes_written = 268435456
+max_files_changed = 2000
+max_files_deleted = 500
 
 [sandbox]
 # The unprivileged uid (and gid) the sandbox runs as when Airlock runs as root.

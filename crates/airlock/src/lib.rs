@@ -30,3 +30,4 @@ pub mod proxy_fetch;
 pub mod replay;
 pub mod runtime;
 pub mod sandbox_helper;
+pub mod transaction;

@@ -59,9 +59,8 @@ fn runs_in_the_sandbox_and_passes_the_exit_status() {
 }
 
 /// I1: the decision that names the exact command is in the log file before the payload
-/// starts. Each payload announces itself in the workspace and then waits; while it waits,
-/// the test reads the log on the host (the sandbox cannot see it) and only then lets the
-/// payload finish.
+/// starts. Each payload announces itself in its overlay layer and then waits; while it
+/// waits, the test reads the log on the host (the sandbox cannot see it).
 #[test]
 fn i1_the_decision_is_in_the_log_while_the_payload_runs() {
     let f = fixture();
@@ -73,11 +72,11 @@ fn i1_the_decision_is_in_the_log_while_the_payload_runs() {
         "(echo sub; echo shell) > started-2",
     ];
     for (i, start) in payloads.iter().enumerate() {
-        let release = format!("release-{i}");
-        let cmd = format!(
-            "{start}; n=0; while [ ! -e {release} ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n+1)); done; \
-             [ -e {release} ] && echo released-{i}"
-        );
+        // The payload waits a while after announcing itself: the host cannot release it
+        // through the workspace, since a file made on the host during the run does not
+        // show through the run's overlay (its lookup is cached), nor does a FIFO (overlayfs
+        // gives it an inode of its own).
+        let cmd = format!("{start}; sleep 10; echo released-{i}");
         let mut child = Command::new(airlock_bin())
             .env("AIRLOCK_HOME", &f.home)
             .current_dir(&f.ws)
@@ -87,9 +86,18 @@ fn i1_the_decision_is_in_the_log_while_the_payload_runs() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let started = f.ws.join(format!("started-{i}"));
+        // The run writes into its own overlay layer (`<state>/runs/<run>/upper`); the
+        // workspace gets the file only when the run's change set is committed.
+        let name = format!("started-{i}");
+        let started = || {
+            std::fs::read_dir(f.home.join("state/runs"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|e| e.path().join("upper").join(&name).exists())
+        };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while !started.exists() {
+        while !started() {
             if let Some(status) = child.try_wait().unwrap() {
                 let o = child.wait_with_output().unwrap();
                 panic!(
@@ -114,7 +122,6 @@ fn i1_the_decision_is_in_the_log_while_the_payload_runs() {
             i,
             "{cmd}: {recs:#?}"
         );
-        std::fs::write(f.ws.join(&release), b"").unwrap();
         let o = child.wait_with_output().unwrap();
         assert_eq!(
             o.status.code(),
@@ -127,6 +134,8 @@ fn i1_the_decision_is_in_the_log_while_the_payload_runs() {
             "{}",
             String::from_utf8_lossy(&o.stdout)
         );
+        // The run's file was committed once it ended (an untainted, plain change).
+        assert!(f.ws.join(&name).exists(), "{cmd}: not committed");
     }
     assert!(verify(&f.home).status.success());
 }

@@ -143,7 +143,22 @@ impl Agent<'_> {
                 action, content, ..
             } => {
                 let t = authorized!(action);
-                file_result(run.files.write_file(&t, content.as_bytes()))
+                let staged = self.guard(
+                    &id,
+                    self.executors.write_file(&t, content.as_bytes(), timeout),
+                    Some(timeout),
+                );
+                match staged.await? {
+                    Guarded::Done(Some(o)) => Some(o),
+                    Guarded::Done(None) => {
+                        file_result(run.files.write_file(&t, content.as_bytes()))
+                    }
+                    Guarded::TimedOut => Some(ToolOutput::error(format!(
+                        "the write was not committed within the {}s call timeout",
+                        timeout.as_secs_f64()
+                    ))),
+                    Guarded::Killed => None,
+                }
             }
             PlannedCall::Fetch { action, body } => {
                 let t = authorized!(action);

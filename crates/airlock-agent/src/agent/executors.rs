@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use airlock_core::action::{ExecAction, MessageSendAction, NetRequestAction};
+use airlock_core::action::{ExecAction, FsWriteAction, MessageSendAction, NetRequestAction};
 use airlock_core::Authorized;
 
 /// The result of one tool call, as the model will see it.
@@ -78,6 +78,21 @@ pub trait Executors: Send + Sync {
         auth: Authorized<MessageSendAction>,
         timeout: Duration,
     ) -> ToolOutput;
+
+    /// Write a file for `write_file`/`edit_file` through the host's workspace transaction:
+    /// staged, decided as a `workspace.commit`, and committed as a checkpoint. `content`
+    /// is the payload whose hash `auth` binds; the host checks it again.
+    ///
+    /// `None` (the default): this host keeps no transactions, and the loop writes the file
+    /// itself with [`super::WorkspaceFiles`].
+    async fn write_file(
+        &self,
+        _auth: &Authorized<FsWriteAction>,
+        _content: &[u8],
+        _timeout: Duration,
+    ) -> Option<ToolOutput> {
+        None
+    }
 
     /// The memory of this session's namespace; `None` (the default) when the host keeps
     /// no memory, and the memory tools then answer that it is not available.

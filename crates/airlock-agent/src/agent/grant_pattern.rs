@@ -203,7 +203,9 @@ fn target_shape(action: &Action, config: &GateConfig) -> Result<(Value, String),
         | Action::MemoryWrite(_)
         | Action::ToolCall(_)
         | Action::TaskSchedule(_)
-        | Action::AgentSpawn(_) => Err(not_scopable(format!(
+        | Action::AgentSpawn(_)
+        // A change set is approved as exactly that change set (its hash), never as a kind.
+        | Action::WorkspaceCommit(_) => Err(not_scopable(format!(
             "`{}` actions have no grant pattern: their arguments carry instructions or targets the Gate cannot compare safely",
             action.kind()
         ))),

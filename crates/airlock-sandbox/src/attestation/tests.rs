@@ -29,6 +29,7 @@ fn fixture() -> (
         gid: 1000,
         landlock_abi: 7,
         relay_socket: None,
+        overlay: None,
     };
     let mounts = plan
         .mounts()
@@ -42,6 +43,8 @@ fn fixture() -> (
             } else {
                 "rw".into()
             },
+            device: "0:99".into(),
+            super_options: String::new(),
         })
         .collect();
     let att = Attestation {
@@ -80,6 +83,7 @@ fn fixture() -> (
         },
         weakened: None,
         relay: None,
+        overlay: None,
     };
     (dir, profile, plan, host, att)
 }
@@ -140,6 +144,8 @@ fn each_shortfall_is_named() {
                     fs_type: "ext4".into(),
                     read_only: false,
                     options: "rw".into(),
+                    device: "8:1".into(),
+                    super_options: String::new(),
                 })
             }),
         ),
@@ -189,6 +195,8 @@ fn recursive_binds_may_carry_read_only_submounts_only() {
         fs_type: "ext4".into(),
         read_only: true,
         options: "ro".into(),
+        device: "8:1".into(),
+        super_options: String::new(),
     });
     assert_eq!(att.verify(&profile, &plan, &host), vec![]);
     att.mounts.last_mut().unwrap().read_only = false;
@@ -212,6 +220,8 @@ fn a_mount_where_the_plan_copies_a_file_is_refused() {
         fs_type: "ext4".into(),
         read_only: true,
         options: "ro".into(),
+        device: "8:1".into(),
+        super_options: String::new(),
     });
     let found = att.verify(&profile, &plan, &host);
     assert_eq!(found.len(), 1, "{found:?}");
@@ -298,4 +308,155 @@ fn relay_shortfalls_are_named() {
     // A relay the profile did not ask for is a shortfall too.
     profile.network = crate::profile::NetworkPolicy::LoopbackOnly;
     assert!(features(&good, &profile, &plan, &host).contains(&"egress relay".to_string()));
+}
+
+/// A profile with a workspace overlay, its plan, and an attestation that matches it.
+fn overlay_fixture() -> (
+    [tempfile::TempDir; 2],
+    SandboxProfile,
+    MountPlan,
+    HostView,
+    Attestation,
+) {
+    let (d, mut profile, _, mut host, mut att) = fixture();
+    let runs = tempfile::tempdir().unwrap();
+    let ws = profile.workspace.clone();
+    // A repository: under the overlay nothing of it is bound read-only.
+    std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+    std::fs::write(ws.join(".git/config"), "").unwrap();
+    let o = crate::WorkspaceOverlay::create(runs.path(), "r", 4242, 4242).unwrap();
+    profile.workspace_overlay = Some(o.clone());
+    let plan = MountPlan::for_profile(&profile, &ws).unwrap();
+    let ids = OverlayReport {
+        lower: FileId::of(&ws).unwrap(),
+        upper: FileId::of(&o.upper).unwrap(),
+        work: FileId::of(&o.work).unwrap(),
+    };
+    host.overlay = Some(ids);
+    att.overlay = Some(ids);
+    att.mounts = plan
+        .mounts()
+        .map(|s| {
+            let overlay = matches!(s, MountStep::Overlay { .. });
+            MountEntry {
+                mount_point: s.target(),
+                root: "/".into(),
+                fs_type: if overlay { "overlay" } else { "tmpfs" }.into(),
+                read_only: s.read_only(),
+                options: if s.read_only() { "ro" } else { "rw" }.into(),
+                device: if overlay { "0:48" } else { "0:99" }.into(),
+                super_options: if overlay {
+                    "rw,lowerdir=/overlay/lower,upperdir=/overlay/layers/upper,workdir=/overlay/layers/work,redirect_dir=nofollow,uuid=on,userxattr".into()
+                } else {
+                    String::new()
+                },
+            }
+        })
+        .collect();
+    ([d, runs], profile, plan, host, att)
+}
+
+#[test]
+fn overlay_plan_mounts_the_workspace_only_through_the_overlay() {
+    let (_d, profile, plan, host, att) = overlay_fixture();
+    assert_eq!(att.verify(&profile, &plan, &host), vec![]);
+    let ws = &profile.workspace;
+    let at_ws: Vec<_> = plan
+        .steps
+        .iter()
+        .filter(|s| s.target().starts_with(ws))
+        .collect();
+    assert_eq!(at_ws.len(), 1, "{at_ws:?}");
+    assert!(matches!(at_ws[0], MountStep::Overlay { lower, .. } if lower == ws));
+    assert!(!plan.steps.iter().any(|s| matches!(s,
+        MountStep::Bind { source, read_only: false, .. } if source.starts_with(ws))));
+}
+
+#[test]
+fn overlay_shortfalls_are_named() {
+    let (_d, profile, plan, host, good) = overlay_fixture();
+    // Leaked so that the closure below is `Copy` and every case can use it.
+    let ws: &'static Path = Box::leak(profile.workspace.clone().into_boxed_path());
+    let at_ws = move |a: &mut Attestation| -> usize {
+        a.mounts.iter().rposition(|m| m.mount_point == ws).unwrap()
+    };
+    let device = host.overlay.unwrap().lower.device_text();
+    type Mutation = Box<dyn Fn(&mut Attestation)>;
+    let cases: Vec<(&str, Mutation)> = vec![
+        (
+            "is a ext4 mount, not the overlay",
+            Box::new(move |a| {
+                let i = at_ws(a);
+                a.mounts[i].fs_type = "ext4".into();
+            }),
+        ),
+        (
+            "lacks userxattr",
+            Box::new(move |a| {
+                let i = at_ws(a);
+                a.mounts[i].super_options = a.mounts[i].super_options.replace(",userxattr", "");
+            }),
+        ),
+        (
+            "follows redirects",
+            Box::new(move |a| {
+                let i = at_ws(a);
+                a.mounts[i].super_options = a.mounts[i]
+                    .super_options
+                    .replace("redirect_dir=nofollow", "redirect_dir=on");
+            }),
+        ),
+        (
+            "upperdir",
+            Box::new(move |a| {
+                let i = at_ws(a);
+                a.mounts[i].super_options = a.mounts[i]
+                    .super_options
+                    .replace("layers/upper", "layers/elsewhere");
+            }),
+        ),
+        (
+            "upper layer is inode",
+            Box::new(|a| a.overlay.as_mut().unwrap().upper.ino += 1),
+        ),
+        (
+            "lower layer (the workspace) is inode",
+            Box::new(|a| a.overlay.as_mut().unwrap().lower.dev += 1),
+        ),
+        ("reports none", Box::new(|a| a.overlay = None)),
+        (
+            "writable mount of the workspace's file system",
+            Box::new(move |a| {
+                a.mounts.push(MountEntry {
+                    mount_point: "/tmp/real-workspace".into(),
+                    root: "/ws".into(),
+                    fs_type: "ext4".into(),
+                    read_only: false,
+                    options: "rw".into(),
+                    device: device.clone(),
+                    super_options: "rw".into(),
+                })
+            }),
+        ),
+    ];
+    for (detail, mutate) in cases {
+        let mut att = good.clone();
+        mutate(&mut att);
+        let found = att.verify(&profile, &plan, &host);
+        assert!(
+            found
+                .iter()
+                .any(|s| s.feature == "workspace overlay" && s.detail.contains(detail)),
+            "{detail} not detected: {found:?}"
+        );
+    }
+    // A sandbox that reports an overlay the profile does not ask for is refused too.
+    let (_d2, plain, plain_plan, mut plain_host, mut plain_att) = fixture();
+    plain_att.overlay = good.overlay;
+    plain_host.overlay = None;
+    let found = plain_att.verify(&plain, &plain_plan, &plain_host);
+    assert!(
+        found.iter().any(|s| s.feature == "workspace overlay"),
+        "{found:?}"
+    );
 }

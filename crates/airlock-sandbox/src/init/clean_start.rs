@@ -12,19 +12,19 @@
 
 use std::io;
 
-use crate::protocol::WORKSPACE_FD;
+use crate::protocol::OVERLAY_FD;
 
 /// The signals glibc reserves for itself (`SIGCANCEL`, `SIGSETXID`). The helper is
 /// single-threaded and uses neither.
 const GLIBC_INTERNAL_SIGNALS: [libc::c_int; 2] = [32, 33];
 
 /// Give glibc's internal signals their default disposition, and close every descriptor
-/// above the ones the host passes (0-2, and 3 to 7, see [`crate::protocol`]).
+/// above the ones the host passes (0-2, and 3 to 8, see [`crate::protocol`]).
 pub(super) fn clean_start() -> Result<(), String> {
     for sig in GLIBC_INTERNAL_SIGNALS {
         default_disposition(sig).map_err(|e| format!("rt_sigaction({sig}, SIG_DFL): {e}"))?;
     }
-    super::sys::close_from(WORKSPACE_FD as u32 + 1).map_err(|e| format!("close_range: {e}"))
+    super::sys::close_from(OVERLAY_FD as u32 + 1).map_err(|e| format!("close_range: {e}"))
 }
 
 /// The kernel's `struct sigaction` for `rt_sigaction` (x86_64 and aarch64 layout).

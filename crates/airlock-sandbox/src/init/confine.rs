@@ -210,5 +210,6 @@ pub fn collect_attestation(
         cgroup,
         weakened: profile.weakened,
         relay: None,
+        overlay: None,
     })
 }

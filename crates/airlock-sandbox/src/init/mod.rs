@@ -46,7 +46,7 @@ use layers::Layer;
 
 use crate::protocol::{
     self, ExecOrder, HostCommand, InitRequest, PayloadMessage, StageMessage, Verdict, CONTROL_FD,
-    FILE_FD, HANDSHAKE_FD, RELAY_FD, WORKSPACE_FD,
+    FILE_FD, HANDSHAKE_FD, OVERLAY_FD, RELAY_FD, WORKSPACE_FD,
 };
 pub use identity::{IDENTITY_GID_FLAG, IDENTITY_UID_FLAG};
 
@@ -165,6 +165,13 @@ fn stage0() -> i32 {
             request.workspace_tree,
             InitError::new("workspace", "the host passed no workspace mount"),
         )
+    })
+    .and_then(|()| {
+        expect_passed_fd(
+            OVERLAY_FD,
+            request.layers_tree,
+            InitError::new("workspace overlay", "the host passed no overlay layers"),
+        )
     });
     if let Err(e) = passed {
         report_stage_failure(&mut control, e);
@@ -178,12 +185,13 @@ fn stage0() -> i32 {
         }
     };
     // The handshake channel, the proxy socket and the file belong to the sandbox now.
-    // SAFETY: closing fds 4, 5 and 6, which no Rust object in this process owns.
+    // SAFETY: closing fds 4 to 8, which no Rust object in this process owns.
     unsafe {
         libc::close(HANDSHAKE_FD);
         libc::close(RELAY_FD);
         libc::close(FILE_FD);
         libc::close(WORKSPACE_FD);
+        libc::close(OVERLAY_FD);
     }
     let status = supervise(&mut control, child);
     let _ = protocol::send(&mut control, &StageMessage::Exited { status });
@@ -320,10 +328,13 @@ fn supervise(control: &mut UnixStream, child: Pid) -> i32 {
 fn pid1(request: &InitRequest) -> ! {
     // SAFETY: fd 4 is the handshake socket inherited from stage 0; this process owns it.
     let mut handshake = unsafe { UnixStream::from_raw_fd(HANDSHAKE_FD) };
-    if let Err(e) = pid1_setup(request) {
-        report_payload_failure(&mut handshake, e);
-        std::process::exit(EXIT_SETUP_FAILED);
-    }
+    let overlay = match pid1_setup(request) {
+        Ok(overlay) => overlay,
+        Err(e) => {
+            report_payload_failure(&mut handshake, e);
+            std::process::exit(EXIT_SETUP_FAILED);
+        }
+    };
     // The relay sets itself up while the payload confines itself; the payload reads its
     // report before attesting.
     let mut relay = match request.profile.relay() {
@@ -341,7 +352,7 @@ fn pid1(request: &InitRequest) -> ! {
     unsafe { libc::close(RELAY_FD) };
     // SAFETY: single-threaded process.
     let payload = match unsafe { fork() } {
-        Ok(ForkResult::Child) => run_payload(request, handshake, relay.take()),
+        Ok(ForkResult::Child) => run_payload(request, handshake, relay.take(), overlay),
         Ok(ForkResult::Parent { child }) => child,
         Err(e) => {
             report_payload_failure(
@@ -365,7 +376,11 @@ fn pid1(request: &InitRequest) -> ! {
     }
 }
 
-fn pid1_setup(request: &InitRequest) -> Result<(), InitError> {
+/// Everything PID 1 does before the payload exists. Returns what the workspace overlay was
+/// built on, when there is one.
+fn pid1_setup(
+    request: &InitRequest,
+) -> Result<Option<crate::attestation::OverlayReport>, InitError> {
     let os = |stage: &'static str| move |e: nix::errno::Errno| InitError::new(stage, e.to_string());
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(os("parent-death signal"))?;
     // SAFETY: closing the control socket fd, which no Rust object in this process owns.
@@ -383,9 +398,15 @@ fn pid1_setup(request: &InitRequest) -> Result<(), InitError> {
         // process owns it.
         unsafe { std::os::fd::OwnedFd::from_raw_fd(WORKSPACE_FD) }
     });
-    mounts::build_root(
+    let layers_tree = request.layers_tree.then(|| {
+        // SAFETY: fd 8 was passed by the host (checked by stage 0) and nothing else in this
+        // process owns it.
+        unsafe { std::os::fd::OwnedFd::from_raw_fd(OVERLAY_FD) }
+    });
+    let overlay = mounts::build_root(
         &request.plan,
         workspace_tree.map(|t| (request.workspace.as_path(), t)),
+        layers_tree,
     )?;
     // The file's contents are in the new root; nothing after this needs the descriptor.
     // SAFETY: closing fd 6, which no Rust object in this process owns (EBADF if absent).
@@ -393,10 +414,10 @@ fn pid1_setup(request: &InitRequest) -> Result<(), InitError> {
     if !layers::skips(Layer::Capabilities) {
         drop_capabilities()?;
     }
-    if layers::skips(Layer::NoNewPrivs) {
-        return Ok(());
+    if !layers::skips(Layer::NoNewPrivs) {
+        nix::sys::prctl::set_no_new_privs().map_err(os("no_new_privs"))?;
     }
-    nix::sys::prctl::set_no_new_privs().map_err(os("no_new_privs"))
+    Ok(overlay)
 }
 
 fn drop_capabilities() -> Result<(), InitError> {
@@ -447,9 +468,11 @@ fn run_payload(
     request: &InitRequest,
     mut handshake: UnixStream,
     relay: Option<relay::PendingRelay>,
+    overlay: Option<crate::attestation::OverlayReport>,
 ) -> ! {
     let attestation = confine_payload(request).and_then(|mut a| {
         a.relay = relay.map(relay::PendingRelay::wait).transpose()?;
+        a.overlay = overlay;
         Ok(a)
     });
     let attestation = match attestation {

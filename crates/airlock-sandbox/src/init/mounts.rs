@@ -9,6 +9,7 @@
 //! root tmpfs rather than bound ([`copy`]), through the same host-root resolution.
 
 mod copy;
+mod overlay;
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -17,6 +18,7 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
 use super::sys;
 use super::InitError;
+use crate::attestation::OverlayReport;
 use crate::mount_plan::{MountPlan, MountStep, NodeKind, RebindReason};
 use crate::protocol::FILE_FD;
 
@@ -91,10 +93,14 @@ fn tmpfs(target: &Path, size: u64, mode: u32) -> Result<(), InitError> {
 /// Build the sandbox root from `plan` and make it the process root. `workspace_tree` is
 /// the workspace's path with the detached mount a root host made of it: that bind is
 /// attached as it is, without walking the host path (see [`crate::protocol::WORKSPACE_FD`]).
+/// `layers_tree` is the overlay's run directory a root host passed the same way
+/// ([`crate::protocol::OVERLAY_FD`]). Returns what the overlay was built on, when the
+/// plan has one.
 pub fn build_root(
     plan: &MountPlan,
     mut workspace_tree: Option<(&Path, OwnedFd)>,
-) -> Result<(), InitError> {
+    mut layers_tree: Option<OwnedFd>,
+) -> Result<Option<OverlayReport>, InitError> {
     let root = Path::new("/");
     mount(
         None::<&str>,
@@ -120,6 +126,7 @@ pub fn build_root(
     .map_err(|e| err("open", Path::new("/oldroot"), e))?;
 
     let umask = copy::current_umask();
+    let mut overlay_report = None;
     let mut read_only_later: Vec<PathBuf> = Vec::new();
     for step in &plan.steps {
         let dst = at_newroot(&step.target());
@@ -241,6 +248,21 @@ pub fn build_root(
                     copied.map_err(|e| stage(&e))?;
                 }
             }
+            MountStep::Overlay {
+                lower, upper, work, ..
+            } => {
+                let lower_tree = workspace_tree
+                    .take_if(|(ws, _)| *ws == lower.as_path())
+                    .map(|(_, t)| t);
+                let sources = overlay::OverlaySources {
+                    lower,
+                    upper,
+                    work,
+                    lower_tree,
+                    layers_tree: layers_tree.take(),
+                };
+                overlay_report = Some(overlay::mount_overlay(sources, &oldroot, &dst)?);
+            }
             MountStep::Rebind {
                 anchor,
                 relative,
@@ -285,7 +307,7 @@ pub fn build_root(
     nix::unistd::pivot_root(".", ".").map_err(|e| err("pivot_root", newroot, e))?;
     umount2(".", MntFlags::MNT_DETACH).map_err(|e| err("detach staging root", staging, e))?;
     nix::unistd::chdir(root).map_err(|e| err("chdir", root, e))?;
-    Ok(())
+    Ok(overlay_report)
 }
 
 /// The contents of the plan's file, from the sealed memory file the host passed on

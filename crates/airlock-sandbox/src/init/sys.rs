@@ -205,3 +205,55 @@ pub fn loopback_up() -> io::Result<()> {
     check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } as libc::c_long)?;
     Ok(())
 }
+
+pub const FSOPEN_CLOEXEC: u32 = 1;
+pub const FSMOUNT_CLOEXEC: u32 = 1;
+pub const FSCONFIG_SET_FLAG: u32 = 0;
+pub const FSCONFIG_SET_STRING: u32 = 1;
+pub const FSCONFIG_CMD_CREATE: u32 = 6;
+
+/// `fsopen(name, FSOPEN_CLOEXEC)`: a new file system context.
+pub fn fsopen(fs_type: &std::ffi::CStr) -> io::Result<OwnedFd> {
+    // SAFETY: a valid NUL-terminated string and an integer flag.
+    owned(unsafe { libc::syscall(libc::SYS_fsopen, fs_type.as_ptr(), FSOPEN_CLOEXEC) })
+}
+
+/// `fsconfig(fs, cmd, key, value, 0)` with a string value or none.
+pub fn fsconfig(
+    fs: RawFd,
+    cmd: u32,
+    key: Option<&std::ffi::CStr>,
+    value: Option<&std::ffi::CStr>,
+) -> io::Result<()> {
+    let ptr = |s: Option<&std::ffi::CStr>| s.map_or(std::ptr::null(), |s| s.as_ptr());
+    // SAFETY: `key` and `value` are NUL-terminated strings that outlive the call (or NULL,
+    // which the commands used here accept), `fs` a live descriptor.
+    check(unsafe { libc::syscall(libc::SYS_fsconfig, fs, cmd, ptr(key), ptr(value), 0) })
+        .map(|_| ())
+}
+
+/// `fsmount(fs, FSMOUNT_CLOEXEC, attrs)`: the created file system as a detached mount.
+pub fn fsmount(fs: RawFd, attrs: u64) -> io::Result<OwnedFd> {
+    // SAFETY: plain integer arguments.
+    owned(unsafe { libc::syscall(libc::SYS_fsmount, fs, FSMOUNT_CLOEXEC, attrs) })
+}
+
+/// The messages the kernel logged on a file system context (`e overlayfs: ...`), one per
+/// line: they say why a mount was refused.
+pub fn fs_context_log(fs: RawFd) -> String {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 1024];
+    for _ in 0..32 {
+        // SAFETY: reading into a live buffer of the given length.
+        let n = unsafe { libc::read(fs, buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            break;
+        }
+        out.push(
+            String::from_utf8_lossy(&buf[..n as usize])
+                .trim()
+                .to_string(),
+        );
+    }
+    out.join("; ")
+}

@@ -51,6 +51,15 @@ fn details(step: &MountStep) -> String {
             source.display(),
             size(*max_len)
         ),
+        MountStep::Overlay {
+            lower, upper, work, ..
+        } => format!(
+            "lower: host {} (read-only bind); upper: {}; work: {}; {}, nosuid,nodev",
+            lower.display(),
+            upper.display(),
+            work.display(),
+            crate::overlay::options_text()
+        ),
         MountStep::Rebind { reason, .. } => match reason {
             RebindReason::Protected => "protected path, no symlinks followed".into(),
             RebindReason::Pin => "pinned (cannot be renamed or removed)".into(),
@@ -73,6 +82,12 @@ impl fmt::Display for MountPlan {
             };
             let kind = step.kind_name();
             writeln!(f, "{target:<28} {kind:<10} {mode:<4} {}", details(step))?;
+        }
+        if self.overlay().is_some() {
+            writeln!(
+                f,
+                "(git metadata and protected paths are not bound read-only: writes to them land in the upper layer like any other, and the commit decision holds them)"
+            )?;
         }
         Ok(())
     }

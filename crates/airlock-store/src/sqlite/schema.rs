@@ -185,6 +185,12 @@ ALTER TABLE approvals ADD COLUMN waiter_start INTEGER;
 ALTER TABLE grants ADD COLUMN uses INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE grants ADD COLUMN last_used_at INTEGER;
 "#,
+    // 6: the owner gave the session's agent this directory as its workspace
+    // (`airlock run --workspace DIR`), so the session resumes there; an `airlock exec`
+    // run's session, which also names the operator's directory, never does.
+    r#"
+ALTER TABLE sessions ADD COLUMN agent_workspace INTEGER NOT NULL DEFAULT 0;
+"#,
 ];
 
 /// The schema version this build writes.

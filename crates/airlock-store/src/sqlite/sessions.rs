@@ -211,9 +211,18 @@ impl SessionStore for SqliteStore {
                 return Err(StoreError::SessionExists { id: id.clone() });
             }
             tx.execute(
-                "INSERT INTO sessions (id, principal, role, status, created_at, updated_at, workspace, tainted, taint)
-                 VALUES (?1, ?2, ?3, 'active', ?4, ?4, ?5, 0, ?6)",
-                params![id, new.principal, new.role, now.as_unix_ms(), workspace_text, taint],
+                "INSERT INTO sessions (id, principal, role, status, created_at, updated_at, workspace, tainted, taint, agent_workspace)
+                 VALUES (?1, ?2, ?3, 'active', ?4, ?4, ?5, 0, ?6, ?7)",
+                params![
+                    id,
+                    new.principal,
+                    new.role,
+                    now.as_unix_ms(),
+                    workspace_text,
+                    taint,
+                    // Only a directory the caller named can be given to the agent.
+                    (new.agent_workspace && new.workspace.is_some()) as i64
+                ],
             )?;
             tx.execute("INSERT INTO session_budget (session_id) VALUES (?1)", [&id])?;
             // Directories last: if they cannot be made, the insert rolls back. A workspace
@@ -271,10 +280,16 @@ impl SessionStore for SqliteStore {
         let own_workspace = Path::new("sessions").join(id).join("workspace");
         let r = self.write(|tx| {
             let mut record = load_session(tx, id)?;
+            let granted: i64 = tx.query_row(
+                "SELECT agent_workspace FROM sessions WHERE id = ?1",
+                [id],
+                |r| r.get(0),
+            )?;
             // A session recorded with the caller's workspace (an `airlock exec` run) worked
             // in the operator's own directory; an agent resuming it would get tools on that
-            // directory, which no one granted. Only a session's private workspace resumes.
-            if !record.workspace.ends_with(&own_workspace) {
+            // directory, which no one granted. Only a session's private workspace resumes,
+            // or a directory the owner gave the agent (`airlock run --workspace DIR`).
+            if !record.workspace.ends_with(&own_workspace) && granted != 1 {
                 return Err(StoreError::invalid(
                     "session",
                     format!(

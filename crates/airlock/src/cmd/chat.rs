@@ -24,6 +24,8 @@ pub struct ChatArgs {
     pub session: Option<String>,
     pub approval_timeout: Option<u64>,
     pub profile: Option<String>,
+    /// Work on this directory (`--workspace`).
+    pub workspace: Option<std::path::PathBuf>,
 }
 
 const HELP: &str = "type a message and press Enter; /quit leaves (the session is kept)";
@@ -45,6 +47,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<i32> {
             profile: args.profile,
             channel: CHANNEL.into(),
             print_messages: true,
+            workspace: args.workspace.clone(),
             egress: Default::default(),
         },
     )?;

@@ -114,6 +114,7 @@ fn play(root: &Path, throwaway: bool, args: &DemoArgs) -> anyhow::Result<i32> {
             profile: None,
             channel: CHANNEL.into(),
             print_messages: true,
+            workspace: None,
             egress: EgressExtras {
                 resolver: Some(world.resolver()),
                 extra_roots_pem: vec![world.ca_pem.clone()],

@@ -19,7 +19,7 @@ use serde_json::json;
 use crate::cmd::kill::{RunGuard, EXIT_KILLED};
 use crate::egress::{Egress, EgressBinding, EgressSetup};
 use crate::home::Home;
-use crate::{config, policies, runtime};
+use crate::{config, policies, runtime, transaction};
 use airlock_audit::AuditEvent;
 use airlock_core::action::ExecAction;
 use airlock_core::gate::{Approval, Session, Verdict};
@@ -87,6 +87,9 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
     // Several words are an argument vector (as under `sudo` or `bwrap`), one word a shell line.
     let command = airlock_core::shell::command_line_from_words(&args.command);
 
+    // A commit a crash interrupted is finished or rolled back before the run sees the
+    // workspace (and said; recorded once the log is open).
+    let (_, recovered) = transaction::open_workspace(&home, &workspace)?;
     // Loaded before deciding: a missing CA or an unknown secret stops the run here.
     let egress_setup = EgressSetup::load(&home, &args.secrets)?;
     let mut profile_sb = sandbox_profile(
@@ -97,6 +100,11 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         args.timeout.unwrap_or(cfg.sandbox.timeout_secs),
     );
     profile_sb.allow_broad_workspace = explicit_workspace;
+    // The run writes into its own layer; only a commit the Gate allows reaches the
+    // workspace (see `crate::transaction`). Removed whichever way the run ends.
+    let layers = transaction::create_overlay(&home, &cfg, &session_id)?;
+    profile_sb.workspace_overlay = Some(layers.clone());
+    let layers = transaction::RunLayers::new(layers);
     // The proxy's socket and the sandbox around it are built while the Gate loads and
     // decides: the sandbox is attested and then waits, confined and empty, for the
     // authorized command (see `Sandbox::prepare`). A refusal tears it down unused.
@@ -135,6 +143,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         }
     };
     let (gate, log) = (Arc::new(gate), Arc::new(Mutex::new(log)));
+    transaction::record_recovery(&log, &workspace, recovered.as_deref());
     // The proxy's *ask* requests wait in the approvals queue (`airlock approvals`).
     binding.queue_approvals(
         &home,
@@ -227,6 +236,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         end_session(&store, &session.id);
         return Err(e);
     }
+    let started = std::time::SystemTime::now();
     let run = run_sandboxed(
         &token,
         &profile_sb,
@@ -236,23 +246,43 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         &guard,
     );
     drop(guard);
-    // The process tree is gone, so nothing more can reach the proxy: it stops, and the
-    // session is marked finished, while the execution record is written and synced.
-    let (store, session_id) = (&store, &session.id);
+    // The process tree is gone, so nothing more can reach the proxy: it stops while the
+    // execution record is written and synced. The session ends once its commit is settled
+    // (a held commit can still be killed).
     let drained = std::thread::scope(|s| {
-        let finishing = s.spawn(move || {
-            let drained = egress.finish();
-            end_session(store, session_id);
-            drained
-        });
+        let finishing = s.spawn(move || egress.finish());
         record_execution(&token, &session, &log, run.detail);
         finishing.join().unwrap_or(false)
     });
     if !drained {
         eprintln!("airlock: warning: some egress records were still pending when the run ended");
     }
-    // A record the log refused during the run (a request's decision in the proxy, say)
-    // fails the run even when the command itself succeeded: the operator must hear of it.
+    // What the run wrote is decided as one commit. A run that was killed or refused
+    // leaves nothing: its layer is discarded unseen.
+    if let Ok(RunEnd::Finished(_)) = &run.end {
+        let txn = transaction::Transaction {
+            home: &home,
+            cfg: &cfg,
+            gate: &gate,
+            log: &log,
+            approval_timeout: std::time::Duration::from_secs(cfg.agent.approval_timeout_secs),
+            cancelled: None,
+        };
+        let settled = txn.settle(
+            &session,
+            &workspace,
+            &layers.upper(),
+            Some(started),
+            &token.action().command,
+        );
+        if settled != transaction::Settled::Unchanged {
+            eprintln!("airlock: {}", settled.note());
+        }
+    }
+    drop(layers);
+    end_session(&store, &session.id);
+    // A record the log refused during the run (a request's decision in the proxy, or the
+    // commit's) fails the run even when the command itself succeeded: the operator must hear of it.
     let refused = lock(&log)
         .failed_appends()
         .map(|(n, last)| (n, last.to_string()));
@@ -418,6 +448,8 @@ fn record_run_session(home: &Home, id: String, workspace: PathBuf) -> anyhow::Re
         role: "owner".into(),
         // The run works in the operator's workspace; it needs no directory of its own.
         workspace: Some(workspace),
+        // The operator typed the command; no agent is given the directory.
+        agent_workspace: false,
     };
     store.create_session(&new, Timestamp::now()).map_err(|e| {
         anyhow::anyhow!(

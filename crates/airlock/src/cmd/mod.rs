@@ -4,6 +4,7 @@ pub mod approvals;
 pub mod audit;
 pub mod chat;
 pub mod check;
+pub mod checkpoints;
 pub mod demo;
 pub mod doctor;
 pub mod exec;

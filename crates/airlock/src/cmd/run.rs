@@ -39,6 +39,8 @@ pub struct RunArgs {
     pub approval_timeout: Option<u64>,
     pub profile: Option<String>,
     pub json: bool,
+    /// Work on this directory (`--workspace`).
+    pub workspace: Option<std::path::PathBuf>,
     pub prompt: String,
 }
 
@@ -61,6 +63,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             profile: args.profile.clone(),
             channel: CHANNEL.into(),
             print_messages: !args.json,
+            workspace: args.workspace.clone(),
             egress: Default::default(),
         },
     )?;

@@ -20,19 +20,26 @@ fn break_now(b: Breakage, h: &Home) -> String {
     }
 }
 
-/// `airlock exec` of a payload that waits for `go`, then fetches a long collector URL;
-/// `breaking` runs once the payload started, before `go`.
+/// `airlock exec` of a payload that announces itself, waits, then fetches a long collector
+/// URL and prints the answer; `breaking` runs once the payload started, while it waits.
+///
+/// The run writes into its own overlay layer (`<state>/runs/<run>/upper`), so its start is
+/// seen there, and its answer travels on stdout: a run whose commit cannot be recorded
+/// leaves nothing in the workspace. The payload waits a fixed time rather than for a file
+/// the host makes, because a change to the overlay's lower layer while it is mounted is
+/// not guaranteed to be seen.
 fn exec_breaking_midway(h: &Home, setup: &str, breaking: &str) -> std::process::Output {
-    let ws = h.ws.display();
+    let runs = h.home.join("state/runs");
     let payload = format!(
-        "touch started; i=0; while [ ! -e go ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; \
-         curl -s --max-time 20 -w '\\nHTTP %{{http_code}}\\n' {url} > answer 2>&1; touch finished",
+        "touch started; sleep 8; \
+         curl -s --max-time 20 -w '\\nHTTP %{{http_code}}\\n' {url} 2>&1; echo payload-finished",
         url = h.long_url("proxy")
     );
     let script = format!(
         "{setup} || exit 99; \"$@\" & pid=$!; \
-         i=0; while [ ! -e {ws}/started ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; \
-         {breaking} || exit 98; touch {ws}/go; wait $pid"
+         i=0; until ls {runs}/*/upper/started >/dev/null 2>&1 || [ $i -ge 1200 ]; do sleep 0.05; i=$((i+1)); done; \
+         {breaking} || exit 98; wait $pid",
+        runs = runs.display()
     );
     let mut c = Command::new("unshare");
     c.args(["--mount", "--propagation", "private", "sh", "-c", &script])
@@ -45,8 +52,9 @@ fn exec_breaking_midway(h: &Home, setup: &str, breaking: &str) -> std::process::
     c.output().unwrap()
 }
 
-fn answer(h: &Home) -> String {
-    std::fs::read_to_string(h.ws.join("answer")).unwrap_or_default()
+/// What the payload printed: the collector's answer and its closing marker.
+fn answer(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 #[test]
@@ -70,19 +78,17 @@ fn i1_a_request_from_the_sandbox_does_not_leave_once_the_log_breaks() {
         // arrives.
         let o = exec_breaking_midway(&h, "true", "true");
         assert_eq!(o.status.code(), Some(0), "{b:?}: {}", text(&o));
-        assert!(answer(&h).contains("HTTP 200"), "{b:?}: {}", answer(&h));
+        assert!(answer(&o).contains("HTTP 200"), "{b:?}: {}", text(&o));
         assert_eq!(h.collector.hits(), 1, "{b:?}: the control sent nothing");
-        for f in ["started", "go", "answer", "finished"] {
-            std::fs::remove_file(h.ws.join(f)).unwrap();
-        }
+        std::fs::remove_file(h.ws.join("started")).unwrap();
 
         let o = exec_breaking_midway(&h, &setup, &break_now(b, &h));
+        let answer = answer(&o);
         assert!(
-            h.ws.join("finished").exists(),
+            answer.contains("payload-finished"),
             "{b:?}: the payload did not get to its request: {}",
             text(&o)
         );
-        let answer = answer(&h);
         assert!(answer.contains("HTTP 403"), "{b:?}: {answer}");
         assert!(answer.contains("could not be recorded"), "{b:?}: {answer}");
         assert_eq!(h.collector.hits(), 1, "{b:?}: the request left: {answer}");

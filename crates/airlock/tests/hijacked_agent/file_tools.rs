@@ -65,14 +65,10 @@ async fn i4_the_file_tools_cannot_reach_the_operators_files() {
             "list_dir",
             json!({"path": format!("{h}/config/keys")}),
         ),
-        // Links in the workspace to the operator's files, by absolute and relative paths.
-        call(
-            "links",
-            "shell",
-            json!({"command": format!(
-            "ln -s {h}/config cfg && ln -s ../../../audit aud && ln -s {h}/state/airlock.db db && \
-             ln -s {h}/config/keys/audit-high-water.mark mark && ls -l")}),
-        ),
+        // The workspace holds links to the operator's files (made below, as a cloned
+        // repository could bring them: a link the model makes itself is held at its
+        // commit, since it points out of the workspace); the shell sees them.
+        call("links", "shell", json!({"command": "ls -l"})),
         call(
             "via_cfg",
             "write_file",
@@ -108,6 +104,14 @@ async fn i4_the_file_tools_cannot_reach_the_operators_files() {
         over_budget(),
         Step::text("done"),
     ];
+    for (target, link) in [
+        (format!("{h}/config"), "cfg"),
+        ("../../../audit".to_string(), "aud"),
+        (format!("{h}/state/airlock.db"), "db"),
+        (format!("{h}/config/keys/audit-high-water.mark"), "mark"),
+    ] {
+        std::os::unix::fs::symlink(target, op.workspace.join(link)).unwrap();
+    }
     let before = op.snapshot();
     let (o, r, _model) = op.run(steps, "Keep notes in the workspace.").await;
     assert_budget_held(&op, &o, &r, ATTACKS);

@@ -50,14 +50,16 @@ async fn i4_the_shell_tool_cannot_reach_the_operators_files_or_store() {
                case $op in rm) rm \"$t\" 2>e;; mv) mv \"$t\" \"$t.old\" 2>e;; ln) ln \"$t\" \"hl-$RANDOM\" 2>e;; esac \
                && echo \"DID $op $t\" || echo \"REFUSED $op $t: $(tail -n1 e)\"; done; done")}),
         ),
-        // Recreate each path and write it: whatever lands, lands in the sandbox.
+        // Recreate each path and write it: whatever lands, lands in the sandbox. Its errors
+        // go to a file of its own: the earlier steps' `e` was committed by a root host and
+        // cannot be rewritten by the sandbox uid under the overlay (see invariants.md).
         call(
             "recreate",
             "shell",
             json!({"command": format!(
             "for t in {all}; do d=$(dirname \"$t\"); mkdir -p \"$d\" 2>/dev/null; \
-             if printf 'policy: permit all' > \"$t\" 2>e; then echo \"LANDED $t on dev $(stat -c %d \"$d\")\"; \
-             else echo \"REFUSED $t: $(tail -n1 e)\"; fi; done")}),
+             if printf 'policy: permit all' 2>e2 > \"$t\"; then echo \"LANDED $t on dev $(stat -c %d \"$d\")\"; \
+             else echo \"REFUSED $t: $(tail -n1 e2)\"; fi; done")}),
         ),
         // The helper's root and descriptors, and a search of the whole tree.
         call(

@@ -169,7 +169,7 @@ impl Sandbox {
         if overlay.is_some() {
             check_overlay_kernel()?;
         }
-        let workspace_tree = workspace_tree(&workspace, overlay.is_some())?;
+        let workspace_tree = workspace_tree(&workspace, overlay.is_some(), profile)?;
         let layers_tree = overlay.map(layers_tree).transpose()?.flatten();
         host.overlay = overlay
             .map(|o| expected_layers(&workspace, o))
@@ -307,17 +307,44 @@ impl Sandbox {
 /// workspace below root's private directories (a session workspace in the state dir), and
 /// no host directory is loosened for it. An unprivileged host's sandbox runs as the
 /// caller, who reaches the workspace by its path. `read_only`: the bind is the lower
-/// layer of the workspace overlay.
-fn workspace_tree(workspace: &Path, read_only: bool) -> Result<Option<OwnedFd>, SandboxError> {
+/// layer of the workspace overlay, and shows the workspace owner's files as the sandbox
+/// uid's, so that the run can change them (see [`crate::idmap`]).
+fn workspace_tree(
+    workspace: &Path,
+    read_only: bool,
+    profile: &SandboxProfile,
+) -> Result<Option<OwnedFd>, SandboxError> {
     if !nix::unistd::geteuid().is_root() {
         return Ok(None);
     }
-    let ro = if read_only {
-        crate::init::sys::MOUNT_ATTR_RDONLY
-    } else {
-        0
+    if !read_only {
+        return detached_bind(workspace, 0, "workspace").map(Some);
+    }
+    let tree = detached_bind(workspace, crate::init::sys::MOUNT_ATTR_RDONLY, "workspace")?;
+    let owner = std::fs::symlink_metadata(workspace).map_err(|e| SandboxError::Setup {
+        stage: "workspace overlay".into(),
+        message: format!("{}: {e}", workspace.display()),
+        help: "check that the workspace is an ordinary directory on a local file system".into(),
+    })?;
+    let shift = crate::idmap::IdShift {
+        from_uid: std::os::unix::fs::MetadataExt::uid(&owner),
+        from_gid: std::os::unix::fs::MetadataExt::gid(&owner),
+        to_uid: profile.sandbox_uid,
+        to_gid: profile.sandbox_gid,
     };
-    detached_bind(workspace, ro, "workspace").map(Some)
+    if !shift.is_identity() {
+        crate::idmap::apply(&tree, shift).map_err(|e| SandboxError::Setup {
+            stage: "workspace overlay".into(),
+            message: format!(
+                "{}: showing the files of uid {} as the sandbox's uid {}: {e}",
+                workspace.display(),
+                shift.from_uid,
+                shift.to_uid
+            ),
+            help: "as root, the workspace overlay needs id-mapped mounts (Linux 5.12 or newer, on a file system that supports them: ext4, xfs, btrfs, tmpfs from 6.3); or chown the workspace to the sandbox uid, or run airlock as an ordinary user".into(),
+        })?;
+    }
+    Ok(Some(tree))
 }
 
 /// A root host hands the overlay's run directory (holding its upper and work layers, which
@@ -374,7 +401,11 @@ fn expected_layers(
 
 /// A detached, non-recursive, nosuid and nodev bind of the directory `path` (plus
 /// `extra_attrs`), opened without following a symlink at its last component.
-fn detached_bind(path: &Path, extra_attrs: u64, what: &str) -> Result<OwnedFd, SandboxError> {
+pub(crate) fn detached_bind(
+    path: &Path,
+    extra_attrs: u64,
+    what: &str,
+) -> Result<OwnedFd, SandboxError> {
     use crate::init::sys;
     let fail = |stage: &str, e: &dyn std::fmt::Display| SandboxError::Setup {
         stage: format!("{what} {stage}"),

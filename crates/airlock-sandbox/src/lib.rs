@@ -40,7 +40,9 @@
 //! An unprivileged caller runs as itself inside (one-id identity map), so files the sandbox
 //! creates belong to the caller. A root caller starts the helper as
 //! [`SandboxProfile::sandbox_uid`] (65534 by default); files then belong to that uid, and the
-//! workspace must be writable by it. uid 0 never runs inside the sandbox.
+//! workspace must be writable by it, except under the workspace overlay, whose lower layer
+//! shows the workspace owner's files as the sandbox uid's (an id-mapped mount, see
+//! `idmap.rs`). uid 0 never runs inside the sandbox.
 
 pub mod attestation;
 mod cgroup;
@@ -48,6 +50,7 @@ pub mod direct_exec;
 pub mod error;
 mod git_guard;
 pub mod host_support;
+mod idmap;
 #[doc(hidden)]
 pub mod init;
 mod launcher;

@@ -70,7 +70,9 @@
 //!
 //! Ownership and modes: everything in the upper layer belongs to the sandbox uid and gid
 //! (the caller's own ids when the host is not root), whatever the workspace entry's owner
-//! was. Modes are as the run left them, set-user-ID and set-group-ID bits included (the
+//! was. A root host's lower layer is id-mapped so that the workspace owner's files show as
+//! the sandbox's ([`crate::idmap`]); files of other owners cannot be copied up, so the run
+//! cannot change them (`EOVERFLOW`). Modes are as the run left them, set-user-ID and set-group-ID bits included (the
 //! seccomp list refuses them, but the reader must strip them anyway).
 //!
 //! The work directory holds overlayfs' scratch space (`work/work`, mode 000, and

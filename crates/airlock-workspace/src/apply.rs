@@ -249,6 +249,8 @@ fn create(
     let (dir, name) =
         beneath::open_parent(root, path).map_err(|e| beneath::error("open", path, e))?;
     let tmp = Path::new(tmp);
+    let owner = owner_to_keep(&dir, name);
+    let chown_failed = |e| beneath::error("chown", path, e);
     match after {
         Node::Dir { mode } => {
             let mode = Mode::from_raw_mode(mode & KEPT_MODE_BITS);
@@ -259,6 +261,9 @@ fn create(
                 }
             }
             let fd = node::open_dir_at(&dir, name).map_err(|e| beneath::error("open", path, e))?;
+            if let Some((uid, gid)) = owner {
+                rustix::fs::fchown(&fd, Some(uid), Some(gid)).map_err(chown_failed)?;
+            }
             // mkdir applies the umask; the mode recorded is the mode wanted.
             rustix::fs::fchmod(&fd, mode).map_err(|e| beneath::error("chmod", path, e))?;
             rustix::fs::fsync(&fd).map_err(|e| beneath::error("fsync", path, e))?;
@@ -273,6 +278,12 @@ fn create(
                 mode,
             )
             .map_err(|e| beneath::error("create", path, e))?;
+            if let Some((uid, gid)) = owner {
+                if let Err(e) = rustix::fs::fchown(&fd, Some(uid), Some(gid)) {
+                    let _ = rustix::fs::unlinkat(&dir, tmp, AtFlags::empty());
+                    return Err(chown_failed(e));
+                }
+            }
             let src = objects.path_of(sha256)?;
             let result = copy_checked(&src, fd, sha256, mode);
             if let Err(e) = result {
@@ -294,6 +305,10 @@ fn create(
                 Path::new(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(target));
             rustix::fs::symlinkat(t, &dir, tmp)
                 .map_err(|e| beneath::error("create link", path, e))?;
+            if let Some((uid, gid)) = owner {
+                rustix::fs::chownat(&dir, tmp, Some(uid), Some(gid), AtFlags::SYMLINK_NOFOLLOW)
+                    .map_err(chown_failed)?;
+            }
             rustix::fs::renameat(&dir, tmp, &dir, name)
                 .map_err(|e| beneath::error("rename", path, e))?;
         }
@@ -305,6 +320,24 @@ fn create(
         }
     }
     Ok(())
+}
+
+/// Whose an entry a root host writes must be: the owner of the entry it replaces, or else
+/// of the directory it goes in. Without this every file a commit or restore wrote would be
+/// root's, in a workspace that may be someone else's (and the next run, which sees the
+/// workspace owner's files as its own, could not change it). An unprivileged host's files
+/// are its own, as anything it writes: `None`.
+fn owner_to_keep(dir: &OwnedFd, name: &Path) -> Option<(rustix::fs::Uid, rustix::fs::Gid)> {
+    if !rustix::process::geteuid().is_root() {
+        return None;
+    }
+    let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+        .or_else(|_| rustix::fs::fstat(dir))
+        .ok()?;
+    Some((
+        rustix::fs::Uid::from_raw(st.st_uid),
+        rustix::fs::Gid::from_raw(st.st_gid),
+    ))
 }
 
 enum CopyError {

@@ -22,3 +22,6 @@ mod crash;
 
 #[path = "workspace_transactions/files.rs"]
 mod files;
+
+#[path = "workspace_transactions/owners.rs"]
+mod owners;

@@ -18,6 +18,7 @@ pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
 pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
 pub const MOUNT_ATTR_NODEV: u64 = 0x4;
 pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+pub const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
 pub const RESOLVE_NO_SYMLINKS: u64 = 0x04;
 pub const RESOLVE_BENEATH: u64 = 0x08;
@@ -103,11 +104,21 @@ struct MountAttr {
 
 /// `mount_setattr(fd, "", AT_EMPTY_PATH [| AT_RECURSIVE], {attr_set})`.
 pub fn set_mount_attrs(fd: RawFd, attrs: u64, recursive: bool) -> io::Result<()> {
+    mount_setattr(fd, attrs, 0, recursive)
+}
+
+/// `mount_setattr` with `MOUNT_ATTR_IDMAP`: the detached mount `fd` shows file owners
+/// through the user namespace `userns` (see [`crate::idmap`]), non-recursively.
+pub fn set_mount_idmap(fd: RawFd, userns: RawFd) -> io::Result<()> {
+    mount_setattr(fd, MOUNT_ATTR_IDMAP, userns as u64, false)
+}
+
+fn mount_setattr(fd: RawFd, attrs: u64, userns_fd: u64, recursive: bool) -> io::Result<()> {
     let attr = MountAttr {
         attr_set: attrs,
         attr_clr: 0,
         propagation: 0,
-        userns_fd: 0,
+        userns_fd,
     };
     let flags = libc::AT_EMPTY_PATH as u32 | if recursive { AT_RECURSIVE } else { 0 };
     // SAFETY: `attr` is a valid mount_attr and we pass its size; the path is an empty literal.

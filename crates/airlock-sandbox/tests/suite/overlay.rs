@@ -171,6 +171,66 @@ fn i2_overlay_writes_deletes_and_renames_land_in_the_upper_layer_only() {
     assert!(!o.upper.exists() && !o.work.exists());
 }
 
+/// A root host's workspace is root's: its files show to the sandbox as the sandbox uid's
+/// (an id-mapped lower layer), so a run can change and delete them, not only add files.
+/// Files of any other owner stay unchangeable (overlayfs cannot copy them up).
+#[test]
+fn i2_overlay_root_owned_workspace_files_can_be_changed_and_deleted_by_a_root_hosts_run() {
+    if !is_root() {
+        eprintln!(
+            "skipped: the id mapping is a root host's (an ordinary user's sandbox runs as itself)"
+        );
+        return;
+    }
+    let (_d, ws, o) = workspace_with(&[]);
+    std::os::unix::fs::chown(&ws, Some(0), Some(0)).unwrap();
+    for (name, text) in [
+        ("a", "hello\n"),
+        ("gone", "g\n"),
+        ("src/lib.rs", "// lib\n"),
+        ("theirs", "t\n"),
+    ] {
+        let p = ws.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, text).unwrap();
+    }
+    std::os::unix::fs::chown(ws.join("theirs"), Some(4242), Some(4242)).unwrap();
+    let before = snapshot(&ws);
+    let text = run_overlay(
+        &ws,
+        &o,
+        "echo more >> a && rm gone && echo '// more' >> src/lib.rs && echo n > src/new \
+         && stat -c '%u:%g' a && (echo x >> theirs 2>&1 || echo 'theirs refused')",
+    );
+    assert!(
+        text.contains("65534:65534"),
+        "root's files show as the sandbox's: {text}"
+    );
+    assert!(text.contains("theirs refused"), "{text}");
+    assert_eq!(snapshot(&ws), before, "the workspace itself is untouched");
+    let up = &o.upper;
+    assert_eq!(
+        std::fs::read_to_string(up.join("a")).unwrap(),
+        "hello\nmore\n"
+    );
+    assert_whiteout(&up.join("gone"));
+    assert_eq!(
+        std::fs::read_to_string(up.join("src/lib.rs")).unwrap(),
+        "// lib\n// more\n"
+    );
+    assert!(
+        !up.join("theirs").exists(),
+        "another owner's file was not copied up"
+    );
+    for (path, _) in snapshot(up) {
+        let meta = std::fs::symlink_metadata(up.join(&path)).unwrap();
+        assert_eq!(meta.uid(), 65534, "{}", path.display());
+    }
+    // The workspace's files are still root's.
+    assert_eq!(std::fs::metadata(ws.join("a")).unwrap().uid(), 0);
+    o.remove().unwrap();
+}
+
 #[test]
 fn i2_overlay_rm_rf_everything_leaves_the_workspace_intact() {
     let (_d, ws, o) = workspace_with(&[

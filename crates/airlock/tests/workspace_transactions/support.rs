@@ -23,29 +23,13 @@ pub fn home_with(approval_timeout_secs: u64, extra: &str) -> Fixture {
     f
 }
 
-/// Files in the workspace, as a workspace the sandbox works in has them: when the tests
-/// run as root (the sandbox then runs as 65534), owned by the sandbox uid, because the
-/// overlay copies a file up as its owner, who must exist in the sandbox's user namespace.
+/// Files in the workspace, as its owner made them (as root: root's, with the usual
+/// modes; a root host's sandbox sees them as its own through an id-mapped lower layer).
 pub fn put(ws: &Path, files: &[(&str, &str)]) {
-    use std::os::unix::fs::PermissionsExt;
-    let give = |p: &Path| {
-        if nix::unistd::geteuid().is_root() {
-            std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
-        }
-    };
     for (name, text) in files {
         let p = ws.join(name);
-        // Directories the sandbox uid can write, as a workspace it works in has.
-        let mut dir = p.parent();
-        while let Some(d) = dir.filter(|d| d.starts_with(ws) && *d != ws) {
-            std::fs::create_dir_all(d).unwrap();
-            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
-            give(d);
-            dir = d.parent();
-        }
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(&p, text).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).unwrap();
-        give(&p);
     }
 }
 

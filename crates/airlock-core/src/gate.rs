@@ -176,13 +176,26 @@ pub enum ApprovalError {
 
 /// The single decision point.
 pub struct Gate {
-    engine: PolicyEngine,
+    // Shared so that a long-running host loads a policy set once and judges each request
+    // against its own workspace ([`Gate::with_config`]).
+    engine: std::sync::Arc<PolicyEngine>,
     config: GateConfig,
 }
 
 impl Gate {
     pub fn new(engine: PolicyEngine, config: GateConfig) -> Gate {
-        Gate { engine, config }
+        Gate {
+            engine: std::sync::Arc::new(engine),
+            config,
+        }
+    }
+
+    /// The same loaded policy set with another configuration (another workspace, say).
+    pub fn with_config(&self, config: GateConfig) -> Gate {
+        Gate {
+            engine: self.engine.clone(),
+            config,
+        }
     }
 
     pub fn config(&self) -> &GateConfig {

@@ -48,10 +48,10 @@ static NAMESPACES: Mutex<Option<HashMap<IdShift, OwnedFd>>> = Mutex::new(None);
 pub(crate) fn apply(tree: &OwnedFd, shift: IdShift) -> io::Result<()> {
     let mut cache = NAMESPACES.lock().unwrap_or_else(|p| p.into_inner());
     let map = cache.get_or_insert_with(HashMap::new);
-    if !map.contains_key(&shift) {
-        map.insert(shift, mapping_namespace(shift)?);
-    }
-    let userns = map.get(&shift).expect("inserted above");
+    let userns = match map.entry(shift) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => e.insert(mapping_namespace(shift)?),
+    };
     crate::init::sys::set_mount_idmap(tree.as_raw_fd(), userns.as_raw_fd())
 }
 

@@ -26,6 +26,14 @@ pub enum Command {
     /// Inspect the policy.
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Run the host in the foreground: the policy kept loaded, the API on a UNIX socket in
+    /// the state dir. Commands find it by themselves. Stops on SIGTERM or SIGINT.
+    Serve,
+    /// Show the host (if one runs), the active sessions, pending approvals and the policy.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
     /// Decide an action in a fresh, untainted session and print the decision.
     /// Exit status: 0 allow, 10 ask, 20 deny, other on error.
     Check {
@@ -255,6 +263,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Audit(AuditCommand::Tail { n, json }) => cmd::audit::tail(n, json),
         Command::Audit(AuditCommand::RotateKey) => cmd::audit::rotate_key(),
         Command::Doctor => cmd::doctor::run(),
+        Command::Serve => cmd::serve::serve(),
+        Command::Status { json } => cmd::serve::status(json),
         Command::Sandbox(c) => cmd::sandbox::run(c),
         Command::Checkpoints(c) => cmd::checkpoints::run(c),
         Command::Undo(a) => cmd::checkpoints::undo(a),

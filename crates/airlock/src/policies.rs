@@ -13,6 +13,21 @@ pub struct LoadedPolicy {
     pub engine: PolicyEngine,
     pub files: Vec<String>,
     pub profile: Profile,
+    /// `sha256:` over every source's name and text, in load order: which policy decided.
+    pub hash: String,
+}
+
+/// The hash of a policy set as loaded (see [`LoadedPolicy::hash`]).
+fn sources_hash(sources: &[PolicySource]) -> String {
+    let mut all = Vec::new();
+    for s in sources {
+        // Lengths first, so that no two different sets run together into the same bytes.
+        for part in [s.name.as_bytes(), s.text.as_bytes()] {
+            all.extend_from_slice(&(part.len() as u64).to_le_bytes());
+            all.extend_from_slice(part);
+        }
+    }
+    format!("sha256:{}", airlock_core::canonical::sha256_hex(&all))
 }
 
 fn cedar_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
@@ -88,6 +103,7 @@ pub fn load(home: &Home, profile: Profile) -> anyhow::Result<LoadedPolicy> {
         engine,
         files,
         profile,
+        hash: sources_hash(&sources),
     })
 }
 

@@ -6,8 +6,10 @@ use std::process::{Command, Output};
 
 mod audit_export;
 mod audit_tail;
+mod common_eval;
 mod config_changes;
 mod helper_pin;
+mod host_serve;
 mod operator_display;
 mod operator_input;
 

@@ -203,7 +203,16 @@ impl PolicyEngine {
         let response = self
             .authorizer
             .is_authorized(&request, &self.policies, &entities);
-        if let Some(err) = response.diagnostics().errors().next() {
+        // Cedar reports its determining policies and errors as hash sets, whose order
+        // differs from process to process: sorted, the same request gives the same
+        // decision record in every process (the CLI and the host must agree byte for byte).
+        let mut errors: Vec<String> = response
+            .diagnostics()
+            .errors()
+            .map(|e| e.to_string())
+            .collect();
+        errors.sort();
+        if let Some(err) = errors.first() {
             // An erroring policy is skipped by Cedar; an operator must hear about it, and
             // the safe reading of a broken forbid is "deny".
             return Ok(PolicyOutcome {
@@ -212,11 +221,12 @@ impl PolicyEngine {
                 policies: vec![],
             });
         }
-        let ids: Vec<String> = response
+        let mut ids: Vec<String> = response
             .diagnostics()
             .reason()
             .map(|p| p.to_string())
             .collect();
+        ids.sort();
         Ok(self.outcome(response.decision(), ids, kind))
     }
 

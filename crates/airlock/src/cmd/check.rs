@@ -1,15 +1,15 @@
-//! `airlock check`: decide one action in a fresh, untainted session.
+//! `airlock check`: decide one action in a fresh, untainted session (through the host
+//! when one runs; see [`crate::service::check`]).
 
-use serde_json::json;
 use std::path::PathBuf;
 
 use airlock_core::action::{Action, ExecAction, MAX_ACTION_JSON_BYTES};
-use airlock_core::facts::GateConfig;
-use airlock_core::gate::{Gate, Session};
+use airlock_core::gate::Gate;
 use airlock_core::terminal_text::{escape_json_text, escape_line};
 use airlock_core::DecisionKind;
 
 use crate::home::Home;
+use crate::service::check::{self, CheckReport, CheckRequest};
 use crate::{config, policies};
 
 /// Exit status for each decision.
@@ -29,9 +29,6 @@ pub fn run(
     command: &[String],
 ) -> anyhow::Result<i32> {
     let home = Home::from_env()?;
-    let cfg = config::load(&home.config_file())?;
-    let profile = policies::pick_profile(profile_flag, &cfg.policy.profile)?;
-    let loaded = policies::load(&home, profile)?;
     let workspace = match workspace {
         Some(w) => std::path::absolute(w)?,
         None => std::env::current_dir()?,
@@ -67,30 +64,32 @@ pub fn run(
             })
         }
     };
-    action.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut gc = GateConfig::new(workspace);
-    gc.protected = cfg.policy.protected_paths.clone();
-    gc.resolver = Some(std::sync::Arc::new(crate::runtime::sandbox_path_lookup));
-    let gate = Gate::new(loaded.engine, gc);
-    let session = Session::new("check", "owner");
-    let eval = gate.evaluate(&session, &action);
+    let request = CheckRequest {
+        action,
+        workspace,
+        profile: profile_flag.map(str::to_string),
+    };
+    // The host decides when one serves this state dir; the same service decides here
+    // otherwise, so either way gives the same answer.
+    let report: CheckReport = match crate::host::client::find(&home) {
+        Some(host) => host.post("/v1/check", &request)?,
+        None => {
+            let cfg = config::load(&home.config_file())?;
+            let profile = policies::pick_profile(profile_flag, &cfg.policy.profile)?;
+            let loaded = policies::load(&home, profile)?;
+            let gate = Gate::new(
+                loaded.engine,
+                check::gate_config(&cfg, request.workspace.clone()),
+            );
+            check::evaluate(&gate, profile.name(), &request.action)?
+        }
+    };
     if as_json {
-        crate::out!(
-            "{}",
-            escape_json_text(
-                &json!({"decision": eval.decision.as_str(), "reasons": eval.reasons, "policies": eval.policies,
-                   "facts": eval.facts, "action_hash": eval.action_hash, "profile": profile.name()})
-                .to_string()
-            )
-        );
+        crate::out!("{}", escape_json_text(&serde_json::to_string(&report)?));
     } else {
-        crate::out!(
-            "decision: {} (profile {})",
-            eval.decision.as_str(),
-            profile.name()
-        );
-        for (i, r) in eval.reasons.iter().enumerate() {
-            let by = eval
+        crate::out!("decision: {} (profile {})", report.decision, report.profile);
+        for (i, r) in report.reasons.iter().enumerate() {
+            let by = report
                 .policies
                 .get(i)
                 .map(|p| format!(" [{}]", escape_line(p)))
@@ -100,8 +99,12 @@ pub fn run(
         }
         crate::out!(
             "facts: {}",
-            escape_json_text(&serde_json::to_string_pretty(&eval.facts)?)
+            escape_json_text(&serde_json::to_string_pretty(&report.facts)?)
         );
     }
-    Ok(exit_code(eval.decision))
+    Ok(exit_code(match report.decision.as_str() {
+        "allow" => DecisionKind::Allow,
+        "ask" => DecisionKind::Ask,
+        _ => DecisionKind::Deny,
+    }))
 }

@@ -18,3 +18,4 @@ pub mod replay;
 pub mod run;
 pub mod sandbox;
 pub mod secret;
+pub mod serve;

@@ -1,23 +1,49 @@
-//! `airlock replay`: score recorded traces against the Gate.
+//! `airlock replay`: score recorded traces against the Gate (through the host when one
+//! runs; see [`crate::service::replay`]).
 
 use std::io::{BufReader, IsTerminal, Write};
 use std::path::Path;
 
-use airlock_core::facts::GateConfig;
 use airlock_core::gate::Gate;
 
 use crate::home::Home;
-use crate::replay::metrics::Comparison;
-use crate::{config, policies, replay};
+use crate::service::replay::{self as service, ReplayOutput, ReplayRequest};
+use crate::{config, policies};
 
 /// Files larger than this get a progress bar on an interactive stderr.
 const PROGRESS_THRESHOLD: u64 = 1 << 20;
 
 pub fn run(path: &Path, profile_flag: Option<&str>, as_json: bool) -> anyhow::Result<i32> {
     let home = Home::from_env()?;
+    let output = match crate::host::client::find(&home) {
+        Some(host) => {
+            let request = ReplayRequest {
+                traces: std::path::absolute(path)?,
+                profile: profile_flag.map(str::to_string),
+                json: as_json,
+            };
+            host.post::<_, ReplayOutput>("/v1/replay", &request)?
+        }
+        None => embedded(&home, path, profile_flag, as_json)?,
+    };
+    std::io::stdout()
+        .lock()
+        .write_all(output.stdout.as_bytes())?;
+    std::io::stderr()
+        .lock()
+        .write_all(output.stderr.as_bytes())?;
+    Ok(output.exit)
+}
+
+fn embedded(
+    home: &Home,
+    path: &Path,
+    profile_flag: Option<&str>,
+    as_json: bool,
+) -> anyhow::Result<ReplayOutput> {
     let cfg = config::load(&home.config_file())?;
     let profile = policies::pick_profile(profile_flag, &cfg.policy.profile)?;
-    let loaded = policies::load(&home, profile)?;
+    let loaded = policies::load(home, profile)?;
     let (file, size) = crate::operator_file::open(path, crate::operator_file::TRACE_FILE)?;
     let bar = (size > PROGRESS_THRESHOLD && std::io::stderr().is_terminal()).then(|| {
         let b = indicatif::ProgressBar::new(size);
@@ -27,11 +53,12 @@ pub fn run(path: &Path, profile_flag: Option<&str>, as_json: bool) -> anyhow::Re
         );
         b
     });
-    let gate = Gate::new(loaded.engine, GateConfig::new("/workspace"));
+    let gate = Gate::new(loaded.engine, service::gate_config());
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    let report = replay::replay(
+    let output = service::replay(
         &gate,
+        profile.name(),
         &mut BufReader::new(file),
         &mut out,
         as_json,
@@ -45,28 +72,5 @@ pub fn run(path: &Path, profile_flag: Option<&str>, as_json: bool) -> anyhow::Re
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    let mut err = std::io::stderr().lock();
-    for e in &report.errors {
-        writeln!(
-            err,
-            "error: {}",
-            airlock_core::terminal_text::escape_block(e)
-        )?;
-    }
-    writeln!(
-        err,
-        "replayed {} traces, {} calls, profile {}",
-        report.traces,
-        report.calls,
-        profile.name()
-    )?;
-    let cmp = Comparison {
-        columns: vec![
-            (profile.name(), &report.gate),
-            ("allow-all", &report.allow_all),
-            ("rule-of-two", &report.rule_of_two),
-        ],
-    };
-    write!(err, "{cmp}")?;
-    Ok(if report.errors.is_empty() { 0 } else { 2 })
+    Ok(output)
 }

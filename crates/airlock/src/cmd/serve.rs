@@ -1,0 +1,66 @@
+//! `airlock serve` and `airlock status`.
+
+use crate::home::Home;
+use crate::service::status::{store_status, StatusReport};
+
+pub fn serve() -> anyhow::Result<i32> {
+    crate::host::serve(Home::from_env()?)
+}
+
+pub fn status(as_json: bool) -> anyhow::Result<i32> {
+    use airlock_core::terminal_text::{escape_json_text, escape_line};
+    let home = Home::from_env()?;
+    let report: StatusReport = match crate::host::client::find(&home) {
+        Some(host) => host.get("/v1/status")?,
+        None => store_status(&home, None)?,
+    };
+    if as_json {
+        crate::out!("{}", escape_json_text(&serde_json::to_string(&report)?));
+        return Ok(0);
+    }
+    match &report.host {
+        Some(h) => {
+            crate::out!(
+                "host: running, pid {}, version {}, since {} (unix), socket {}",
+                h.pid,
+                escape_line(&h.version),
+                h.started_at,
+                escape_line(&h.socket)
+            );
+            for p in &h.policies {
+                crate::out!(
+                    "policy {}: {} (loaded {})",
+                    p.profile,
+                    escape_line(&p.hash),
+                    p.loaded_at
+                );
+                if let Some(why) = &p.refused_edit {
+                    crate::out!("  last edit refused, still in force: {}", escape_line(why));
+                }
+            }
+            if let Some(why) = &h.config_refused_edit {
+                crate::out!(
+                    "config: last edit refused, the one before it is in force: {}",
+                    escape_line(why)
+                );
+            }
+        }
+        None => {
+            crate::out!("host: not running (commands run embedded; start one with `airlock serve`)")
+        }
+    }
+    crate::out!("sessions active: {}", report.sessions.len());
+    for s in &report.sessions {
+        crate::out!(
+            "  {}  {}{}",
+            escape_line(&s.id),
+            escape_line(&s.principal),
+            if s.tainted { "  tainted" } else { "" }
+        );
+    }
+    crate::out!("approvals pending: {}", report.approvals_pending);
+    if report.corrupt_rows > 0 {
+        crate::out!("store rows that could not be read: {}", report.corrupt_rows);
+    }
+    Ok(0)
+}

@@ -1,0 +1,201 @@
+//! The host's HTTP/JSON API, version 1 (`docs/api.md`).
+//!
+//! Every route is under `/v1/`. Every error is a JSON object `{"error": …, "help": …}` with
+//! a status that says whose fault it is (400 the request, 403 the caller, 404 the route,
+//! 500 the host). Every connection's peer must be the operator ([`check_peer`]).
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::de::DeserializeOwned;
+
+use super::socket::Peer;
+use super::Host;
+use crate::service::check::{self, CheckRequest};
+use crate::service::replay;
+use crate::service::status::{self, HostStatus};
+
+/// An error as the API returns it.
+pub struct ApiError {
+    status: StatusCode,
+    error: String,
+    help: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, error: impl Into<String>, help: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            error: error.into(),
+            help: help.into(),
+        }
+    }
+
+    fn bad_request(e: anyhow::Error) -> Self {
+        // The message already carries its own `help:` line where the service has one.
+        ApiError::new(StatusCode::BAD_REQUEST, format!("{e:#}"), "")
+    }
+
+    fn internal(e: anyhow::Error) -> Self {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}"), "")
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({"error": self.error, "help": self.help});
+        (self.status, Json(body)).into_response()
+    }
+}
+
+/// A request body of type `T`, with an error that names what is wrong with it (axum's own
+/// rejection is plain text).
+fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("the request body is not a valid request: {e}"),
+            "send a JSON object as docs/api.md shows for this route",
+        )
+    })
+}
+
+/// The most a request body may hold: the largest action, and room for the rest.
+const MAX_BODY_BYTES: usize = airlock_core::action::MAX_ACTION_JSON_BYTES + 64 * 1024;
+
+pub fn router(host: Arc<Host>) -> Router {
+    Router::new()
+        .route("/v1/status", get(status_route))
+        .route("/v1/check", post(check_route))
+        .route("/v1/replay", post(replay_route))
+        .fallback(|| async {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "no such route",
+                "the routes are listed in docs/api.md",
+            )
+        })
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            host.clone(),
+            check_peer,
+        ))
+        .with_state(host)
+}
+
+/// Refuse every caller whose uid is not the operator's, before its request is looked at.
+async fn check_peer(
+    State(host): State<Arc<Host>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if peer.uid != Some(host.operator_uid) {
+        tracing::warn!(uid = ?peer.uid, pid = ?peer.pid, "refused a caller that is not the operator");
+        let who = peer
+            .uid
+            .map(|u| format!("uid {u}"))
+            .unwrap_or_else(|| "a caller without credentials".into());
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "{who} is not this host's operator (uid {})",
+                host.operator_uid
+            ),
+            "only the user the host runs as may use it",
+        )
+        .into_response();
+    }
+    next.run(request).await
+}
+
+async fn status_route(
+    State(host): State<Arc<Host>>,
+) -> Result<Json<status::StatusReport>, ApiError> {
+    let info = HostStatus {
+        pid: std::process::id(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        started_at: host.started_at,
+        socket: super::socket::socket_path(&host.home).display().to_string(),
+        policies: host.warm.policy_status(),
+        config_refused_edit: host.warm.config_refused_edit(),
+    };
+    let home = host.home.clone();
+    tokio::task::spawn_blocking(move || status::store_status(&home, Some(info)))
+        .await
+        .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?
+        .map(Json)
+        .map_err(ApiError::internal)
+}
+
+async fn check_route(
+    State(host): State<Arc<Host>>,
+    body: Bytes,
+) -> Result<Json<check::CheckReport>, ApiError> {
+    let req: CheckRequest = parse(&body)?;
+    if !req.workspace.is_absolute() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "workspace {} is not an absolute path",
+                req.workspace.display()
+            ),
+            "send the workspace as an absolute path",
+        ));
+    }
+    tokio::task::spawn_blocking(move || {
+        let cfg = host.warm.config();
+        let profile = crate::policies::pick_profile(req.profile.as_deref(), &cfg.policy.profile)
+            .map_err(ApiError::bad_request)?;
+        let (gate, _) = host.warm.gate(profile).map_err(ApiError::internal)?;
+        let gate = gate.with_config(check::gate_config(&cfg, req.workspace.clone()));
+        check::evaluate(&gate, profile.name(), &req.action).map_err(ApiError::bad_request)
+    })
+    .await
+    .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?
+    .map(Json)
+}
+
+async fn replay_route(
+    State(host): State<Arc<Host>>,
+    body: Bytes,
+) -> Result<Json<replay::ReplayOutput>, ApiError> {
+    let req: replay::ReplayRequest = parse(&body)?;
+    tokio::task::spawn_blocking(move || {
+        let cfg = host.warm.config();
+        let profile = crate::policies::pick_profile(req.profile.as_deref(), &cfg.policy.profile)
+            .map_err(ApiError::bad_request)?;
+        let (gate, _) = host.warm.gate(profile).map_err(ApiError::internal)?;
+        let gate = gate.with_config(replay::gate_config());
+        if !req.traces.is_absolute() {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("traces {} is not an absolute path", req.traces.display()),
+                "send the trace file as an absolute path",
+            ));
+        }
+        let (file, _) = crate::operator_file::open(&req.traces, crate::operator_file::TRACE_FILE)
+            .map_err(|e| ApiError::bad_request(e.into()))?;
+        let mut out = Vec::new();
+        let mut output = replay::replay(
+            &gate,
+            profile.name(),
+            &mut std::io::BufReader::new(file),
+            &mut out,
+            req.json,
+            &mut |_| {},
+        )
+        .map_err(ApiError::bad_request)?;
+        output.stdout = String::from_utf8(out).map_err(|e| ApiError::internal(e.into()))?;
+        Ok(output)
+    })
+    .await
+    .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?
+    .map(Json)
+}

@@ -1,0 +1,95 @@
+//! The command line's side of the API: find the host through its lock, send one request
+//! over its socket, and turn an error answer into an error that says what the host said.
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::home::Home;
+
+pub struct HostClient {
+    socket: std::path::PathBuf,
+    pid: u32,
+}
+
+/// The host serving `home`, if one holds its state dir.
+pub fn find(home: &Home) -> Option<HostClient> {
+    super::lock::running_host(home).map(|pid| HostClient {
+        socket: super::socket::socket_path(home),
+        pid,
+    })
+}
+
+impl HostClient {
+    pub fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        self.request("GET", path, None)
+    }
+
+    pub fn post<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> anyhow::Result<T> {
+        self.request("POST", path, Some(serde_json::to_vec(body)?))
+    }
+
+    fn request<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> anyhow::Result<T> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (status, bytes) = runtime.block_on(self.send(method, path, body))?;
+        if status.is_success() {
+            return serde_json::from_slice(&bytes).map_err(|e| {
+                anyhow::anyhow!("the host's answer to {path} is not what this client understands: {e}\nhelp: the host and this command may be of different versions; restart the host")
+            });
+        }
+        let (error, help) = match serde_json::from_slice::<serde_json::Value>(&bytes) {
+            Ok(v) => (
+                v["error"].as_str().unwrap_or("").to_string(),
+                v["help"].as_str().unwrap_or("").to_string(),
+            ),
+            Err(_) => (String::from_utf8_lossy(&bytes).into_owned(), String::new()),
+        };
+        if help.is_empty() {
+            anyhow::bail!("{error}")
+        }
+        anyhow::bail!("{error}\nhelp: {help}")
+    }
+
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> anyhow::Result<(hyper::StatusCode, Bytes)> {
+        let stream = tokio::net::UnixStream::connect(&self.socket).await.map_err(|e| {
+            anyhow::anyhow!(
+                "a host (pid {}) holds the state dir, but its socket {} cannot be reached: {e}\nhelp: check the host's log; stop it to run commands without it",
+                self.pid,
+                self.socket.display()
+            )
+        })?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        let driving = tokio::spawn(conn);
+        let request = hyper::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "airlock")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))?;
+        let response = sender.send_request(request).await?;
+        let status = response.status();
+        let bytes = response.into_body().collect().await?.to_bytes();
+        drop(sender);
+        let _ = driving.await;
+        Ok((status, bytes))
+    }
+}

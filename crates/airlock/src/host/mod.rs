@@ -1,0 +1,123 @@
+//! `airlock serve`: the long-running host (`docs/architecture.md`, "The host").
+//!
+//! One process per state dir ([`lock`]) keeps the policy and config loaded and warm
+//! ([`warm`]) and answers the versioned API ([`api`]) on a UNIX socket that only the
+//! operator can reach ([`socket`]). The command line finds it through the lock and talks to
+//! it ([`client`]); when no host holds the state dir, commands run embedded, calling the
+//! same services ([`crate::service`]).
+//!
+//! It runs in the foreground and logs with `tracing` to stderr (`RUST_LOG` filters).
+//! `SIGTERM` or `SIGINT` stops it: it accepts no new connection, lets the requests in
+//! flight finish, removes its socket and records its stop.
+
+pub mod api;
+pub mod client;
+pub mod lock;
+pub mod socket;
+pub mod warm;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::home::Home;
+
+/// What every request handler shares.
+pub struct Host {
+    pub home: Home,
+    pub warm: warm::Warm,
+    /// The only uid the API answers (the one the host runs as).
+    pub operator_uid: u32,
+    pub started_at: u64,
+}
+
+/// How often the host looks for edited policy and config files.
+const RELOAD_EVERY: Duration = Duration::from_secs(1);
+
+/// Run the host until a stop signal.
+pub fn serve(home: Home) -> anyhow::Result<i32> {
+    init_logging();
+    let _lock = lock::HostLock::acquire(&home)?;
+    let warm = warm::Warm::load(&home)?;
+    let host = Arc::new(Host {
+        home: home.clone(),
+        warm,
+        operator_uid: nix::unistd::geteuid().as_raw(),
+        started_at: crate::runtime::now_unix(),
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("airlock-host")
+        .enable_all()
+        .build()?;
+    let result = runtime.block_on(run(host.clone()));
+    let path = socket::socket_path(&home);
+    let _ = std::fs::remove_file(&path);
+    let stopped = crate::config_audit::record(
+        &home,
+        "host-stop",
+        serde_json::json!({"pid": std::process::id()}),
+    );
+    result?;
+    stopped?;
+    tracing::info!("stopped");
+    Ok(0)
+}
+
+async fn run(host: Arc<Host>) -> anyhow::Result<()> {
+    let listener = socket::bind(&host.home)?;
+    let path = socket::socket_path(&host.home);
+    crate::config_audit::record(
+        &host.home,
+        "host-start",
+        serde_json::json!({"pid": std::process::id(), "socket": path.display().to_string(),
+                           "policies": host.warm.policy_status()}),
+    )?;
+    tracing::info!(socket = %path.display(), pid = std::process::id(), "serving");
+
+    let reloading = tokio::spawn({
+        let host = host.clone();
+        async move {
+            let mut tick = tokio::time::interval(RELOAD_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let h = host.clone();
+                let _ = tokio::task::spawn_blocking(move || h.warm.reload_changed()).await;
+            }
+        }
+    });
+    let app = api::router(host.clone());
+    let served = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<socket::Peer>(),
+    )
+    .with_graceful_shutdown(stop_signal())
+    .await;
+    reloading.abort();
+    served.map_err(|e| anyhow::anyhow!("serving {}: {e}", path.display()))
+}
+
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot listen for stop signals; stop the host with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+        _ = int.recv() => tracing::info!("SIGINT: stopping"),
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}

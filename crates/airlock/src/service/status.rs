@@ -1,0 +1,77 @@
+//! What `airlock status` shows: the host (when one runs), the sessions that are active,
+//! the approvals waiting, and the policy in force (`GET /v1/status`).
+
+use serde::{Deserialize, Serialize};
+
+use airlock_store::{ApprovalDecisions, SessionStatus, SessionStore, Timestamp};
+
+use crate::home::Home;
+
+/// The whole status, as the API returns it and the command prints it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StatusReport {
+    /// The running host; `None` when the command ran embedded.
+    pub host: Option<HostStatus>,
+    pub sessions: Vec<SessionLine>,
+    pub approvals_pending: usize,
+    /// Rows of the store that could not be read (each also quarantined by the store).
+    pub corrupt_rows: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HostStatus {
+    pub pid: u32,
+    pub version: String,
+    pub started_at: u64,
+    pub socket: String,
+    /// Each profile the host keeps loaded: its hash and when it was (re)loaded.
+    pub policies: Vec<PolicyStatus>,
+    /// The last edit of `airlock.toml` that was refused; the config before it is in force.
+    pub config_refused_edit: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PolicyStatus {
+    pub profile: String,
+    /// `sha256:` over the sources in force, in load order.
+    pub hash: String,
+    pub loaded_at: u64,
+    /// The last edit that was refused, with the file and line the error names; the policy
+    /// above stays in force until an edit loads.
+    pub refused_edit: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SessionLine {
+    pub id: String,
+    pub principal: String,
+    pub tainted: bool,
+    /// Unix seconds.
+    pub updated_at: u64,
+}
+
+/// The store's part of the status (sessions and approvals).
+pub fn store_status(home: &Home, host: Option<HostStatus>) -> anyhow::Result<StatusReport> {
+    let store = crate::cmd::approvals::open_store(home)?;
+    let sessions = store
+        .list_sessions(Some(SessionStatus::Active))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let approvals = store
+        .pending_approvals(Timestamp::now())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(StatusReport {
+        host,
+        corrupt_rows: sessions.corrupt.len() + approvals.corrupt.len(),
+        sessions: sessions
+            .items
+            .into_iter()
+            .map(|s| SessionLine {
+                id: s.id,
+                principal: s.principal,
+                tainted: s.tainted,
+                updated_at: s.updated_at.as_unix_secs(),
+            })
+            .collect(),
+        approvals_pending: approvals.items.len(),
+    })
+}

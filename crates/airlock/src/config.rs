@@ -37,6 +37,39 @@ pub struct Config {
     /// Workspace transactions: sensitive paths and per-run limits.
     #[serde(default)]
     pub workspace: WorkspaceSection,
+    /// Limits of `airlock serve`.
+    #[serde(default)]
+    pub host: HostSection,
+}
+
+/// `[host]`: what `airlock serve` takes on at once. A run beyond `max_sandboxes` waits in a
+/// queue of `max_queued`; past the queue it is refused with the limit's name.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSection {
+    /// Sandboxed runs at once. The default suits a 2-core machine.
+    #[serde(default = "default_max_sandboxes")]
+    pub max_sandboxes: usize,
+    /// Runs that may wait for a sandbox before the next is refused.
+    #[serde(default = "default_max_queued")]
+    pub max_queued: usize,
+}
+
+impl Default for HostSection {
+    fn default() -> Self {
+        HostSection {
+            max_sandboxes: default_max_sandboxes(),
+            max_queued: default_max_queued(),
+        }
+    }
+}
+
+fn default_max_sandboxes() -> usize {
+    4
+}
+
+fn default_max_queued() -> usize {
+    64
 }
 
 /// `[workspace]`: what a run's change set is judged against. Every run's writes land in
@@ -484,6 +517,9 @@ pub fn load(path: &Path) -> anyhow::Result<Config> {
             "{}: audit.checkpoint_every must be at least 1",
             path.display()
         );
+    }
+    if cfg.host.max_sandboxes == 0 {
+        anyhow::bail!("{}: host.max_sandboxes must be at least 1", path.display());
     }
     Ok(cfg)
 }

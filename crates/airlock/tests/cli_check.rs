@@ -9,6 +9,7 @@ mod audit_tail;
 mod common_eval;
 mod config_changes;
 mod helper_pin;
+mod host_fixture;
 mod host_serve;
 mod operator_display;
 mod operator_input;

@@ -8,6 +8,9 @@ use exec_fixture::{airlock_bin, fixture, Fixture};
 
 mod shell_differential;
 
+mod host_exec;
+mod host_fixture;
+
 fn exec(f: &Fixture, extra: &[&str], cmd: &str) -> Output {
     Command::new(airlock_bin())
         .env("AIRLOCK_HOME", &f.home)

@@ -69,6 +69,25 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         anyhow::bail!("nothing to run\nhelp: airlock exec [--workspace DIR] -- <command…>");
     }
     let home = Home::from_env()?;
+    // A host serving this state dir runs the command (the same code, in a child of its
+    // own, admitted under its limits); only its own children run embedded beside it.
+    if std::env::var_os(crate::host::exec::RUN_EMBEDDED_ENV).is_none() {
+        if let Some(pid) = crate::host::lock::running_host(&home) {
+            let request = crate::host::exec_wire::ExecRequest {
+                command: airlock_core::shell::command_line_from_words(&args.command),
+                workspace: args
+                    .workspace
+                    .as_deref()
+                    .map(std::path::absolute)
+                    .transpose()?,
+                cwd: std::env::current_dir()?,
+                timeout: args.timeout,
+                profile: args.profile.clone(),
+                secrets: args.secrets.clone(),
+            };
+            return crate::host::exec_client::run(&home, pid, &request);
+        }
+    }
     let cfg = config::load(&home.config_file())?;
     let profile = policies::pick_profile(args.profile.as_deref(), &cfg.policy.profile)?;
     let explicit_workspace = args.workspace.is_some();

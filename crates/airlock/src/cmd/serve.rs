@@ -27,6 +27,13 @@ pub fn status(as_json: bool) -> anyhow::Result<i32> {
                 h.started_at,
                 escape_line(&h.socket)
             );
+            crate::out!(
+                "runs: {} running (of {}), {} waiting (of {})",
+                h.runs_active,
+                h.max_sandboxes,
+                h.runs_waiting,
+                h.max_queued
+            );
             for p in &h.policies {
                 crate::out!(
                     "policy {}: {} (loaded {})",

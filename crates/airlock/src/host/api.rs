@@ -125,6 +125,10 @@ async fn status_route(
         socket: super::socket::socket_path(&host.home).display().to_string(),
         policies: host.warm.policy_status(),
         config_refused_edit: host.warm.config_refused_edit(),
+        runs_active: host.admission.counts().0,
+        runs_waiting: host.admission.counts().1,
+        max_sandboxes: host.admission.max_running,
+        max_queued: host.admission.max_queued,
     };
     let home = host.home.clone();
     tokio::task::spawn_blocking(move || status::store_status(&home, Some(info)))

@@ -12,6 +12,9 @@
 
 pub mod api;
 pub mod client;
+pub mod exec;
+pub mod exec_client;
+pub mod exec_wire;
 pub mod lock;
 pub mod socket;
 pub mod warm;
@@ -28,7 +31,15 @@ pub struct Host {
     /// The only uid the API answers (the one the host runs as).
     pub operator_uid: u32,
     pub started_at: u64,
+    /// Runs at once and the queue before them (`[host]` at start).
+    pub admission: exec::Admission,
+    pub spawner: exec::Spawner,
+    /// Set on a stop signal: new runs are refused while those in flight finish.
+    pub stopping: std::sync::atomic::AtomicBool,
 }
+
+/// How long a stopping host lets runs in flight finish before it exits (and so kills them).
+const STOP_GRACE: Duration = Duration::from_secs(30);
 
 /// How often the host looks for edited policy and config files.
 const RELOAD_EVERY: Duration = Duration::from_secs(1);
@@ -38,11 +49,15 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
     init_logging();
     let _lock = lock::HostLock::acquire(&home)?;
     let warm = warm::Warm::load(&home)?;
+    let limits = warm.config().host.clone();
     let host = Arc::new(Host {
         home: home.clone(),
         warm,
         operator_uid: nix::unistd::geteuid().as_raw(),
         started_at: crate::runtime::now_unix(),
+        admission: exec::Admission::new(limits.max_sandboxes, limits.max_queued),
+        spawner: exec::Spawner::start()?,
+        stopping: std::sync::atomic::AtomicBool::new(false),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -50,6 +65,14 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
         .enable_all()
         .build()?;
     let result = runtime.block_on(run(host.clone()));
+    // Refuse new runs, let those in flight finish (each writes its own records).
+    host.stopping
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let _ = std::fs::remove_file(exec::socket_path(&home));
+    let deadline = std::time::Instant::now() + STOP_GRACE;
+    while host.admission.counts() != (0, 0) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let path = socket::socket_path(&home);
     let _ = std::fs::remove_file(&path);
     let stopped = crate::config_audit::record(
@@ -66,11 +89,20 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
 async fn run(host: Arc<Host>) -> anyhow::Result<()> {
     let listener = socket::bind(&host.home)?;
     let path = socket::socket_path(&host.home);
+    let exec_listener = socket::bind_at(&exec::socket_path(&host.home))?;
+    std::thread::Builder::new()
+        .name("airlock-exec-accept".into())
+        .spawn({
+            let host = host.clone();
+            move || exec::listen(host, exec_listener)
+        })?;
     crate::config_audit::record(
         &host.home,
         "host-start",
         serde_json::json!({"pid": std::process::id(), "socket": path.display().to_string(),
-                           "policies": host.warm.policy_status()}),
+                           "policies": host.warm.policy_status(),
+                           "max_sandboxes": host.admission.max_running,
+                           "max_queued": host.admission.max_queued}),
     )?;
     tracing::info!(socket = %path.display(), pid = std::process::id(), "serving");
 

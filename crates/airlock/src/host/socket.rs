@@ -41,15 +41,22 @@ pub fn bind(home: &Home) -> anyhow::Result<UnixListener> {
             meta.mode() & 0o7777
         );
     }
-    let path = socket_path(home);
-    match std::fs::remove_file(&path) {
+    let std_listener = bind_at(&socket_path(home))?;
+    std_listener.set_nonblocking(true)?;
+    Ok(UnixListener::from_std(std_listener)?)
+}
+
+/// Bind a socket at `path` in the (checked) socket directory, mode 0600, replacing one a
+/// dead host left.
+pub fn bind_at(path: &std::path::Path) -> anyhow::Result<std::os::unix::net::UnixListener> {
+    match std::fs::remove_file(path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => anyhow::bail!("cannot remove the old socket {}: {e}", path.display()),
     }
-    let listener = UnixListener::bind(&path)
+    let listener = std::os::unix::net::UnixListener::bind(path)
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", path.display()))?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     Ok(listener)
 }
 

@@ -28,6 +28,11 @@ pub struct HostStatus {
     pub policies: Vec<PolicyStatus>,
     /// The last edit of `airlock.toml` that was refused; the config before it is in force.
     pub config_refused_edit: Option<String>,
+    /// Sandboxed runs now, runs waiting for one, and the limits (`[host]`).
+    pub runs_active: usize,
+    pub runs_waiting: usize,
+    pub max_sandboxes: usize,
+    pub max_queued: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -3,87 +3,12 @@
 //! deciding exactly as it does embedded, live policy reload, and stopping (SIGTERM, and
 //! `kill -9` followed by a restart).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use super::host_fixture::{socket, Host};
 use super::{run, text};
-
-/// A running `airlock serve`; stopped with SIGKILL when dropped (a test that wants a clean
-/// stop sends SIGTERM itself).
-struct Host {
-    child: Child,
-    log: PathBuf,
-}
-
-fn socket(home: &Path) -> PathBuf {
-    home.join("state/host/api.sock")
-}
-
-impl Host {
-    fn start(home: &Path) -> Host {
-        let log = home.join("serve.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_airlock"))
-            .env("AIRLOCK_HOME", home)
-            .arg("serve")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let mut host = Host { child, log };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let o = run(home, &["status", "--json"]);
-            if o.status.success() {
-                let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-                if v["host"]["pid"] == host.child.id() {
-                    return host;
-                }
-            }
-            if let Ok(Some(status)) = host.child.try_wait() {
-                panic!("the host exited ({status}): {}", host.log_text());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the host never answered: {}",
-                host.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn signal(&self, sig: nix::sys::signal::Signal) {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig).unwrap();
-    }
-
-    /// Wait for the process to end; its exit status.
-    fn wait(&mut self) -> std::process::ExitStatus {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the host did not stop: {}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn init_home() -> tempfile::TempDir {
     let home = tempfile::tempdir().unwrap();

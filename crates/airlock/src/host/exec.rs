@@ -1,0 +1,376 @@
+//! `exec` through the host: the server side of [`super::exec_wire`].
+//!
+//! Each run is the same code as `airlock exec` embedded, in a child process of the host
+//! (`airlock exec` with `AIRLOCK_RUN_EMBEDDED=1`), whose standard streams are the client's
+//! own descriptors. So the command gets the same decision, the same records and the same
+//! terminal as it would embedded; what the host adds is the admission: at most
+//! `[host] max_sandboxes` runs at once, then a queue of `max_queued`, then a refusal that
+//! names the limit.
+//!
+//! No run outlives the host. The children are started by one thread that lives as long as
+//! the host ([`Spawner`]) with a parent-death signal (`SIGKILL`), which the kernel ties to
+//! the thread that forked: a pool thread could retire and kill its children with it. A
+//! child killed so takes its sandbox down the way a killed `airlock exec` does.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+
+use super::exec_wire::{ExecAnswer, ExecRequest, MAX_REQUEST_BYTES};
+
+/// The variable that makes `airlock exec` run embedded even while a host serves (set only
+/// for the host's own children, which must not ask the host again).
+pub const RUN_EMBEDDED_ENV: &str = "AIRLOCK_RUN_EMBEDDED";
+
+pub fn socket_path(home: &crate::home::Home) -> PathBuf {
+    super::socket::socket_dir(home).join("exec.sock")
+}
+
+/// How many runs hold a sandbox and how many wait for one.
+pub struct Admission {
+    state: Mutex<(usize, usize)>,
+    freed: Condvar,
+    pub max_running: usize,
+    pub max_queued: usize,
+}
+
+/// A slot held for one run; freed when dropped.
+pub struct Slot<'a>(&'a Admission);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.state.lock().unwrap_or_else(|p| p.into_inner()).0 -= 1;
+        self.0.freed.notify_one();
+    }
+}
+
+impl Admission {
+    pub fn new(max_running: usize, max_queued: usize) -> Admission {
+        Admission {
+            state: Mutex::new((0, 0)),
+            freed: Condvar::new(),
+            max_running,
+            max_queued,
+        }
+    }
+
+    /// A slot now or after waiting in the queue; `Err` names the limit when the queue is full.
+    pub fn enter(&self) -> Result<Slot<'_>, &'static str> {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if s.0 >= self.max_running {
+            if s.1 >= self.max_queued {
+                return Err("host.max_queued");
+            }
+            s.1 += 1;
+            while s.0 >= self.max_running {
+                s = self.freed.wait(s).unwrap_or_else(|p| p.into_inner());
+            }
+            s.1 -= 1;
+        }
+        s.0 += 1;
+        Ok(Slot(self))
+    }
+
+    pub fn counts(&self) -> (usize, usize) {
+        *self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+type SpawnJob = (
+    std::process::Command,
+    std::sync::mpsc::Sender<std::io::Result<std::process::Child>>,
+);
+
+/// The one thread that starts the host's children (see the module documentation).
+pub struct Spawner {
+    jobs: Mutex<std::sync::mpsc::Sender<SpawnJob>>,
+}
+
+impl Spawner {
+    pub fn start() -> std::io::Result<Spawner> {
+        let (tx, rx) = std::sync::mpsc::channel::<SpawnJob>();
+        std::thread::Builder::new()
+            .name("airlock-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+            })?;
+        Ok(Spawner {
+            jobs: Mutex::new(tx),
+        })
+    }
+
+    pub fn spawn(&self, mut cmd: std::process::Command) -> std::io::Result<std::process::Child> {
+        use std::os::unix::process::CommandExt;
+        let host = std::process::id() as i32;
+        // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The host died before the signal was armed: nothing would kill us later.
+                if nix::libc::getppid() != host {
+                    nix::libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .send((cmd, tx))
+            .map_err(|_| std::io::Error::other("the spawner thread is gone"))?;
+        rx.recv()
+            .map_err(|_| std::io::Error::other("the spawner thread is gone"))?
+    }
+}
+
+/// Read the request and the three descriptors sent with it.
+fn receive(stream: &UnixStream) -> anyhow::Result<(ExecRequest, [OwnedFd; 3])> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut head = [0u8; 4096];
+    let mut space = nix::cmsg_space!([RawFd; 3]);
+    let (n, fds) = {
+        let mut iov = [std::io::IoSliceMut::new(&mut head)];
+        let msg = recvmsg::<()>(
+            stream.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )?;
+        let mut fds = Vec::new();
+        for c in msg.cmsgs()? {
+            if let ControlMessageOwned::ScmRights(r) = c {
+                // SAFETY: the kernel just installed these descriptors for us.
+                fds.extend(r.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+            }
+        }
+        (msg.bytes, fds)
+    };
+    let fds: [OwnedFd; 3] = fds.try_into().map_err(|v: Vec<OwnedFd>| {
+        anyhow::anyhow!(
+            "the request came with {} descriptors, not 3 (stdin, stdout, stderr)",
+            v.len()
+        )
+    })?;
+    anyhow::ensure!(n >= 4, "the request ended before its length");
+    let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    anyhow::ensure!(
+        len <= MAX_REQUEST_BYTES,
+        "the request is {len} bytes; the most is {MAX_REQUEST_BYTES}"
+    );
+    let mut body = head[4..n].to_vec();
+    anyhow::ensure!(
+        body.len() <= len,
+        "the request is longer than its length says"
+    );
+    let mut rest = vec![0u8; len - body.len()];
+    (&*stream).read_exact(&mut rest)?;
+    body.extend_from_slice(&rest);
+    let req: ExecRequest = serde_json::from_slice(&body)
+        .map_err(|e| anyhow::anyhow!("the request is not a valid exec request: {e}"))?;
+    Ok((req, fds))
+}
+
+fn absolute(what: &str, p: &Path) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        p.is_absolute(),
+        "{what} {} is not an absolute path",
+        p.display()
+    );
+    Ok(())
+}
+
+/// The child that runs the request embedded.
+fn command_for(req: &ExecRequest, fds: [OwnedFd; 3]) -> anyhow::Result<std::process::Command> {
+    absolute("cwd", &req.cwd)?;
+    let exe = std::env::current_exe()?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.env(RUN_EMBEDDED_ENV, "1").arg("exec");
+    if let Some(w) = &req.workspace {
+        absolute("workspace", w)?;
+        cmd.arg("--workspace").arg(w);
+    }
+    if let Some(t) = req.timeout {
+        cmd.arg("--timeout").arg(t.to_string());
+    }
+    if let Some(p) = &req.profile {
+        cmd.arg("--profile").arg(p);
+    }
+    for s in &req.secrets {
+        cmd.arg("--secret").arg(s);
+    }
+    // One word after `--`: the command line exactly as the client sent it.
+    cmd.arg("--").arg(&req.command).current_dir(&req.cwd);
+    let [stdin, stdout, stderr] = fds;
+    cmd.stdin(stdin).stdout(stdout).stderr(stderr);
+    Ok(cmd)
+}
+
+fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
+    // SAFETY: plain integer arguments; a new descriptor on success.
+    let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid as i32, 0u32) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned `fd`, owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Wait for `child`; kill it if the client hangs up first. Signals go through a pidfd, so
+/// a pid the kernel reused is never hit.
+fn wait_or_hang_up(child: &mut std::process::Child, client: &UnixStream) -> std::io::Result<i32> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    use std::os::unix::process::ExitStatusExt;
+    let pidfd = pidfd_open(child.id())?;
+    let mut killed = false;
+    loop {
+        let mut fds = [
+            PollFd::new(pidfd.as_fd(), PollFlags::POLLIN),
+            PollFd::new(client.as_fd(), PollFlags::POLLIN),
+        ];
+        let watch = if killed { &mut fds[..1] } else { &mut fds[..] };
+        match poll(watch, PollTimeout::NONE) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+            Ok(_) => {}
+        }
+        if fds[0].any().unwrap_or(false) {
+            let status = child.wait()?;
+            return Ok(status
+                .code()
+                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)));
+        }
+        if !killed && fds[1].any().unwrap_or(false) {
+            // The client sends nothing after its request: readable means it hung up.
+            tracing::info!(pid = child.id(), "the client went away; killing its run");
+            // SAFETY: a live pidfd and a signal number.
+            unsafe {
+                nix::libc::syscall(
+                    nix::libc::SYS_pidfd_send_signal,
+                    pidfd.as_raw_fd(),
+                    nix::libc::SIGKILL,
+                    std::ptr::null::<u8>(),
+                    0u32,
+                );
+            }
+            killed = true;
+        }
+    }
+}
+
+fn answer(stream: &UnixStream, a: &ExecAnswer) {
+    let mut line = serde_json::to_vec(a).unwrap_or_default();
+    line.push(b'\n');
+    let _ = (&*stream).write_all(&line);
+}
+
+fn refuse(stream: &UnixStream, error: String, help: &str, limit: Option<&str>) {
+    answer(
+        stream,
+        &ExecAnswer {
+            exit: None,
+            error: Some(error),
+            help: Some(help.to_string()),
+            limit: limit.map(str::to_string),
+        },
+    );
+}
+
+/// Serve one connection to its end (on its own thread: a run can take minutes).
+pub fn serve_connection(host: Arc<super::Host>, stream: UnixStream) {
+    let peer = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials);
+    match peer {
+        Ok(cred) if cred.uid() == host.operator_uid => {}
+        other => {
+            let who = other
+                .map(|c| format!("uid {}", c.uid()))
+                .unwrap_or_else(|_| "a caller without credentials".into());
+            tracing::warn!(%who, "refused an exec caller that is not the operator");
+            refuse(
+                &stream,
+                format!(
+                    "{who} is not this host's operator (uid {})",
+                    host.operator_uid
+                ),
+                "only the user the host runs as may use it",
+                None,
+            );
+            return;
+        }
+    }
+    if host.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+        refuse(
+            &stream,
+            "the host is stopping".into(),
+            "run the command again once it is back, or without it",
+            None,
+        );
+        return;
+    }
+    let (req, fds) = match receive(&stream) {
+        Ok(r) => r,
+        Err(e) => {
+            refuse(
+                &stream,
+                format!("{e:#}"),
+                "see docs/api.md for the exec socket's format",
+                None,
+            );
+            return;
+        }
+    };
+    let slot = match host.admission.enter() {
+        Ok(slot) => slot,
+        Err(limit) => {
+            let (running, waiting) = host.admission.counts();
+            refuse(
+                &stream,
+                format!(
+                    "too many runs: {running} are running and {waiting} waiting ({limit} = {})",
+                    host.admission.max_queued
+                ),
+                "try again when runs have finished, or raise the limit in [host] of airlock.toml",
+                Some(limit),
+            );
+            return;
+        }
+    };
+    let result = command_for(&req, fds)
+        .and_then(|cmd| Ok(host.spawner.spawn(cmd)?))
+        .and_then(|mut child| Ok(wait_or_hang_up(&mut child, &stream)?));
+    drop(slot);
+    match result {
+        Ok(code) => answer(
+            &stream,
+            &ExecAnswer {
+                exit: Some(code),
+                error: None,
+                help: None,
+                limit: None,
+            },
+        ),
+        Err(e) => refuse(&stream, format!("{e:#}"), "", None),
+    }
+}
+
+/// Accept connections on the exec socket until the host stops.
+pub fn listen(host: Arc<super::Host>, listener: std::os::unix::net::UnixListener) {
+    for stream in listener.incoming() {
+        match stream {
+            Ok(s) => {
+                let host = host.clone();
+                let _ = std::thread::Builder::new()
+                    .name("airlock-exec".into())
+                    .spawn(move || serve_connection(host, s));
+            }
+            Err(e) => tracing::error!(error = %e, "accepting an exec connection"),
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! `airlock exec` through a running host: the caller's own streams and exit status, the
+//! same records as embedded, 50 at once queued under the default limits, a full queue
+//! refused by the limit's name, and no sandbox left alive after `kill -9` of the host.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::exec_fixture::{airlock_bin, fixture, Fixture};
+use super::host_fixture::Host;
+use super::{audit_records, exec, verify};
+
+fn status(f: &Fixture) -> serde_json::Value {
+    let o = Command::new(airlock_bin())
+        .env("AIRLOCK_HOME", &f.home)
+        .args(["status", "--json"])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&o.stdout).unwrap_or(serde_json::Value::Null)
+}
+
+fn init(f: &Fixture, config: &str) {
+    let o = Command::new(airlock_bin())
+        .env("AIRLOCK_HOME", &f.home)
+        .arg("init")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    if !config.is_empty() {
+        let path = f.home.join("config/airlock.toml");
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str(config);
+        std::fs::write(path, text).unwrap();
+    }
+}
+
+/// The decision and execution records of `command`, without what differs run to run.
+fn records_of(f: &Fixture, command: &str) -> Vec<(String, serde_json::Value)> {
+    audit_records(&f.home)
+        .into_iter()
+        .filter(|r| r["action"]["command"] == command)
+        .map(|r| {
+            let kind = r["kind"].as_str().unwrap_or("").to_string();
+            let keep = if kind == "execution" {
+                serde_json::json!({"status": r["detail"]["status"], "hash": r["action_hash"]})
+            } else {
+                serde_json::json!({"decision": r["decision"], "policies": r["policies"], "hash": r["action_hash"]})
+            };
+            (kind, keep)
+        })
+        .collect()
+}
+
+#[test]
+fn exec_through_the_host_uses_the_callers_streams_and_leaves_the_same_records() {
+    let f = fixture();
+    init(&f, "");
+    let command = "echo to-stdout; echo to-stderr >&2; exit 7";
+    let embedded = exec(&f, &[], command);
+    let host = Host::start(&f.home);
+    let through = exec(&f, &[], command);
+    assert_eq!(through.status.code(), Some(7), "{through:?}");
+    assert_eq!(String::from_utf8_lossy(&through.stdout), "to-stdout\n");
+    assert!(
+        String::from_utf8_lossy(&through.stderr).contains("to-stderr"),
+        "{through:?}"
+    );
+    assert_eq!(embedded.status.code(), through.status.code());
+    assert_eq!(embedded.stdout, through.stdout);
+    // The same decision and execution records, once each way.
+    let recs = records_of(&f, command);
+    let (first, second) = recs.split_at(recs.len() / 2);
+    assert!(!first.is_empty(), "no records of the command: {recs:?}");
+    assert_eq!(first, second, "embedded and through the host differ");
+    // Several words stay an argument vector through the host too.
+    let o = Command::new(airlock_bin())
+        .env("AIRLOCK_HOME", &f.home)
+        .current_dir(&f.ws)
+        .args(["exec", "--", "sh", "-c", "echo \"a  b\""])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "a  b\n", "{o:?}");
+    drop(host);
+    assert!(verify(&f.home).status.success());
+}
+
+#[test]
+fn fifty_concurrent_execs_through_the_host_are_queued_and_all_succeed() {
+    let f = fixture();
+    init(&f, "");
+    let _host = Host::start(&f.home);
+    let children: Vec<_> = (0..50)
+        .map(|i| {
+            Command::new(airlock_bin())
+                .env("AIRLOCK_HOME", &f.home)
+                .current_dir(&f.ws)
+                .args(["exec", "--", &format!("echo run-{i}")])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (i, c) in children.into_iter().enumerate() {
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "run {i}: {o:?}");
+        assert_eq!(String::from_utf8_lossy(&o.stdout), format!("run-{i}\n"));
+    }
+    let executions = audit_records(&f.home)
+        .iter()
+        .filter(|r| r["kind"] == "execution")
+        .count();
+    assert_eq!(executions, 50);
+    let v = verify(&f.home);
+    assert!(v.status.success(), "{v:?}");
+}
+
+fn wait_for(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn background_exec(f: &Fixture, command: &str) -> std::process::Child {
+    Command::new(airlock_bin())
+        .env("AIRLOCK_HOME", &f.home)
+        .current_dir(&f.ws)
+        .args(["exec", "--", command])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn a_run_past_the_full_queue_is_refused_by_the_limits_name() {
+    let f = fixture();
+    init(&f, "\n[host]\nmax_sandboxes = 1\nmax_queued = 1\n");
+    let _host = Host::start(&f.home);
+    let first = background_exec(&f, "sleep 3");
+    wait_for("the first run", || status(&f)["host"]["runs_active"] == 1);
+    let second = background_exec(&f, "echo second");
+    wait_for("the second run to queue", || {
+        status(&f)["host"]["runs_waiting"] == 1
+    });
+    let third = exec(&f, &[], "echo third");
+    assert_eq!(third.status.code(), Some(1), "{third:?}");
+    let err = String::from_utf8_lossy(&third.stderr);
+    assert!(err.contains("host.max_queued = 1"), "{err}");
+    assert!(third.stdout.is_empty(), "the refused run did not run");
+    // The queued one ran once the first was done.
+    let o = second.wait_with_output().unwrap();
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "second\n");
+    assert!(first.wait_with_output().unwrap().status.success());
+}
+
+fn processes_with(marker: &str) -> Vec<String> {
+    let o = Command::new("pgrep")
+        .args(["-a", "-f", marker])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| !l.contains("pgrep"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn kill_9_of_the_host_mid_run_leaves_no_process_of_the_sandbox() {
+    let f = fixture();
+    init(&f, "");
+    let mut host = Host::start(&f.home);
+    let marker = format!(
+        "marker-{}-{}",
+        std::process::id(),
+        f.ws.display().to_string().len()
+    );
+    let client = background_exec(&f, &format!("sleep 300; : {marker}"));
+    wait_for("the run's sandbox", || !processes_with(&marker).is_empty());
+    host.signal(nix::sys::signal::Signal::SIGKILL);
+    host.wait();
+    wait_for("every process of the run to be gone", || {
+        processes_with(&marker).is_empty()
+    });
+    let o = client.wait_with_output().unwrap();
+    assert!(!o.status.success(), "the client heard its run end: {o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("closed the connection"),
+        "{o:?}"
+    );
+    // A new host takes over and the chain verifies.
+    let _again = Host::start(&f.home);
+    let o = exec(&f, &[], "echo after");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "after\n", "{o:?}");
+    let v = verify(&f.home);
+    assert!(v.status.success(), "{v:?}");
+}

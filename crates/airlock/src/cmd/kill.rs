@@ -247,7 +247,7 @@ fn parent_of(pid: u32) -> Option<u32> {
 }
 
 /// Alive and not a zombie waiting to be reaped.
-fn is_running(pid: u32) -> bool {
+pub(crate) fn is_running(pid: u32) -> bool {
     matches!(proc_stat(pid), Some((s, _)) if s != 'Z' && s != 'X')
 }
 

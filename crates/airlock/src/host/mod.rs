@@ -16,6 +16,7 @@ pub mod exec;
 pub mod exec_client;
 pub mod exec_wire;
 pub mod lock;
+pub mod recovery;
 pub mod socket;
 pub mod warm;
 
@@ -49,6 +50,10 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
     init_logging();
     let _lock = lock::HostLock::acquire(&home)?;
     let warm = warm::Warm::load(&home)?;
+    let recovered = recovery::recover(&home)?;
+    if !recovered.interrupted.is_empty() || recovered.orphaned > 0 {
+        tracing::warn!(interrupted = ?recovered.interrupted, orphaned_approvals = recovered.orphaned, "recovered what the last run of the host left");
+    }
     let limits = warm.config().host.clone();
     let host = Arc::new(Host {
         home: home.clone(),

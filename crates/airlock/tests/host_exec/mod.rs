@@ -182,7 +182,12 @@ fn kill_9_of_the_host_mid_run_leaves_no_process_of_the_sandbox() {
         f.ws.display().to_string().len()
     );
     let client = background_exec(&f, &format!("sleep 300; : {marker}"));
-    wait_for("the run's sandbox", || !processes_with(&marker).is_empty());
+    // The command itself, inside the sandbox (not only the `airlock exec` naming it).
+    wait_for("the run's sandbox", || {
+        processes_with(&marker)
+            .iter()
+            .any(|l| !l.contains("airlock"))
+    });
     host.signal(nix::sys::signal::Signal::SIGKILL);
     host.wait();
     wait_for("every process of the run to be gone", || {
@@ -194,8 +199,34 @@ fn kill_9_of_the_host_mid_run_leaves_no_process_of_the_sandbox() {
         String::from_utf8_lossy(&o.stderr).contains("closed the connection"),
         "{o:?}"
     );
-    // A new host takes over and the chain verifies.
+    // A new host takes over, records the run as interrupted, and the chain verifies.
     let _again = Host::start(&f.home);
+    let recovery: Vec<serde_json::Value> = audit_records(&f.home)
+        .into_iter()
+        .filter(|r| r["kind"] == "host-recovery")
+        .collect();
+    assert_eq!(
+        recovery.len(),
+        1,
+        "{:?}\nhost log: {}",
+        audit_records(&f.home)
+            .iter()
+            .map(|r| r["kind"].clone())
+            .collect::<Vec<_>>(),
+        _again.log_text()
+    );
+    let interrupted = recovery[0]["detail"]["interrupted"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(interrupted.len(), 1, "{recovery:?}");
+    let id = interrupted[0].as_str().unwrap();
+    assert!(id.starts_with("exec-"), "{id}");
+    let listed = status(&f)["sessions"].to_string();
+    assert!(
+        !listed.contains(id),
+        "the interrupted session is no longer active: {listed}"
+    );
     let o = exec(&f, &[], "echo after");
     assert_eq!(String::from_utf8_lossy(&o.stdout), "after\n", "{o:?}");
     let v = verify(&f.home);

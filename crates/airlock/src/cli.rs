@@ -71,6 +71,9 @@ pub enum Command {
     Secret(cmd::secret::SecretCommand),
     /// Show what this machine supports, the sandbox profile, and run the escape probes.
     Doctor,
+    /// A systemd unit that runs `airlock serve`: install, uninstall, status.
+    #[command(subcommand)]
+    Service(cmd::service::ServiceCommand),
     /// The sandbox helper: pin the installed one.
     #[command(subcommand)]
     Sandbox(cmd::sandbox::SandboxCommand),
@@ -266,6 +269,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Serve => cmd::serve::serve(),
         Command::Status { json } => cmd::serve::status(json),
         Command::Sandbox(c) => cmd::sandbox::run(c),
+        Command::Service(c) => cmd::service::run(c),
         Command::Checkpoints(c) => cmd::checkpoints::run(c),
         Command::Undo(a) => cmd::checkpoints::undo(a),
         Command::Approvals(c) => cmd::approvals::run(c),

@@ -19,3 +19,4 @@ pub mod run;
 pub mod sandbox;
 pub mod secret;
 pub mod serve;
+pub mod service;

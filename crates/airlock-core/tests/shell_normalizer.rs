@@ -93,6 +93,33 @@ fn heredoc_body_without_dollar_still_runs_its_backquotes() {
         .contains(&"find:-delete".to_string()));
 }
 
+/// Found by the Gate fuzzer: an expansion inside a here-document's backquotes
+/// (`` `echo x >> "$HOME/.bashrc"` ``) split the body into pieces around it, none holding
+/// the whole backquoted command, so its write went unseen (in `sh -c` and at top level).
+#[test]
+fn backquotes_around_an_expansion_in_a_heredoc_body_are_seen() {
+    for script in [
+        "cat <<EOF0\n`echo x >> \"$HOME/.bashrc\"`\nEOF0",
+        "cat <<EOF0\n`echo x >> \"$HOME/.bashrc\"`\nEOF0\n",
+        "cat <<EOF\nbefore $USER `rm -rf \"$d\"` after ${x}\nEOF",
+        "sh -c 'cat <<EOF0\n`env env echo x >> \"$HOME/.bashrc\"`\nEOF0'",
+    ] {
+        let f = parsed(script);
+        let programs = names(&f);
+        assert!(
+            programs.contains(&"echo") || programs.contains(&"rm"),
+            "{script:?}: {programs:?}"
+        );
+        assert!(f.has_command_substitution, "{script:?}");
+    }
+    let f = parsed("cat <<EOF0\n`echo x >> \"$HOME/.bashrc\"`\nEOF0");
+    assert!(
+        f.redirections.iter().any(|r| r.target.contains(".bashrc")),
+        "{:?}",
+        f.redirections
+    );
+}
+
 /// Found by the Gate fuzzer: a line break inside a double-quoted string was dropped from
 /// the word's value, so the script of `sh -c "cat a.txt<newline>rm -rf victim"` read as
 /// `cat a.txtrm -rf victim` and `rm` went unseen.

@@ -68,12 +68,16 @@ impl ChangeSet {
             );
         }
         for c in self.conflicts.iter().take(MAX_NOTES_SHOWN) {
+            let when = match (&c.owner, c.changed_after_start_ms) {
+                // A deletion leaves no time behind (see `Scan::deleted_by_the_owner`).
+                (None, _) => "gone from the workspace though the run changed it (deleted on the host during the run, or renamed and changed by the run)".to_string(),
+                (Some(_), ms) => format!("changed on the host {ms} ms after the run started"),
+            };
             let _ = writeln!(
                 out,
-                "CONFLICT {}: changed on the host {} ms after the run started; owner's version: {}; run's version: {}",
+                "CONFLICT {}: {when}; owner's version: {}; run's version: {}",
                 c.path.display(),
-                c.changed_after_start_ms,
-                c.owner.as_ref().map_or("(none)".into(), Node::describe),
+                c.owner.as_ref().map_or("(deleted)".into(), Node::describe),
                 c.run.as_ref().map_or("(deleted)".into(), Node::describe),
             );
         }

@@ -39,6 +39,9 @@ struct Scan<'a> {
     scanned: usize,
     complete: bool,
     diff_lines_left: usize,
+    /// Upper files copied up from the workspace at a path it no longer holds, with the
+    /// run's version (see [`Scan::deleted_by_the_owner`]).
+    copied_up_elsewhere: Vec<(RelPath, Node)>,
 }
 
 pub(crate) fn compute(
@@ -66,9 +69,11 @@ pub(crate) fn compute(
         scanned: 0,
         complete: true,
         diff_lines_left: opts.diff.max_total_lines,
+        copied_up_elsewhere: Vec::new(),
     };
     s.walk(upper_root.as_fd(), Some(lower_root.as_fd()), None, false)?;
     s.pair_renames();
+    s.deleted_by_the_owner();
     s.check_links(&lower_root);
     for e in &mut s.entries {
         e.protected = opts.protected.matches(&e.path);
@@ -213,6 +218,9 @@ impl Scan<'_> {
                     sha256,
                     mode: fst.st_mode & KEPT_MODE_BITS,
                 };
+                if before.is_none() && xattrs.origin && self.opts.run_started.is_some() {
+                    self.copied_up_elsewhere.push((path.clone(), after.clone()));
+                }
                 self.marks.insert(path.clone(), Mark::Node(after.clone()));
                 self.change(
                     lower,
@@ -400,6 +408,36 @@ impl Scan<'_> {
         Ok(Some(d))
     }
 
+    /// Files the run changed that the owner deleted on the host meanwhile.
+    ///
+    /// overlayfs marks every file it copies up from the workspace (`user.overlay.origin`;
+    /// inside a user namespace the mark is empty, so it says only *that* the file came from
+    /// the workspace, not from which inode). Such a file at a path the workspace no longer
+    /// holds was either renamed there by the run, or deleted by the owner while the run
+    /// changed it. A rename is recognised when the scan pairs it with a removed workspace
+    /// file of the same contents ([`Scan::pair_renames`]); any other is taken as the
+    /// owner's deletion, a conflict the commit never overrides. A file the run both
+    /// renamed and changed is held the same way: the change set cannot tell it from the
+    /// owner's deletion, and holding is the side that loses nothing.
+    fn deleted_by_the_owner(&mut self) {
+        let renamed: HashSet<RelPath> = self
+            .entries
+            .iter()
+            .filter(|e| e.renamed_from.is_some())
+            .map(|e| e.path.clone())
+            .collect();
+        for (path, run) in std::mem::take(&mut self.copied_up_elsewhere) {
+            if !renamed.contains(&path) {
+                self.conflicts.push(Conflict {
+                    path,
+                    owner: None,
+                    run: Some(run),
+                    changed_after_start_ms: 0,
+                });
+            }
+        }
+    }
+
     fn check_conflict(&mut self, path: &RelPath, before: &(Node, Stat), after: Option<&Node>) {
         let Some(start) = self.opts.run_started else {
             return;
@@ -472,7 +510,8 @@ impl Scan<'_> {
                         feature: "metacopy",
                     })
                 }
-                // origin, impure, nlink, whiteouts, …: the overlay's bookkeeping.
+                Some(b"origin") => out.origin = true,
+                // impure, nlink, whiteouts, …: the overlay's bookkeeping.
                 Some(_) => {}
                 None => self.dropped.push(Dropped {
                     path: path.clone(),
@@ -569,6 +608,8 @@ fn lower_kind(root: &OwnedFd, p: &RelPath) -> Option<Node> {
 struct Xattrs {
     opaque: bool,
     whiteout: bool,
+    /// `user.overlay.origin` is present: the entry was copied up from the workspace.
+    origin: bool,
 }
 
 impl Entry {

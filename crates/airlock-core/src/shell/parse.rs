@@ -666,43 +666,29 @@ impl Walker<'_, '_> {
         if quoted {
             return;
         }
+        // Backquotes are found in the whole body at once: an expansion inside them
+        // (`` `echo x >> "$HOME/f"` ``) splits the body into several content nodes
+        // around it, and no one of those holds the whole command.
         let mut cursor = node.walk();
-        let children: Vec<Node> = node.children(&mut cursor).collect();
-        let mut contents: Vec<(usize, String)> = children
-            .iter()
-            .filter(|c| c.kind() == "heredoc_content")
-            .map(|c| (c.start_byte(), self.text(*c).to_string()))
-            .collect();
-        if !children.iter().any(|c| {
-            matches!(
-                c.kind(),
-                "heredoc_content" | "expansion" | "simple_expansion" | "command_substitution"
-            )
-        }) {
-            // A body without `$` is one token with no content children (the grammar's
-            // simple here-document body), but bash still runs its backquotes.
-            let end = children
-                .iter()
-                .find(|c| c.kind() == "heredoc_end")
-                .map_or(node.end_byte(), |c| c.start_byte());
-            let body = self.src.get(node.start_byte()..end).unwrap_or_default();
-            contents.push((node.start_byte(), body.to_string()));
-        }
-        for (start, text) in contents {
-            for (offset, inner) in backquoted(&text) {
-                self.c.facts.has_command_substitution = true;
-                let scope = Scope {
-                    via: self.scope.via.clone(),
-                    depth: self.scope.depth + 1,
-                    anchor: Some(self.scope.anchor.unwrap_or(start + offset)),
-                    dialect: self.scope.dialect,
-                };
-                if scope.depth > super::analyze::MAX_DEPTH {
-                    self.c.unparsed(super::analyze::too_deep());
-                    return;
-                }
-                parse_into(self.c, &inner, &scope);
+        let end = node
+            .children(&mut cursor)
+            .find(|c| c.kind() == "heredoc_end")
+            .map_or(node.end_byte(), |c| c.start_byte());
+        let start = node.start_byte();
+        let body = self.src.get(start..end).unwrap_or_default().to_string();
+        for (offset, inner) in backquoted(&body) {
+            self.c.facts.has_command_substitution = true;
+            let scope = Scope {
+                via: self.scope.via.clone(),
+                depth: self.scope.depth + 1,
+                anchor: Some(self.scope.anchor.unwrap_or(start + offset)),
+                dialect: self.scope.dialect,
+            };
+            if scope.depth > super::analyze::MAX_DEPTH {
+                self.c.unparsed(super::analyze::too_deep());
+                return;
             }
+            parse_into(self.c, &inner, &scope);
         }
     }
 }

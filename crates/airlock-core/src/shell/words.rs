@@ -295,8 +295,22 @@ pub(crate) fn decode_ansi_c(inner: &str) -> String {
     out
 }
 
-/// Brace expansion needs an unquoted `{` … `}` holding a `,` or `..`.
+/// Brace expansion needs an unquoted, unescaped `{` … `}` holding a `,` or `..`. A
+/// backslash-escaped character (`\{`, `\}`) is literal: it is blanked out before looking,
+/// or `printf %s \{a..b\}` would count as dynamic, though bash passes `{a..b}` as is.
 fn has_brace_expansion(unquoted: &str) -> bool {
+    let mut plain = String::with_capacity(unquoted.len());
+    let mut chars = unquoted.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            if chars.next().is_some() {
+                plain.push(' ');
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    let unquoted = plain.as_str();
     let Some(open) = unquoted.find('{') else {
         return false;
     };
@@ -324,6 +338,22 @@ mod tests {
         let command = tree.root_node().named_child(0).expect("command");
         let arg = command.child_by_field_name("argument").expect("argument");
         eval_word(arg, &cmd).expect("not too deep")
+    }
+
+    #[test]
+    fn escaped_braces_are_literal_and_unescaped_ones_expand() {
+        for (src, value) in [
+            ("\\{a..b\\}", "{a..b}"),
+            ("\\{/usr/bin/../bin/rm\\}", "{/usr/bin/../bin/rm}"),
+            ("x\\{a,b\\}y", "x{a,b}y"),
+        ] {
+            let w = word(src);
+            assert!(!w.dynamic, "{src}");
+            assert_eq!(w.text, value, "{src}");
+        }
+        for src in ["{a..b}", "x{a,b}", "\\x{1..3}", "{a,b\\}}"] {
+            assert!(word(src).dynamic, "{src} expands");
+        }
     }
 
     #[test]

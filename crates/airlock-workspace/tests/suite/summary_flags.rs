@@ -147,3 +147,59 @@ fn an_owner_edit_during_the_run_is_a_conflict_and_is_never_overwritten() {
     );
     assert_eq!(f.read("other.txt"), None, "nothing of the run committed");
 }
+
+/// The owner deletes a file on the host while the run is changing it: the commit is a
+/// conflict and never brings the file back. A file the run itself renamed is not one; a
+/// file it renamed *and* changed cannot be told from the owner's deletion, and is held.
+#[test]
+fn an_owner_deletion_during_the_run_is_a_conflict_and_a_rename_by_the_run_is_not() {
+    let run = "echo run-line >> notes.txt; mv old-name.txt new-name.txt";
+    let f = fx();
+    f.put("notes.txt", b"base\n");
+    f.put("old-name.txt", b"moved\n");
+    std::thread::sleep(Duration::from_millis(30));
+    let started = SystemTime::now();
+    std::thread::sleep(Duration::from_millis(30));
+    f.overlay(run);
+    // The owner removes the file the run was editing.
+    std::fs::remove_file(f.ws.join("notes.txt")).unwrap();
+    let cs = f.compute_with(&ChangeSetOptions::new(&[], Some(started)));
+    let paths: Vec<String> = cs.conflicts.iter().map(|c| c.path.display()).collect();
+    assert_eq!(paths, vec!["notes.txt".to_string()], "{:?}", cs.conflicts);
+    assert!(cs.conflicts[0].owner.is_none() && cs.conflicts[0].run.is_some());
+    let r = cs.render();
+    assert!(
+        r.contains("CONFLICT notes.txt: gone from the workspace"),
+        "{r}"
+    );
+    let ws = f.open();
+    let err = ws.commit(&cs, &f.upper, meta("conflict")).unwrap_err();
+    assert!(matches!(err, WorkspaceError::Conflict { .. }), "{err}");
+    assert_eq!(f.read("notes.txt"), None, "the owner's deletion stands");
+
+    // Without the owner's deletion, the same run has no conflict and commits.
+    let g = fx();
+    g.put("notes.txt", b"base\n");
+    g.put("old-name.txt", b"moved\n");
+    let started = SystemTime::now();
+    std::thread::sleep(Duration::from_millis(30));
+    g.overlay(run);
+    let cs = g.compute_with(&ChangeSetOptions::new(&[], Some(started)));
+    assert!(cs.conflicts.is_empty(), "{:?}", cs.conflicts);
+    g.open().commit(&cs, &g.upper, meta("rename")).unwrap();
+    assert_eq!(g.read("new-name.txt").as_deref(), Some(&b"moved\n"[..]));
+    assert_eq!(
+        g.read("notes.txt").as_deref(),
+        Some(&b"base\nrun-line\n"[..])
+    );
+
+    // Renamed and changed: held, as the owner's deletion would be.
+    let h = fx();
+    h.put("draft.txt", b"d\n");
+    let started = SystemTime::now();
+    std::thread::sleep(Duration::from_millis(30));
+    h.overlay("mv draft.txt final.txt; echo more >> final.txt");
+    let cs = h.compute_with(&ChangeSetOptions::new(&[], Some(started)));
+    let paths: Vec<String> = cs.conflicts.iter().map(|c| c.path.display()).collect();
+    assert_eq!(paths, vec!["final.txt".to_string()]);
+}

@@ -53,6 +53,10 @@ pub struct HostSection {
     /// Runs that may wait for a sandbox before the next is refused.
     #[serde(default = "default_max_queued")]
     pub max_queued: usize,
+    /// Requests one principal may make a minute (API and exec together), as a burst and
+    /// then spread out; past it they are refused at once.
+    #[serde(default = "default_requests_per_minute")]
+    pub requests_per_minute: u32,
 }
 
 impl Default for HostSection {
@@ -60,6 +64,7 @@ impl Default for HostSection {
         HostSection {
             max_sandboxes: default_max_sandboxes(),
             max_queued: default_max_queued(),
+            requests_per_minute: default_requests_per_minute(),
         }
     }
 }
@@ -70,6 +75,10 @@ fn default_max_sandboxes() -> usize {
 
 fn default_max_queued() -> usize {
     64
+}
+
+fn default_requests_per_minute() -> u32 {
+    1200
 }
 
 /// `[workspace]`: what a run's change set is judged against. Every run's writes land in

@@ -72,7 +72,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
     // A host serving this state dir runs the command (the same code, in a child of its
     // own, admitted under its limits); only its own children run embedded beside it.
     if std::env::var_os(crate::host::exec::RUN_EMBEDDED_ENV).is_none() {
-        if let Some(pid) = crate::host::lock::running_host(&home) {
+        if let Some(host) = crate::host::client::find(&home) {
             let request = crate::host::exec_wire::ExecRequest {
                 command: airlock_core::shell::command_line_from_words(&args.command),
                 workspace: args
@@ -85,7 +85,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
                 profile: args.profile.clone(),
                 secrets: args.secrets.clone(),
             };
-            return crate::host::exec_client::run(&home, pid, &request);
+            return crate::host::exec_client::run(&home, host.pid, &request);
         }
     }
     let cfg = config::load(&home.config_file())?;

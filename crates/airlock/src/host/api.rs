@@ -2,7 +2,7 @@
 //!
 //! Every route is under `/v1/`. Every error is a JSON object `{"error": …, "help": …}` with
 //! a status that says whose fault it is (400 the request, 403 the caller, 404 the route,
-//! 500 the host). Every connection's peer must be the operator ([`check_peer`]).
+//! 429 a limit, named in the error, 500 the host). Every connection's peer must be the operator ([`check_peer`]).
 
 use std::sync::Arc;
 
@@ -111,6 +111,11 @@ async fn check_peer(
             "only the user the host runs as may use it",
         )
         .into_response();
+    }
+    // The socket's one principal so far is the owner; later clients name theirs.
+    if !host.rate.take("owner") {
+        let (error, help) = host.rate.refusal("owner");
+        return ApiError::new(StatusCode::TOO_MANY_REQUESTS, error, help).into_response();
     }
     next.run(request).await
 }

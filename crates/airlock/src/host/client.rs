@@ -11,15 +11,32 @@ use crate::home::Home;
 
 pub struct HostClient {
     socket: std::path::PathBuf,
-    pid: u32,
+    pub pid: u32,
 }
 
-/// The host serving `home`, if one holds its state dir.
+/// How long a command waits for a host that holds the state dir but has no socket (it is
+/// starting, or stopping and finishing its runs) before it gives up on it.
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The host serving `home`, if one holds its state dir. A host holds the lock a moment
+/// before its socket exists, and after it has removed it (finishing the runs in flight):
+/// then this waits until the socket is there, or the lock is free (and the command runs
+/// embedded), saying so if it takes a while.
 pub fn find(home: &Home) -> Option<HostClient> {
-    super::lock::running_host(home).map(|pid| HostClient {
-        socket: super::socket::socket_path(home),
-        pid,
-    })
+    let socket = super::socket::socket_path(home);
+    let started = std::time::Instant::now();
+    let mut said = false;
+    loop {
+        let pid = super::lock::running_host(home)?;
+        if socket.exists() || started.elapsed() > SETTLE_WAIT {
+            return Some(HostClient { socket, pid });
+        }
+        if !said && started.elapsed() > std::time::Duration::from_millis(500) {
+            eprintln!("airlock: the host (pid {pid}) is starting or stopping; waiting for it");
+            said = true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 impl HostClient {

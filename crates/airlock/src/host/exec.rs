@@ -305,6 +305,11 @@ pub fn serve_connection(host: Arc<super::Host>, stream: UnixStream) {
             return;
         }
     }
+    if !host.rate.take("owner") {
+        let (error, help) = host.rate.refusal("owner");
+        refuse(&stream, error, help, Some("host.requests_per_minute"));
+        return;
+    }
     if host.stopping.load(std::sync::atomic::Ordering::SeqCst) {
         refuse(
             &stream,

@@ -16,6 +16,7 @@ pub mod exec;
 pub mod exec_client;
 pub mod exec_wire;
 pub mod lock;
+pub mod rate;
 pub mod recovery;
 pub mod socket;
 pub mod warm;
@@ -35,6 +36,8 @@ pub struct Host {
     /// Runs at once and the queue before them (`[host]` at start).
     pub admission: exec::Admission,
     pub spawner: exec::Spawner,
+    /// Requests per principal (`[host] requests_per_minute`).
+    pub rate: rate::RateLimits,
     /// Set on a stop signal: new runs are refused while those in flight finish.
     pub stopping: std::sync::atomic::AtomicBool,
 }
@@ -62,6 +65,7 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
         started_at: crate::runtime::now_unix(),
         admission: exec::Admission::new(limits.max_sandboxes, limits.max_queued),
         spawner: exec::Spawner::start()?,
+        rate: rate::RateLimits::new(limits.requests_per_minute),
         stopping: std::sync::atomic::AtomicBool::new(false),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -70,10 +74,13 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
         .enable_all()
         .build()?;
     let result = runtime.block_on(run(host.clone()));
-    // Refuse new runs, let those in flight finish (each writes its own records).
+    // Refuse new runs, let those in flight finish (each writes its own records). Both
+    // sockets go first: a command that finds the lock still held but no socket waits for
+    // the lock to be free and then runs embedded (see `client::find`).
     host.stopping
         .store(true, std::sync::atomic::Ordering::SeqCst);
     let _ = std::fs::remove_file(exec::socket_path(&home));
+    let _ = std::fs::remove_file(socket::socket_path(&home));
     let deadline = std::time::Instant::now() + STOP_GRACE;
     while host.admission.counts() != (0, 0) && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
@@ -92,9 +99,11 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
 }
 
 async fn run(host: Arc<Host>) -> anyhow::Result<()> {
+    // The exec socket first: a client that sees the API socket may count on both.
+    socket::check_dir(&host.home)?;
+    let exec_listener = socket::bind_at(&exec::socket_path(&host.home))?;
     let listener = socket::bind(&host.home)?;
     let path = socket::socket_path(&host.home);
-    let exec_listener = socket::bind_at(&exec::socket_path(&host.home))?;
     std::thread::Builder::new()
         .name("airlock-exec-accept".into())
         .spawn({

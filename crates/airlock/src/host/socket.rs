@@ -28,6 +28,14 @@ pub fn socket_path(home: &Home) -> PathBuf {
 /// Bind the API socket. Call only with the host lock held: a socket left by a host that
 /// died is removed, and only the lock's holder may do that.
 pub fn bind(home: &Home) -> anyhow::Result<UnixListener> {
+    check_dir(home)?;
+    let std_listener = bind_at(&socket_path(home))?;
+    std_listener.set_nonblocking(true)?;
+    Ok(UnixListener::from_std(std_listener)?)
+}
+
+/// Make the socket directory if need be, and refuse it unless it is the operator's alone.
+pub fn check_dir(home: &Home) -> anyhow::Result<()> {
     let dir = socket_dir(home);
     crate::home::create_private_dir(&dir)?;
     let meta = std::fs::symlink_metadata(&dir)?;
@@ -41,9 +49,7 @@ pub fn bind(home: &Home) -> anyhow::Result<UnixListener> {
             meta.mode() & 0o7777
         );
     }
-    let std_listener = bind_at(&socket_path(home))?;
-    std_listener.set_nonblocking(true)?;
-    Ok(UnixListener::from_std(std_listener)?)
+    Ok(())
 }
 
 /// Bind a socket at `path` in the (checked) socket directory, mode 0600, replacing one a

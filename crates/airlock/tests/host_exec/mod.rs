@@ -232,3 +232,33 @@ fn kill_9_of_the_host_mid_run_leaves_no_process_of_the_sandbox() {
     let v = verify(&f.home);
     assert!(v.status.success(), "{v:?}");
 }
+
+/// SIGTERM: the host takes no new run, lets the one in flight finish with its records, and
+/// exits; a command that came meanwhile waits for it and then runs embedded.
+#[test]
+fn sigterm_lets_the_run_in_flight_finish_and_new_commands_run_embedded() {
+    let f = fixture();
+    init(&f, "");
+    let mut host = Host::start(&f.home);
+    let first = background_exec(&f, "sleep 2; echo done-1");
+    wait_for("the run", || status(&f)["host"]["runs_active"] == 1);
+    host.signal(nix::sys::signal::Signal::SIGTERM);
+    let second = exec(&f, &[], "echo second");
+    assert_eq!(
+        String::from_utf8_lossy(&second.stdout),
+        "second\n",
+        "{second:?}"
+    );
+    let o = first.wait_with_output().unwrap();
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "done-1\n");
+    assert!(host.wait().success(), "{}", host.log_text());
+    let recs = audit_records(&f.home);
+    let ran = recs
+        .iter()
+        .find(|r| r["kind"] == "execution" && r["action"]["command"] == "sleep 2; echo done-1")
+        .expect("the run in flight was recorded");
+    assert_eq!(ran["detail"]["status"], 0);
+    assert!(recs.iter().any(|r| r["kind"] == "host-stop"));
+    assert!(verify(&f.home).status.success());
+}

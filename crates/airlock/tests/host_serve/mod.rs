@@ -466,3 +466,45 @@ fn service_install_writes_a_unit_systemd_accepts_and_uninstall_removes_it() {
     let o = run(h, &["service", "status", "--unit-dir", dir]);
     assert!(text(&o).contains("not installed"), "{}", text(&o));
 }
+
+/// Past `[host] requests_per_minute` a principal's requests are refused at once with the
+/// limit's name (429), on the API and by the command line alike.
+#[test]
+fn requests_past_the_rate_limit_are_refused_by_the_limits_name() {
+    let home = init_home();
+    let h = home.path();
+    let cfg = h.join("config/airlock.toml");
+    let mut config = std::fs::read_to_string(&cfg).unwrap();
+    config.push_str("\n[host]\nrequests_per_minute = 5\n");
+    std::fs::write(&cfg, config).unwrap();
+    let _host = Host::start(h);
+    let sock = socket(h);
+    let codes: Vec<String> = (0..8)
+        .map(|_| {
+            let o = Command::new("curl")
+                .args([
+                    "-s",
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{http_code}",
+                    "--unix-socket",
+                ])
+                .arg(&sock)
+                .arg("http://airlock/v1/status")
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&o.stdout).to_string()
+        })
+        .collect();
+    let ok = codes.iter().filter(|c| *c == "200").count();
+    assert!((1..=5).contains(&ok), "{codes:?}");
+    assert!(codes.iter().any(|c| c == "429"), "{codes:?}");
+    let o = run(h, &["status"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("host.requests_per_minute = 5"),
+        "{}",
+        text(&o)
+    );
+}

@@ -13,36 +13,40 @@ use crate::home::Home;
 
 pub const UNIT_NAME: &str = "airlock.service";
 
+/// Which unit the command is about.
+#[derive(Debug, clap::Args)]
+pub struct UnitArgs {
+    /// A system unit (in /etc/systemd/system, as root) instead of the user's own.
+    #[arg(long)]
+    system: bool,
+    /// The unit's directory instead of systemd's (packaging, tests).
+    #[arg(long)]
+    unit_dir: Option<PathBuf>,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum ServiceCommand {
     /// Write the unit and tell systemd (`daemon-reload`); then `systemctl [--user] enable
     /// --now airlock`.
     Install {
-        /// A system unit (in /etc/systemd/system, as root) instead of the user's own.
-        #[arg(long)]
-        system: bool,
-        /// Write the unit into this directory instead (packaging, tests).
-        #[arg(long)]
-        unit_dir: Option<PathBuf>,
+        #[command(flatten)]
+        unit: UnitArgs,
         /// Do not run `systemctl daemon-reload`.
         #[arg(long)]
         no_reload: bool,
     },
     /// Remove the unit (stop it first: `systemctl [--user] disable --now airlock`).
     Uninstall {
-        #[arg(long)]
-        system: bool,
-        #[arg(long)]
-        unit_dir: Option<PathBuf>,
+        #[command(flatten)]
+        unit: UnitArgs,
+        /// Do not run `systemctl daemon-reload`.
         #[arg(long)]
         no_reload: bool,
     },
     /// Whether the unit is installed, what systemd says of it, and whether a host runs.
     Status {
-        #[arg(long)]
-        system: bool,
-        #[arg(long)]
-        unit_dir: Option<PathBuf>,
+        #[command(flatten)]
+        unit: UnitArgs,
     },
 }
 
@@ -158,12 +162,9 @@ fn reload(system: bool) {
 
 pub fn run(c: ServiceCommand) -> anyhow::Result<i32> {
     match c {
-        ServiceCommand::Install {
-            system,
-            unit_dir: dir,
-            no_reload,
-        } => {
-            let dir = unit_dir(system, dir)?;
+        ServiceCommand::Install { unit, no_reload } => {
+            let system = unit.system;
+            let dir = unit_dir(system, unit.unit_dir)?;
             let exe = std::env::current_exe()?.canonicalize()?;
             let home = std::env::var_os("AIRLOCK_HOME")
                 .filter(|v| !v.is_empty())
@@ -184,12 +185,9 @@ pub fn run(c: ServiceCommand) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
-        ServiceCommand::Uninstall {
-            system,
-            unit_dir: dir,
-            no_reload,
-        } => {
-            let path = unit_dir(system, dir)?.join(UNIT_NAME);
+        ServiceCommand::Uninstall { unit, no_reload } => {
+            let system = unit.system;
+            let path = unit_dir(system, unit.unit_dir)?.join(UNIT_NAME);
             match std::fs::remove_file(&path) {
                 Ok(()) => crate::out!("removed {}", path.display()),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -202,11 +200,9 @@ pub fn run(c: ServiceCommand) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
-        ServiceCommand::Status {
-            system,
-            unit_dir: dir,
-        } => {
-            let path = unit_dir(system, dir)?.join(UNIT_NAME);
+        ServiceCommand::Status { unit } => {
+            let system = unit.system;
+            let path = unit_dir(system, unit.unit_dir)?.join(UNIT_NAME);
             if path.exists() {
                 crate::out!("unit: {}", path.display());
                 let said = systemctl(system, &["is-active", "airlock"])

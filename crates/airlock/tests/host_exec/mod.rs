@@ -141,7 +141,8 @@ fn a_run_past_the_full_queue_is_refused_by_the_limits_name() {
     let f = fixture();
     init(&f, "\n[host]\nmax_sandboxes = 1\nmax_queued = 1\n");
     let _host = Host::start(&f.home);
-    let first = background_exec(&f, "sleep 3");
+    // Long enough that it is still running once the second has queued, on a loaded machine.
+    let first = background_exec(&f, "sleep 10");
     wait_for("the first run", || status(&f)["host"]["runs_active"] == 1);
     let second = background_exec(&f, "echo second");
     wait_for("the second run to queue", || {

@@ -120,6 +120,36 @@ fn backquotes_around_an_expansion_in_a_heredoc_body_are_seen() {
     );
 }
 
+/// The rest of the class above: a `<<-` body with leading tabs, and backquotes that hold a
+/// `$(…)` or an arithmetic `$((…))` instead of a plain expansion. Each hidden program
+/// must be seen, or the command must be unparsed (which asks); never parsed and missed.
+#[test]
+fn backquotes_in_other_heredoc_bodies_are_seen_or_unparsed() {
+    for (script, hidden) in [
+        ("cat <<-EOF\n\t`rm -rf \"$d\"`\n\tEOF", "rm"),
+        ("cat <<-EOF\n\tline $x\n\t\t`rm -rf victim`\n\tEOF\n", "rm"),
+        ("cat <<EOF\n`echo $(rm -rf victim)`\nEOF", "rm"),
+        ("cat <<EOF\n`rm -rf $(pwd)/victim`\nEOF", "rm"),
+        ("cat <<EOF\n`rm -rf victim$((1+2))`\nEOF", "rm"),
+        ("cat <<EOF\n$((1+2)) `rm -rf victim`\nEOF", "rm"),
+        ("sh -c 'cat <<-EOF\n\t`rm -rf \"$HOME\"`\n\tEOF'", "rm"),
+    ] {
+        let f = normalize(script);
+        if f.unparsed.is_some() {
+            continue;
+        }
+        assert!(
+            names(&f).contains(&hidden),
+            "{script:?} parsed without {hidden}: {:?}",
+            names(&f)
+        );
+        assert!(f.has_command_substitution, "{script:?}");
+    }
+    // A quoted delimiter turns the body into plain text: nothing in it runs.
+    let f = parsed("cat <<-'EOF'\n\t`rm -rf victim`\n\tEOF");
+    assert_eq!(names(&f), ["cat"]);
+}
+
 /// Found by the Gate fuzzer: a line break inside a double-quoted string was dropped from
 /// the word's value, so the script of `sh -c "cat a.txt<newline>rm -rf victim"` read as
 /// `cat a.txtrm -rf victim` and `rm` went unseen.

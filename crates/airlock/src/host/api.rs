@@ -123,6 +123,8 @@ async fn check_peer(
 async fn status_route(
     State(host): State<Arc<Host>>,
 ) -> Result<Json<status::StatusReport>, ApiError> {
+    // One snapshot, so the two counts agree with each other.
+    let (runs_active, runs_waiting) = host.admission.counts();
     let info = HostStatus {
         pid: std::process::id(),
         version: env!("CARGO_PKG_VERSION").to_string(),
@@ -130,8 +132,8 @@ async fn status_route(
         socket: super::socket::socket_path(&host.home).display().to_string(),
         policies: host.warm.policy_status(),
         config_refused_edit: host.warm.config_refused_edit(),
-        runs_active: host.admission.counts().0,
-        runs_waiting: host.admission.counts().1,
+        runs_active,
+        runs_waiting,
         max_sandboxes: host.admission.max_running,
         max_queued: host.admission.max_queued,
     };

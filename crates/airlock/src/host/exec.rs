@@ -158,7 +158,14 @@ fn receive(stream: &UnixStream) -> anyhow::Result<(ExecRequest, [OwnedFd; 3])> {
             v.len()
         )
     })?;
-    anyhow::ensure!(n >= 4, "the request ended before its length");
+    anyhow::ensure!(n > 0, "the client hung up before sending its request");
+    // The descriptors came with the first bytes; the rest of the length, if it was
+    // split, follows as plain data.
+    let mut n = n;
+    if n < 4 {
+        (&*stream).read_exact(&mut head[n..4])?;
+        n = 4;
+    }
     let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
     anyhow::ensure!(
         len <= MAX_REQUEST_BYTES,

@@ -263,3 +263,82 @@ fn sigterm_lets_the_run_in_flight_finish_and_new_commands_run_embedded() {
     assert!(recs.iter().any(|r| r["kind"] == "host-stop"));
     assert!(verify(&f.home).status.success());
 }
+
+/// I4: a sandboxed command cannot reach the host's sockets. For an operator who is not
+/// root the sandbox runs as the operator's own uid, which the sockets' `SO_PEERCRED` check
+/// would let in, so what must keep it out is the mount plan: Airlock's home (and with it
+/// `state/host/{api,exec}.sock`) is never in the sandbox. Tried through the host and
+/// embedded, as the caller and, when the tests run as root, as an unprivileged operator.
+#[test]
+fn i4_a_sandboxed_command_cannot_reach_the_hosts_sockets() {
+    sandbox_cannot_reach_the_host(None);
+    if nix::unistd::geteuid().is_root() {
+        sandbox_cannot_reach_the_host(Some(4245));
+    }
+}
+
+fn sandbox_cannot_reach_the_host(as_uid: Option<u32>) {
+    use std::os::unix::process::CommandExt;
+    let f = fixture();
+    let run_as = |args: &[&str]| {
+        let mut c = Command::new(airlock_bin());
+        c.env("AIRLOCK_HOME", &f.home)
+            .current_dir(&f.ws)
+            .args(args)
+            .stdin(Stdio::null());
+        if let Some(uid) = as_uid {
+            c.uid(uid).gid(uid);
+        }
+        c.output().unwrap()
+    };
+    if let Some(uid) = as_uid {
+        std::fs::create_dir_all(&f.home).unwrap();
+        std::os::unix::fs::chown(&f.home, Some(uid), Some(uid)).unwrap();
+    }
+    let o = run_as(&["init"]);
+    assert!(o.status.success(), "{as_uid:?}: {o:?}");
+    let mut host = Host::start_as(&f.home, as_uid);
+    let host_dir = f.home.join("state/host");
+    let api = host_dir.join("api.sock");
+    let exec_sock = host_dir.join("exec.sock");
+    // The sockets are there on the host, so their absence below is the sandbox's doing.
+    for p in [&api, &exec_sock] {
+        use std::os::unix::fs::FileTypeExt;
+        let meta = std::fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        assert!(meta.file_type().is_socket(), "{}", p.display());
+    }
+    let paths = [&api, &exec_sock, &host_dir, &f.home];
+    let mut probe = String::new();
+    for p in paths {
+        probe.push_str(&format!(
+            "if [ -e '{0}' ] || [ -S '{0}' ]; then echo 'visible {0}'; else echo 'absent {0}'; fi; ",
+            p.display()
+        ));
+    }
+    // And an attempt to talk to the API, which must fail however far it gets.
+    probe.push_str(&format!(
+        "if curl -s --max-time 5 --unix-socket '{}' http://host/v1/status; then echo reached; else echo 'curl failed'; fi",
+        api.display()
+    ));
+    for route in ["through the host", "embedded"] {
+        if route == "embedded" {
+            host.signal(nix::sys::signal::Signal::SIGTERM);
+            host.wait();
+        }
+        let o = run_as(&["exec", "--", &probe]);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{as_uid:?} {route}: {o:?}");
+        for p in paths {
+            assert!(
+                out.contains(&format!("absent {}", p.display())),
+                "{as_uid:?} {route}: {} is visible in the sandbox: {out}",
+                p.display()
+            );
+        }
+        assert!(out.contains("curl failed"), "{as_uid:?} {route}: {out}");
+        assert!(!out.contains("reached"), "{as_uid:?} {route}: {out}");
+        assert!(!out.contains("\"host\""), "{as_uid:?} {route}: {out}");
+    }
+    let v = run_as(&["audit", "verify"]);
+    assert!(v.status.success(), "{v:?}");
+}

@@ -2,17 +2,8 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn run(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .env("AIRLOCK_HOME", home)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
 
 /// A running `airlock serve`; stopped with SIGKILL when dropped (a test that wants a clean
 /// stop sends SIGTERM itself).
@@ -27,19 +18,38 @@ pub fn socket(home: &Path) -> PathBuf {
 
 impl Host {
     pub fn start(home: &Path) -> Host {
+        Host::start_as(home, None)
+    }
+
+    /// The host as `uid` (and the same gid), or as the caller; its readiness is asked as
+    /// that uid too, since the host answers only its own uid.
+    pub fn start_as(home: &Path, uid: Option<u32>) -> Host {
+        use std::os::unix::process::CommandExt;
+        let as_uid = |c: &mut Command| {
+            if let Some(uid) = uid {
+                c.uid(uid).gid(uid);
+            }
+        };
         let log = home.join("serve.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        let mut serve = Command::new(env!("CARGO_BIN_EXE_airlock"));
+        serve
             .env("AIRLOCK_HOME", home)
             .arg("serve")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
+            .stderr(std::fs::File::create(&log).unwrap());
+        as_uid(&mut serve);
+        let child = serve.spawn().unwrap();
         let mut host = Host { child, log };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let o = run(home, &["status", "--json"]);
+            let mut status = Command::new(env!("CARGO_BIN_EXE_airlock"));
+            status
+                .env("AIRLOCK_HOME", home)
+                .args(["status", "--json"])
+                .stdin(Stdio::null());
+            as_uid(&mut status);
+            let o = status.output().unwrap();
             if o.status.success() {
                 let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
                 if v["host"]["pid"] == host.child.id() {

@@ -68,6 +68,11 @@ pub struct GateConfig {
     pub protected: Vec<String>,
     /// Resolves bare program names for the `program_paths` fact; `None` leaves them unset.
     pub resolver: Option<ProgramResolver>,
+    /// True when this host's writes (file tools and sandboxed runs) reach the workspace
+    /// only as a `workspace.commit` the Gate decides on its own, with the diff: the
+    /// `path.staged` fact. The shipped policy then lets a write to a protected path be
+    /// staged, and the commit holds it for review, instead of refusing it outright.
+    pub staged_writes: bool,
 }
 
 impl std::fmt::Debug for GateConfig {
@@ -76,6 +81,7 @@ impl std::fmt::Debug for GateConfig {
             .field("workspace", &self.workspace)
             .field("protected", &self.protected)
             .field("resolver", &self.resolver.is_some())
+            .field("staged_writes", &self.staged_writes)
             .finish()
     }
 }
@@ -86,6 +92,7 @@ impl GateConfig {
             workspace: workspace.into(),
             protected: Vec::new(),
             resolver: None,
+            staged_writes: false,
         }
     }
 }
@@ -114,8 +121,9 @@ fn provenance_json(p: &ProvenanceFacts) -> Value {
     json!({"security_args": p.security_args, "untraced": p.untraced, "contested": p.contested})
 }
 
-fn path_json(p: &PathFacts) -> Value {
-    json!({"normalized": p.normalized, "in_workspace": p.in_workspace, "protected": p.protected})
+fn path_json(p: &PathFacts, config: &GateConfig) -> Value {
+    json!({"normalized": p.normalized, "in_workspace": p.in_workspace, "protected": p.protected,
+           "staged": config.staged_writes})
 }
 
 /// Build the facts for `action` in a session with `taint`, acting for a principal of `role`.
@@ -141,7 +149,7 @@ pub fn build(action: &Action, taint: &TaintState, role: &str, config: &GateConfi
             ActionFacts {
                 resource: "workspace".into(),
                 context: json!({"session": session, "provenance": provenance_json(&empty),
-                                 "shell": shell_context(&shell), "cwd": path_json(&cwd)}),
+                                 "shell": shell_context(&shell), "cwd": path_json(&cwd, config)}),
                 detail: json!({"shell": shell}),
             }
         }
@@ -282,7 +290,7 @@ fn path_action(
     let pf = path_facts(path, &config.workspace, &config.protected);
     ActionFacts {
         resource: "workspace".into(),
-        context: json!({"session": session, "provenance": provenance_json(prov), "path": path_json(&pf)}),
+        context: json!({"session": session, "provenance": provenance_json(prov), "path": path_json(&pf, config)}),
         detail: json!({}),
     }
 }

@@ -81,7 +81,14 @@ impl PathPatterns {
 
     /// The default sensitive list ([`DEFAULT_SENSITIVE`]).
     pub fn default_sensitive() -> PathPatterns {
-        PathPatterns::new(DEFAULT_SENSITIVE.iter().copied())
+        // The Gate's protected paths are sensitive here too, by construction: a file tool's
+        // write to one is staged (`path.staged`) on the promise that its commit is held.
+        PathPatterns::new(
+            DEFAULT_SENSITIVE
+                .iter()
+                .chain(airlock_core::paths::DEFAULT_PROTECTED)
+                .copied(),
+        )
     }
 
     /// Add patterns.

@@ -4,7 +4,6 @@
 use std::path::Path;
 
 use airlock_audit::{AuditLog, AuditOptions, CheckpointSigner};
-use airlock_core::facts::GateConfig;
 use airlock_core::gate::Gate;
 use airlock_core::policy::Profile;
 use secrecy::ExposeSecret;
@@ -85,9 +84,7 @@ pub fn gate_for(
     workspace: &Path,
 ) -> anyhow::Result<Gate> {
     let loaded = policies::load(home, profile)?;
-    let mut gc = GateConfig::new(workspace);
-    gc.protected = cfg.policy.protected_paths.clone();
-    gc.resolver = Some(std::sync::Arc::new(sandbox_path_lookup));
+    let gc = crate::service::check::gate_config(cfg, workspace.to_path_buf());
     Ok(Gate::new(loaded.engine, gc))
 }
 

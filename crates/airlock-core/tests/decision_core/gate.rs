@@ -430,3 +430,46 @@ fn each_observer_taints_the_session_it_is_called_on() {
     assert!(b.taint.is_tainted());
     assert_eq!(b.taint.first_untrusted_source(), Some("mcp:weather"));
 }
+
+/// A file tool's write to a protected path: refused outright where writes go straight to
+/// the workspace, and let through to the stage where they become a `workspace.commit`
+/// (which the shipped policy holds with its diff), in both profiles.
+#[test]
+fn a_protected_write_is_refused_unless_the_host_stages_writes() {
+    use airlock_core::action::FsWriteAction;
+    use airlock_core::policy::Profile;
+    for profile in [Profile::Default, Profile::Strict] {
+        for staged in [false, true] {
+            let mut config = GateConfig::new("/w");
+            config.staged_writes = staged;
+            let g = Gate::new(PolicyEngine::builtin(profile).unwrap(), config);
+            let s = Session::new("s1", "owner");
+            for path in [".git/hooks/pre-commit", ".git/config", "/w/.airlock/x"] {
+                let write = Action::FsWrite(FsWriteAction {
+                    path: path.into(),
+                    content_sha256: Some(format!("sha256:{}", "0".repeat(64))),
+                    bytes: Some(3),
+                });
+                let e = g.evaluate(&s, &write);
+                assert_eq!(
+                    e.facts["context"]["path"]["staged"], staged,
+                    "{:?}",
+                    e.facts
+                );
+                if staged {
+                    assert_eq!(e.decision.as_str(), "allow", "{profile:?} {path}: {e:?}");
+                } else {
+                    assert_eq!(e.decision.as_str(), "deny", "{profile:?} {path}: {e:?}");
+                    assert!(e.policies.iter().any(|p| p == "base.fs.protected"), "{e:?}");
+                }
+            }
+            // Outside the workspace stays refused, staged or not.
+            let outside = Action::FsWrite(FsWriteAction {
+                path: "/etc/passwd".into(),
+                content_sha256: Some(format!("sha256:{}", "0".repeat(64))),
+                bytes: Some(3),
+            });
+            assert_eq!(g.evaluate(&s, &outside).decision.as_str(), "deny");
+        }
+    }
+}

@@ -20,7 +20,6 @@ use serde_json::json;
 
 use airlock_agent::agent::{grant_pattern, GrantPattern};
 use airlock_audit::AuditEvent;
-use airlock_core::facts::GateConfig;
 use airlock_core::terminal_text::escape_line;
 use airlock_core::Action;
 use airlock_store::{
@@ -346,9 +345,7 @@ fn scoped_pattern(
             escape_line(&request.session_id)
         )
     })?;
-    let mut gate_config = GateConfig::new(&session.workspace);
-    gate_config.protected = cfg.policy.protected_paths.clone();
-    gate_config.resolver = Some(std::sync::Arc::new(runtime::sandbox_path_lookup));
+    let gate_config = crate::service::check::gate_config(&cfg, session.workspace.clone());
     grant_pattern(&action, &request.policies, &gate_config)
         .map_err(|e| anyhow::anyhow!("no scoped grant is possible for `{id}`: {e}"))
 }

@@ -34,11 +34,14 @@ pub struct CheckReport {
     pub profile: String,
 }
 
-/// The Gate's configuration for a check in `workspace`.
+/// The Gate's configuration for `workspace`, for every decision this binary makes about
+/// a workspace (checks, runs, approvals). Its file tools and sandboxed runs write only
+/// through workspace transactions (`staged_writes`).
 pub fn gate_config(cfg: &Config, workspace: PathBuf) -> GateConfig {
     let mut gc = GateConfig::new(workspace);
     gc.protected = cfg.policy.protected_paths.clone();
     gc.resolver = Some(std::sync::Arc::new(crate::runtime::sandbox_path_lookup));
+    gc.staged_writes = true;
     gc
 }
 

@@ -109,3 +109,71 @@ async fn write_file_of_a_makefile_is_held_and_a_denial_leaves_no_file() {
     assert_eq!(r["tool_calls"][0]["is_error"], true, "{r:#}");
     assert!(!f.ws.join("Makefile").exists());
 }
+
+/// Git metadata is no longer refused to the file tools: the write is staged, its commit
+/// is held with the diff (`base.commit.sensitive`), and the owner can approve it, so a
+/// legitimate change to `.git/config` has a way through. It lands only once approved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_file_of_git_metadata_is_held_with_its_diff_and_lands_once_approved() {
+    let f = home_with(60, "");
+    let before = "[core]\n\trepositoryformatversion = 0\n";
+    put(
+        &f.ws,
+        &[
+            (".git/config", before),
+            (".git/HEAD", "ref: refs/heads/main\n"),
+            ("main.c", "int main(void) { return 0; }\n"),
+        ],
+    );
+    let after = "[core]\n\trepositoryformatversion = 0\n[user]\n\tname = Owner\n";
+    let model = ScriptedModel::start([
+        Step::tool_call(
+            "c1",
+            "write_file",
+            serde_json::json!({"path": ".git/config", "content": after}).to_string(),
+        ),
+        Step::text("Done."),
+    ])
+    .await
+    .unwrap();
+    let mut child = run_in(&f, &model).await;
+    let home = f.home.clone();
+    let (held, child) = tokio::task::spawn_blocking(move || {
+        let held = pending_commit(&home, &mut child);
+        (held, child)
+    })
+    .await
+    .unwrap();
+    assert_eq!(read(&f.ws, ".git/config").as_deref(), Some(before));
+    let preview = serde_json::to_string(&held.preview).unwrap();
+    assert!(preview.contains("name = Owner"), "no diff shown: {preview}");
+    assert!(
+        held.reasons
+            .iter()
+            .any(|r| r.contains("touches sensitive paths") && r.contains(".git/config")),
+        "{:?}",
+        held.reasons
+    );
+    // The file tool's own decision was an allow to the stage, not the old refusal.
+    let fs_write: Vec<_> = audit(&f.home)
+        .into_iter()
+        .filter(|r| r["kind"] == "decision" && r["action"]["type"] == "fs.write")
+        .collect();
+    assert!(
+        fs_write.len() == 1 && fs_write[0]["decision"] == "allow",
+        "{fs_write:#?}"
+    );
+    let approved = airlock(&f.home, &["approvals", "approve", &held.id]);
+    assert!(approved.status.success(), "{}", text(&approved));
+    let o = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let r = report(&o);
+    assert_eq!(r["tool_calls"][0]["is_error"], false, "{r:#}");
+    assert_eq!(read(&f.ws, ".git/config").as_deref(), Some(after));
+    assert!(kinds(&f.home).iter().any(|k| k == "workspace-commit"));
+    // And undo takes it back.
+    let undo = airlock_in(&f, &["undo"]);
+    assert!(undo.status.success(), "{}", text(&undo));
+    assert_eq!(read(&f.ws, ".git/config").as_deref(), Some(before));
+}

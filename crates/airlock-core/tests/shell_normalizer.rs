@@ -150,6 +150,41 @@ fn backquotes_in_other_heredoc_bodies_are_seen_or_unparsed() {
     assert_eq!(names(&f), ["cat"]);
 }
 
+/// Found by the differential test: inside a substitution the grammar reads `==` or `=~`
+/// as the start of a `[[ … ]]` regular expression, which swallows the rest of the
+/// command, so `$(echo == ; rm -rf y)` showed only `echo`. A regex outside a test's binary
+/// operator is unparsed; inside `[[ … ]]` it stays a regex.
+#[test]
+fn a_regex_outside_a_test_is_unparsed() {
+    for cmd in [
+        "echo $(echo == ; rm -rf y)",
+        "echo $(echo =~ | xargs rm)",
+        "echo \"$(true == && rm y)\"",
+        "x=$(echo == ; rm -rf y)",
+        "cat <<EOF\n- $(echo == | xargs basename)\nEOF",
+        "sh -c 'echo $(echo == ; rm -rf y)'",
+    ] {
+        let f = normalize(cmd);
+        assert!(
+            f.unparsed.is_some() || names(&f).contains(&"rm") || names(&f).contains(&"xargs"),
+            "{cmd:?} parsed without its hidden program: {:?}",
+            names(&f)
+        );
+    }
+    let f = normalize("echo $(echo == ; rm -rf y)");
+    assert!(
+        f.unparsed
+            .as_deref()
+            .is_some_and(|r| r.contains("regular expression")),
+        "{:?}",
+        f.unparsed
+    );
+    for ok in ["[[ $x =~ ^a.*$ ]] && echo ok", "[[ $x == a* ]] && echo ok"] {
+        let f = parsed(ok);
+        assert!(names(&f).contains(&"echo"), "{ok}");
+    }
+}
+
 /// Found by the Gate fuzzer: a line break inside a double-quoted string was dropped from
 /// the word's value, so the script of `sh -c "cat a.txt<newline>rm -rf victim"` read as
 /// `cat a.txtrm -rf victim` and `rm` went unseen.

@@ -53,6 +53,10 @@ pub struct HostSection {
     /// Runs that may wait for a sandbox before the next is refused.
     #[serde(default = "default_max_queued")]
     pub max_queued: usize,
+    /// Agent sessions (`airlock run`, `airlock chat`) through the host at once; one more
+    /// is refused with this limit's name.
+    #[serde(default = "default_max_sessions")]
+    pub max_sessions: usize,
     /// Requests one principal may make a minute (API and exec together), as a burst and
     /// then spread out; past it they are refused at once.
     #[serde(default = "default_requests_per_minute")]
@@ -64,6 +68,7 @@ impl Default for HostSection {
         HostSection {
             max_sandboxes: default_max_sandboxes(),
             max_queued: default_max_queued(),
+            max_sessions: default_max_sessions(),
             requests_per_minute: default_requests_per_minute(),
         }
     }
@@ -75,6 +80,10 @@ fn default_max_sandboxes() -> usize {
 
 fn default_max_queued() -> usize {
     64
+}
+
+fn default_max_sessions() -> usize {
+    16
 }
 
 fn default_requests_per_minute() -> u32 {

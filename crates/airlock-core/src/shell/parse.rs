@@ -201,6 +201,21 @@ impl Walker<'_, '_> {
             ));
             return;
         }
+        // The grammar reads `==` or `=~` as the start of a regular expression even where
+        // no `[[ … ]]` test is open (`$(echo == ; rm -rf y)`), and the "regex" then
+        // swallows the rest of the command: bash runs `rm`, the tree shows one argument.
+        // A regex belongs only on the right of a test's binary operator, or as the pattern
+        // of a parameter expansion (`${f%.txt}`, `${x/a/b}`).
+        if kind == "regex"
+            && !parent.is_some_and(|p| matches!(p.kind(), "binary_expression" | "expansion"))
+        {
+            self.c.unparsed(format!(
+                "the parser read the text at byte {} as a regular expression outside a \
+                 `[[ … ]]` test; bash reads words and commands there",
+                node.start_byte()
+            ));
+            return;
+        }
         if kind == "command_substitution"
             && self.text(node).starts_with('`')
             && self.text(node).contains('\\')

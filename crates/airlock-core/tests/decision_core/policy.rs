@@ -191,7 +191,7 @@ fn no_rule_means_deny_with_help_for_that_kind_of_action() {
         "session": {"tainted": false, "principal_role": "owner"},
         "provenance": {"security_args": [], "untraced": [], "contested": []},
         "shell": airlock_core::facts::shell_context(&airlock_core::shell::normalize("ls")),
-        "cwd": {"normalized": "/w", "in_workspace": true, "protected": false},
+        "cwd": {"normalized": "/w", "in_workspace": true, "protected": false, "staged": false},
     });
     let o = e2
         .evaluate("s", "owner", "exec", "workspace", exec)

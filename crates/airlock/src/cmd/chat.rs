@@ -31,9 +31,31 @@ pub struct ChatArgs {
 const HELP: &str = "type a message and press Enter; /quit leaves (the session is kept)";
 
 pub fn run(args: ChatArgs) -> anyhow::Result<i32> {
+    let home = Home::from_env()?;
+    // A host serving this state dir runs the conversation (the same code, in a child of
+    // its own, under its session limit), with this terminal.
+    let via_host = crate::host::exec_client::agent_through_host(&home, |cwd, env| {
+        Ok(crate::host::exec_wire::AgentRequest {
+            chat: true,
+            session: args.session.clone(),
+            approval_timeout: args.approval_timeout,
+            profile: args.profile.clone(),
+            json: false,
+            workspace: args
+                .workspace
+                .as_deref()
+                .map(std::path::absolute)
+                .transpose()?,
+            prompt: None,
+            cwd,
+            env,
+        })
+    })?;
+    if let Some(code) = via_host {
+        return Ok(code);
+    }
     // Read once, before any thread starts; the key leaves the environment here.
     let env = EnvOverrides::take_from_process();
-    let home = Home::from_env()?;
     let cfg = config::load(&home.config_file())?;
     let provider_cfg = provider_config(&home, &cfg, env)?;
     let resuming = args.session.is_some();

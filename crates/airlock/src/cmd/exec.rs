@@ -73,18 +73,19 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
     // own, admitted under its limits); only its own children run embedded beside it.
     if std::env::var_os(crate::host::exec::RUN_EMBEDDED_ENV).is_none() {
         if let Some(host) = crate::host::client::find(&home) {
-            let request = crate::host::exec_wire::ExecRequest {
-                command: airlock_core::shell::command_line_from_words(&args.command),
-                workspace: args
-                    .workspace
-                    .as_deref()
-                    .map(std::path::absolute)
-                    .transpose()?,
-                cwd: std::env::current_dir()?,
-                timeout: args.timeout,
-                profile: args.profile.clone(),
-                secrets: args.secrets.clone(),
-            };
+            let request =
+                crate::host::exec_wire::HostRequest::Exec(crate::host::exec_wire::ExecRequest {
+                    command: airlock_core::shell::command_line_from_words(&args.command),
+                    workspace: args
+                        .workspace
+                        .as_deref()
+                        .map(std::path::absolute)
+                        .transpose()?,
+                    cwd: std::env::current_dir()?,
+                    timeout: args.timeout,
+                    profile: args.profile.clone(),
+                    secrets: args.secrets.clone(),
+                });
             return crate::host::exec_client::run(&home, host.pid, &request);
         }
     }

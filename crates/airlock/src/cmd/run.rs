@@ -45,12 +45,34 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<i32> {
-    // Read once, before any thread starts; the key leaves the environment here.
-    let env = EnvOverrides::take_from_process();
     if args.prompt.trim().is_empty() {
         anyhow::bail!("the prompt is empty\nhelp: airlock run \"<what to do>\"");
     }
     let home = Home::from_env()?;
+    // A host serving this state dir runs the session (the same code, in a child of its
+    // own, under its session limit), with this terminal.
+    let via_host = crate::host::exec_client::agent_through_host(&home, |cwd, env| {
+        Ok(crate::host::exec_wire::AgentRequest {
+            chat: false,
+            session: args.session.clone(),
+            approval_timeout: args.approval_timeout,
+            profile: args.profile.clone(),
+            json: args.json,
+            workspace: args
+                .workspace
+                .as_deref()
+                .map(std::path::absolute)
+                .transpose()?,
+            prompt: Some(args.prompt.clone()),
+            cwd,
+            env,
+        })
+    })?;
+    if let Some(code) = via_host {
+        return Ok(code);
+    }
+    // Read once, before any thread starts; the key leaves the environment here.
+    let env = EnvOverrides::take_from_process();
     let cfg = config::load(&home.config_file())?;
     let provider_cfg = provider_config(&home, &cfg, env)?;
     let mut host = AgentHost::open(

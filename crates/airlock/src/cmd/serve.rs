@@ -34,6 +34,11 @@ pub fn status(as_json: bool) -> anyhow::Result<i32> {
                 h.runs_waiting,
                 h.max_queued
             );
+            crate::out!(
+                "agent sessions through the host: {} (of {})",
+                h.sessions_running,
+                h.max_sessions
+            );
             for p in &h.policies {
                 crate::out!(
                     "policy {}: {} (loaded {})",

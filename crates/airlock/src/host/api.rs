@@ -136,6 +136,8 @@ async fn status_route(
         runs_waiting,
         max_sandboxes: host.admission.max_running,
         max_queued: host.admission.max_queued,
+        sessions_running: host.sessions.running(),
+        max_sessions: host.sessions.max,
     };
     let home = host.home.clone();
     tokio::task::spawn_blocking(move || status::store_status(&home, Some(info)))

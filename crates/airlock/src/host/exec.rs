@@ -1,11 +1,14 @@
-//! `exec` through the host: the server side of [`super::exec_wire`].
+//! `exec`, `run` and `chat` through the host: the server side of [`super::exec_wire`].
 //!
-//! Each run is the same code as `airlock exec` embedded, in a child process of the host
-//! (`airlock exec` with `AIRLOCK_RUN_EMBEDDED=1`), whose standard streams are the client's
-//! own descriptors. So the command gets the same decision, the same records and the same
-//! terminal as it would embedded; what the host adds is the admission: at most
-//! `[host] max_sandboxes` runs at once, then a queue of `max_queued`, then a refusal that
-//! names the limit.
+//! Each request is the same code as the command embedded, in a child process of the host
+//! (`airlock exec|run|chat` with `AIRLOCK_RUN_EMBEDDED=1`), whose standard streams are the
+//! client's own descriptors. So it gets the same decisions, the same records and the same
+//! terminal (a chat's inline approvals included) as it would embedded; what the host adds
+//! is the admission. An `exec` takes a sandbox slot: at most `[host] max_sandboxes` at
+//! once, then a queue of `max_queued`, then a refusal that names the limit. A `run` or
+//! `chat` is a session, which may last hours: at most `[host] max_sessions` at once, and
+//! past that a refusal that names it (a session does not queue; its own shell calls are
+//! sandboxed by its process, as embedded).
 //!
 //! No run outlives the host. The children are started by one thread that lives as long as
 //! the host ([`Spawner`]) with a parent-death signal (`SIGKILL`), which the kernel ties to
@@ -18,7 +21,9 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 
-use super::exec_wire::{ExecAnswer, ExecRequest, MAX_REQUEST_BYTES};
+use super::exec_wire::{
+    AgentRequest, ExecAnswer, ExecRequest, HostRequest, AGENT_ENV, MAX_REQUEST_BYTES,
+};
 
 /// The variable that makes `airlock exec` run embedded even while a host serves (set only
 /// for the host's own children, which must not ask the host again).
@@ -78,6 +83,44 @@ impl Admission {
     }
 }
 
+/// Agent sessions (`run`, `chat`) the host serves at once (`[host] max_sessions`).
+pub struct SessionSlots {
+    running: Mutex<usize>,
+    pub max: usize,
+}
+
+/// One session's place; freed when dropped.
+pub struct SessionSlot<'a>(&'a SessionSlots);
+
+impl Drop for SessionSlot<'_> {
+    fn drop(&mut self) {
+        *self.0.running.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+    }
+}
+
+impl SessionSlots {
+    pub fn new(max: usize) -> SessionSlots {
+        SessionSlots {
+            running: Mutex::new(0),
+            max,
+        }
+    }
+
+    /// A place for one more session, or `None` at the limit.
+    pub fn enter(&self) -> Option<SessionSlot<'_>> {
+        let mut n = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        if *n >= self.max {
+            return None;
+        }
+        *n += 1;
+        Some(SessionSlot(self))
+    }
+
+    pub fn running(&self) -> usize {
+        *self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 type SpawnJob = (
     std::process::Command,
     std::sync::mpsc::Sender<std::io::Result<std::process::Child>>,
@@ -131,7 +174,7 @@ impl Spawner {
 }
 
 /// Read the request and the three descriptors sent with it.
-fn receive(stream: &UnixStream) -> anyhow::Result<(ExecRequest, [OwnedFd; 3])> {
+fn receive(stream: &UnixStream) -> anyhow::Result<(HostRequest, [OwnedFd; 3])> {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
     let mut head = [0u8; 4096];
     let mut space = nix::cmsg_space!([RawFd; 3]);
@@ -179,8 +222,9 @@ fn receive(stream: &UnixStream) -> anyhow::Result<(ExecRequest, [OwnedFd; 3])> {
     let mut rest = vec![0u8; len - body.len()];
     (&*stream).read_exact(&mut rest)?;
     body.extend_from_slice(&rest);
-    let req: ExecRequest = serde_json::from_slice(&body)
-        .map_err(|e| anyhow::anyhow!("the request is not a valid exec request: {e}"))?;
+    let req: HostRequest = serde_json::from_slice(&body).map_err(|e| {
+        anyhow::anyhow!("the request is not a valid exec, run or chat request: {e}")
+    })?;
     Ok((req, fds))
 }
 
@@ -194,11 +238,25 @@ fn absolute(what: &str, p: &Path) -> anyhow::Result<()> {
 }
 
 /// The child that runs the request embedded.
-fn command_for(req: &ExecRequest, fds: [OwnedFd; 3]) -> anyhow::Result<std::process::Command> {
+fn command_for(req: &HostRequest, fds: [OwnedFd; 3]) -> anyhow::Result<std::process::Command> {
+    let mut cmd = match req {
+        HostRequest::Exec(req) => exec_command(req)?,
+        HostRequest::Agent(req) => agent_command(req)?,
+    };
+    let [stdin, stdout, stderr] = fds;
+    cmd.stdin(stdin).stdout(stdout).stderr(stderr);
+    Ok(cmd)
+}
+
+fn embedded(subcommand: &str) -> anyhow::Result<std::process::Command> {
+    let mut cmd = std::process::Command::new(std::env::current_exe()?);
+    cmd.env(RUN_EMBEDDED_ENV, "1").arg(subcommand);
+    Ok(cmd)
+}
+
+fn exec_command(req: &ExecRequest) -> anyhow::Result<std::process::Command> {
     absolute("cwd", &req.cwd)?;
-    let exe = std::env::current_exe()?;
-    let mut cmd = std::process::Command::new(exe);
-    cmd.env(RUN_EMBEDDED_ENV, "1").arg("exec");
+    let mut cmd = embedded("exec")?;
     if let Some(w) = &req.workspace {
         absolute("workspace", w)?;
         cmd.arg("--workspace").arg(w);
@@ -214,8 +272,49 @@ fn command_for(req: &ExecRequest, fds: [OwnedFd; 3]) -> anyhow::Result<std::proc
     }
     // One word after `--`: the command line exactly as the client sent it.
     cmd.arg("--").arg(&req.command).current_dir(&req.cwd);
-    let [stdin, stdout, stderr] = fds;
-    cmd.stdin(stdin).stdout(stdout).stderr(stderr);
+    Ok(cmd)
+}
+
+fn agent_command(req: &AgentRequest) -> anyhow::Result<std::process::Command> {
+    absolute("cwd", &req.cwd)?;
+    let mut cmd = embedded(if req.chat { "chat" } else { "run" })?;
+    // The host's own model overrides never leak into a client's session: only the
+    // client's values of these variables count.
+    for name in AGENT_ENV {
+        cmd.env_remove(name);
+    }
+    for (name, value) in &req.env {
+        anyhow::ensure!(
+            AGENT_ENV.contains(&name.as_str()),
+            "the request passes the variable {name:?}, which the host does not take from a client"
+        );
+        cmd.env(name, value);
+    }
+    if let Some(id) = &req.session {
+        cmd.arg("--session").arg(id);
+    }
+    if let Some(t) = req.approval_timeout {
+        cmd.arg("--approval-timeout").arg(t.to_string());
+    }
+    if let Some(p) = &req.profile {
+        cmd.arg("--profile").arg(p);
+    }
+    if let Some(w) = &req.workspace {
+        absolute("workspace", w)?;
+        cmd.arg("--workspace").arg(w);
+    }
+    match (&req.prompt, req.chat) {
+        (Some(prompt), false) => {
+            if req.json {
+                cmd.arg("--json");
+            }
+            cmd.arg("--").arg(prompt);
+        }
+        (None, true) => {}
+        (Some(_), true) => anyhow::bail!("a chat request takes no prompt"),
+        (None, false) => anyhow::bail!("a run request needs its prompt"),
+    }
+    cmd.current_dir(&req.cwd);
     Ok(cmd)
 }
 
@@ -338,6 +437,28 @@ pub fn serve_connection(host: Arc<super::Host>, stream: UnixStream) {
             return;
         }
     };
+    if let HostRequest::Agent(_) = &req {
+        let Some(slot) = host.sessions.enter() else {
+            refuse(
+                &stream,
+                format!(
+                    "too many sessions: {} are running (host.max_sessions = {})",
+                    host.sessions.running(),
+                    host.sessions.max
+                ),
+                "try again when a session has ended, or raise the limit in [host] of airlock.toml",
+                Some("host.max_sessions"),
+            );
+            return;
+        };
+        tracing::info!(
+            sessions = host.sessions.running(),
+            "an agent session through the host"
+        );
+        let result = run_child(&host, &req, fds, &stream);
+        drop(slot);
+        return finish(&stream, result);
+    }
     let slot = match host.admission.enter() {
         Ok(slot) => slot,
         Err(limit) => {
@@ -354,13 +475,28 @@ pub fn serve_connection(host: Arc<super::Host>, stream: UnixStream) {
             return;
         }
     };
-    let result = command_for(&req, fds)
-        .and_then(|cmd| Ok(host.spawner.spawn(cmd)?))
-        .and_then(|mut child| Ok(wait_or_hang_up(&mut child, &stream)?));
+    let result = run_child(&host, &req, fds, &stream);
     drop(slot);
+    finish(&stream, result);
+}
+
+/// Start the request's child and wait for it (or for the client to hang up).
+fn run_child(
+    host: &super::Host,
+    req: &HostRequest,
+    fds: [OwnedFd; 3],
+    stream: &UnixStream,
+) -> anyhow::Result<i32> {
+    let cmd = command_for(req, fds)?;
+    let mut child = host.spawner.spawn(cmd)?;
+    Ok(wait_or_hang_up(&mut child, stream)?)
+}
+
+/// Answer the run's exit status, or why it did not run.
+fn finish(stream: &UnixStream, result: anyhow::Result<i32>) {
     match result {
         Ok(code) => answer(
-            &stream,
+            stream,
             &ExecAnswer {
                 exit: Some(code),
                 error: None,
@@ -368,7 +504,7 @@ pub fn serve_connection(host: Arc<super::Host>, stream: UnixStream) {
                 limit: None,
             },
         ),
-        Err(e) => refuse(&stream, format!("{e:#}"), "", None),
+        Err(e) => refuse(stream, format!("{e:#}"), "", None),
     }
 }
 

@@ -1,14 +1,15 @@
-//! `airlock exec` through the host: the client side of [`super::exec_wire`].
+//! `airlock exec`, `run` and `chat` through the host: the client side of
+//! [`super::exec_wire`].
 
 use std::io::{BufRead, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 
-use super::exec_wire::{ExecAnswer, ExecRequest, MAX_REQUEST_BYTES};
+use super::exec_wire::{ExecAnswer, HostRequest, MAX_REQUEST_BYTES};
 use crate::home::Home;
 
 /// Send the request with this process's descriptors 0, 1 and 2, and wait for the run's end.
-pub fn run(home: &Home, pid: u32, req: &ExecRequest) -> anyhow::Result<i32> {
+pub fn run(home: &Home, pid: u32, req: &HostRequest) -> anyhow::Result<i32> {
     use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
     let path = super::exec::socket_path(home);
     let stream = UnixStream::connect(&path).map_err(|e| {
@@ -20,7 +21,7 @@ pub fn run(home: &Home, pid: u32, req: &ExecRequest) -> anyhow::Result<i32> {
     let body = serde_json::to_vec(req)?;
     anyhow::ensure!(
         body.len() <= MAX_REQUEST_BYTES,
-        "the command is too long to send to the host ({} bytes; the most is {MAX_REQUEST_BYTES})",
+        "the request is too long to send to the host ({} bytes; the most is {MAX_REQUEST_BYTES})",
         body.len()
     );
     let mut msg = (body.len() as u32).to_be_bytes().to_vec();
@@ -51,4 +52,30 @@ pub fn run(home: &Home, pid: u32, req: &ExecRequest) -> anyhow::Result<i32> {
         },
         (None, None) => anyhow::bail!("the host answered neither a status nor an error"),
     }
+}
+
+/// `airlock run` or `airlock chat` through the host serving `home`, if one does (and this
+/// process is not one of the host's own children): `Some` with the session's exit status.
+/// `request` gets the client's working directory and its values of the variables the
+/// front ends read ([`super::exec_wire::AGENT_ENV`]); call this before those variables
+/// are taken out of the environment.
+pub fn agent_through_host(
+    home: &Home,
+    request: impl FnOnce(
+        std::path::PathBuf,
+        Vec<(String, String)>,
+    ) -> anyhow::Result<super::exec_wire::AgentRequest>,
+) -> anyhow::Result<Option<i32>> {
+    if std::env::var_os(super::exec::RUN_EMBEDDED_ENV).is_some() {
+        return Ok(None);
+    }
+    let Some(host) = super::client::find(home) else {
+        return Ok(None);
+    };
+    let env = super::exec_wire::AGENT_ENV
+        .iter()
+        .filter_map(|name| Some((name.to_string(), std::env::var(name).ok()?)))
+        .collect();
+    let req = request(std::env::current_dir()?, env)?;
+    run(home, host.pid, &HostRequest::Agent(req)).map(Some)
 }

@@ -9,6 +9,9 @@
 //!    JSON, with its descriptors 0, 1 and 2 attached to the first bytes (`SCM_RIGHTS`);
 //! 2. the host answers one JSON line, [`ExecAnswer`], when the run is over. A client that
 //!    goes away before that ends its run (the run's process tree is killed).
+//!
+//! The request is a [`HostRequest`]: an `exec`, or an agent front end (`run`, `chat`),
+//! which needs the caller's terminal for the same reason.
 
 use std::path::PathBuf;
 
@@ -16,6 +19,14 @@ use serde::{Deserialize, Serialize};
 
 /// The most request bytes the host reads: the largest command and room for the rest.
 pub const MAX_REQUEST_BYTES: usize = airlock_core::action::MAX_ACTION_JSON_BYTES + 64 * 1024;
+
+/// What the client asks the host to run with its descriptors.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum HostRequest {
+    Exec(ExecRequest),
+    Agent(AgentRequest),
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ExecRequest {
@@ -41,3 +52,41 @@ pub struct ExecAnswer {
     pub help: Option<String>,
     pub limit: Option<String>,
 }
+
+/// `airlock run` or `airlock chat` through the host: the options as the client parsed them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AgentRequest {
+    /// `chat` when true, else `run`.
+    pub chat: bool,
+    pub session: Option<String>,
+    pub approval_timeout: Option<u64>,
+    pub profile: Option<String>,
+    /// `run --json`.
+    #[serde(default)]
+    pub json: bool,
+    /// `--workspace`, absolute.
+    pub workspace: Option<PathBuf>,
+    /// `run`'s prompt; absent for `chat`.
+    pub prompt: Option<String>,
+    /// The client's working directory, absolute.
+    pub cwd: PathBuf,
+    /// The client's values of the variables the front ends read ([`AGENT_ENV`] only): the
+    /// model's overrides, which the client's shell set for this one command.
+    #[serde(default)]
+    pub env: Vec<(String, String)>,
+}
+
+/// The variables an agent front end takes from its caller's environment, and so the only
+/// ones the host passes on from a client: the model's overrides (`AIRLOCK_API_KEY`
+/// included: the socket is the operator's alone), the terminal's kind and the language.
+pub const AGENT_ENV: &[&str] = &[
+    "AIRLOCK_PROVIDER",
+    "AIRLOCK_MODEL",
+    "AIRLOCK_BASE_URL",
+    "AIRLOCK_API_KEY",
+    "AIRLOCK_DEBUG_UPSTREAM_ROOTS",
+    "TERM",
+    "NO_COLOR",
+    "LANG",
+    "LC_ALL",
+];

@@ -35,6 +35,8 @@ pub struct Host {
     pub started_at: u64,
     /// Runs at once and the queue before them (`[host]` at start).
     pub admission: exec::Admission,
+    /// Agent sessions (`run`, `chat`) at once (`[host] max_sessions` at start).
+    pub sessions: exec::SessionSlots,
     pub spawner: exec::Spawner,
     /// Requests per principal (`[host] requests_per_minute`).
     pub rate: rate::RateLimits,
@@ -64,6 +66,7 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
         operator_uid: nix::unistd::geteuid().as_raw(),
         started_at: crate::runtime::now_unix(),
         admission: exec::Admission::new(limits.max_sandboxes, limits.max_queued),
+        sessions: exec::SessionSlots::new(limits.max_sessions),
         spawner: exec::Spawner::start()?,
         rate: rate::RateLimits::new(limits.requests_per_minute),
         stopping: std::sync::atomic::AtomicBool::new(false),
@@ -82,7 +85,9 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
     let _ = std::fs::remove_file(exec::socket_path(&home));
     let _ = std::fs::remove_file(socket::socket_path(&home));
     let deadline = std::time::Instant::now() + STOP_GRACE;
-    while host.admission.counts() != (0, 0) && std::time::Instant::now() < deadline {
+    while (host.admission.counts() != (0, 0) || host.sessions.running() > 0)
+        && std::time::Instant::now() < deadline
+    {
         std::thread::sleep(Duration::from_millis(20));
     }
     let path = socket::socket_path(&home);
@@ -116,7 +121,8 @@ async fn run(host: Arc<Host>) -> anyhow::Result<()> {
         serde_json::json!({"pid": std::process::id(), "socket": path.display().to_string(),
                            "policies": host.warm.policy_status(),
                            "max_sandboxes": host.admission.max_running,
-                           "max_queued": host.admission.max_queued}),
+                           "max_queued": host.admission.max_queued,
+                           "max_sessions": host.sessions.max}),
     )?;
     tracing::info!(socket = %path.display(), pid = std::process::id(), "serving");
 

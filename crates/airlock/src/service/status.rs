@@ -33,6 +33,11 @@ pub struct HostStatus {
     pub runs_waiting: usize,
     pub max_sandboxes: usize,
     pub max_queued: usize,
+    /// Agent sessions (`run`, `chat`) the host serves now, and the limit.
+    #[serde(default)]
+    pub sessions_running: usize,
+    #[serde(default)]
+    pub max_sessions: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -342,3 +342,136 @@ fn sandbox_cannot_reach_the_host(as_uid: Option<u32>) {
     let v = run_as(&["audit", "verify"]);
     assert!(v.status.success(), "{v:?}");
 }
+
+/// What a `run --json` report says, without what differs run to run (ids, timings).
+fn comparable(report: &serde_json::Value) -> serde_json::Value {
+    let calls: Vec<_> = report["tool_calls"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| {
+            serde_json::json!({"tool": c["tool"], "decision": c["decision"],
+                               "executed": c["executed"], "result": c["result"],
+                               "is_error": c["is_error"]})
+        })
+        .collect();
+    serde_json::json!({"outcome": report["outcome"], "text": report["text"],
+                       "tool_calls": calls, "exit_code": report["exit_code"]})
+}
+
+/// `airlock run` through a running host: the same report, the same kinds of records and
+/// the same exit status as embedded, with the caller's terminal; and the session ran in
+/// the host's child (its log says so).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_through_the_host_gives_the_same_report_and_records_as_embedded() {
+    use airlock_agent::scripted::{ScriptedModel, Step};
+    let f = fixture();
+    init(&f, "");
+    let script = || {
+        [
+            Step::tool_call(
+                "c1",
+                "shell",
+                r#"{"command":"echo hello > out.txt && cat out.txt"}"#,
+            ),
+            Step::text("Wrote it."),
+        ]
+    };
+    let run = |model: &ScriptedModel| {
+        let mut cmd = super::exec_fixture::scripted_command(&f.home, model);
+        cmd.current_dir(&f.ws)
+            .args(["run", "--json", "--approval-timeout", "5", "Write hello"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    };
+    let kinds_of = |from: usize| -> Vec<String> {
+        audit_records(&f.home)[from..]
+            .iter()
+            .map(|r| format!("{} {}", r["kind"], r["action"]["type"]))
+            .filter(|k| !k.starts_with("\"host-"))
+            .collect()
+    };
+    let start = audit_records(&f.home).len();
+    let model = ScriptedModel::start(script()).await.unwrap();
+    let mut cmd = run(&model);
+    let embedded = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let first = super::exec_fixture::report_ok(&embedded);
+    let embedded_kinds = kinds_of(start);
+
+    let host = Host::start(&f.home);
+    let before = audit_records(&f.home).len();
+    let model = ScriptedModel::start(script()).await.unwrap();
+    let mut cmd = run(&model);
+    let through = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let second = super::exec_fixture::report_ok(&through);
+    assert_eq!(comparable(&first), comparable(&second));
+    assert_eq!(second["tool_calls"][0]["decision"], "allow", "{second:#}");
+    assert_ne!(first["session"], second["session"]);
+    assert_eq!(embedded_kinds, kinds_of(before));
+    assert!(
+        embedded_kinds.iter().any(|k| k.contains("execution")),
+        "{embedded_kinds:?}"
+    );
+    assert!(
+        host.log_text()
+            .contains("an agent session through the host"),
+        "{}",
+        host.log_text()
+    );
+    drop(host);
+    assert!(verify(&f.home).status.success());
+}
+
+/// `[host] max_sessions`: a chat holding the only place keeps a `run` out, refused by the
+/// limit's name without running anything; once the chat leaves, the place is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_past_max_sessions_is_refused_by_the_limits_name() {
+    use airlock_agent::scripted::{ScriptedModel, Step};
+    use std::io::Write;
+    let f = fixture();
+    init(&f, "\n[host]\nmax_sessions = 1\n");
+    let _host = Host::start(&f.home);
+    let model = ScriptedModel::start([Step::text("Hello from the model.")])
+        .await
+        .unwrap();
+    let mut chat = super::exec_fixture::scripted_command(&f.home, &model);
+    chat.current_dir(&f.ws)
+        .arg("chat")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut chat = chat.spawn().unwrap();
+    wait_for("the chat to hold its place", || {
+        status(&f)["host"]["sessions_running"] == 1
+    });
+    let mut run = super::exec_fixture::scripted_command(&f.home, &model);
+    run.current_dir(&f.ws).args(["run", "--json", "Say hello"]);
+    let refused = tokio::task::spawn_blocking(move || run.output().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("host.max_sessions = 1"), "{err}");
+    assert!(refused.stdout.is_empty(), "{refused:?}");
+    // The chat is a real conversation with this terminal: one message, then /quit.
+    let mut stdin = chat.stdin.take().unwrap();
+    stdin.write_all(b"hi\n/quit\n").unwrap();
+    drop(stdin);
+    let o = tokio::task::spawn_blocking(move || chat.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("Hello from the model."),
+        "{o:?}"
+    );
+    wait_for("the chat's place to be free", || {
+        status(&f)["host"]["sessions_running"] == 0
+    });
+}

@@ -236,6 +236,56 @@ async fn operator_approval_runs_exactly_the_held_payload() {
     h.assert_audit_verifies();
 }
 
+/// An answer from another client releases the held call at once: the agent's poll is set
+/// to ten minutes, so only the store's change watch can wake it before the test's limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_from_another_client_releases_the_call_without_waiting_for_a_poll() {
+    let mut h = harness();
+    h.config.approval_poll = Duration::from_secs(600);
+    h.config.approval_timeout = Duration::from_secs(1200);
+    let model = ScriptedModel::start(injected_model_steps()).await.unwrap();
+    let operator = h.operator_store();
+    let approver = tokio::spawn(async move {
+        loop {
+            let pending = operator.pending_approvals(Timestamp::now()).unwrap().items;
+            if let Some(req) = pending.first() {
+                return operator
+                    .approve(
+                        &req.id,
+                        &ApproveRequest {
+                            approver: "owner",
+                            payload_hash: &req.payload_hash,
+                            grant: None,
+                        },
+                        Timestamp::now(),
+                    )
+                    .unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    let run = h.run(
+        &model,
+        ProviderKind::Anthropic,
+        true,
+        "What does https://news.test/today say?",
+    );
+    let report = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the approved call was not released (it waited for the next poll)");
+    assert!(
+        matches!(report.outcome, Outcome::Completed { .. }),
+        "{:?}",
+        report.outcome
+    );
+    let approved = approver.await.unwrap();
+    assert_eq!(h.exec.calls_of("send_message").len(), 1);
+    assert_eq!(
+        report.tool_calls[3].approval_id.as_deref(),
+        Some(approved.request.id.as_str())
+    );
+}
+
 #[tokio::test]
 async fn operator_denial_reaches_the_model() {
     let mut h = harness();

@@ -67,6 +67,7 @@
 
 mod approval;
 mod budget;
+mod changes;
 mod error;
 mod grant;
 mod ids;
@@ -85,6 +86,7 @@ pub use approval::{
 pub use budget::{
     BudgetExhausted, BudgetLimits, BudgetScope, BudgetState, ChargeError, Counter, Limits, Usage,
 };
+pub use changes::{signal_approvals_changed, ApprovalWatch, APPROVALS_CHANGED_FILE};
 pub use error::{CorruptRow, StoreError};
 pub use grant::{
     Grant, GrantLookup, GrantScope, GrantTarget, NewGrant, MAX_GRANT_TTL, MAX_PATTERN_BYTES,

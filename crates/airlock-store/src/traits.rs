@@ -114,6 +114,13 @@ pub trait ApprovalRequests {
         reason: &str,
         now: Timestamp,
     ) -> Result<ApprovalRequest, ApprovalError>;
+
+    /// A watch that wakes when any approval's status changes (or its session is killed),
+    /// made before the status it guards is read; `None` when this store cannot tell, and
+    /// the waiter polls only.
+    fn approval_watch(&self) -> Option<crate::ApprovalWatch> {
+        None
+    }
 }
 
 /// The approvals queue as the operator sees it: list, approve, deny, expire, cancel. Only

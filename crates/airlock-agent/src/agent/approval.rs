@@ -122,6 +122,9 @@ impl Agent<'_> {
                 })),
         )?;
 
+        // Made before the first read of the status: an answer written from now on wakes
+        // the wait at once (any client, any process); the poll is the safety net.
+        let mut watch = self.store.approval_watch().map(std::sync::Arc::new);
         loop {
             if self.is_killed(&id)? {
                 return Ok(ApprovalAnswer::stop(request_id, Outcome::Killed));
@@ -143,7 +146,7 @@ impl Agent<'_> {
                         }
                         return self.refuse(run, request_id, "expired", HOST_DECIDER, None);
                     }
-                    tokio::time::sleep(self.config.approval_poll).await;
+                    wait_for_an_answer(&mut watch, self.config.approval_poll).await;
                 }
                 ApprovalStatus::Approved => {
                     let approver = current.decided_by.clone().unwrap_or_default();
@@ -347,4 +350,23 @@ fn decider(run: &RunState, by: &str) -> Result<Attribution, AgentError> {
         on_behalf_of: who,
         via: Via::cli(),
     })
+}
+
+/// Wait until an approval changes or `poll` passes. The watch waits on a blocking thread
+/// (it is one `poll(2)`); without one, or if that thread cannot be had, this only sleeps.
+async fn wait_for_an_answer(
+    watch: &mut Option<std::sync::Arc<airlock_store::ApprovalWatch>>,
+    poll: std::time::Duration,
+) {
+    let Some(w) = watch.clone() else {
+        tokio::time::sleep(poll).await;
+        return;
+    };
+    if tokio::task::spawn_blocking(move || w.wait(poll))
+        .await
+        .is_err()
+    {
+        *watch = None;
+        tokio::time::sleep(poll).await;
+    }
 }

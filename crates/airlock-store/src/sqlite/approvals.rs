@@ -290,6 +290,10 @@ impl ApprovalRequests for SqliteStore {
     ) -> Result<ApprovalRequest, ApprovalError> {
         self.deny_inner(id, "airlock", Some(reason), now)
     }
+
+    fn approval_watch(&self) -> Option<crate::ApprovalWatch> {
+        crate::ApprovalWatch::new(&self.state_dir).ok()
+    }
 }
 
 impl ApprovalDecisions for SqliteStore {
@@ -368,7 +372,11 @@ impl ApprovalDecisions for SqliteStore {
     }
 
     fn orphan_abandoned(&self, now: Timestamp) -> Result<usize, StoreError> {
-        self.write(|tx| orphan_abandoned(tx, now))
+        let n = self.write(|tx| orphan_abandoned(tx, now))?;
+        if n > 0 {
+            self.signal_approvals_changed();
+        }
+        Ok(n)
     }
 
     fn orphaned_approvals(&self, now: Timestamp) -> Result<Listing<ApprovalRequest>, StoreError> {
@@ -376,12 +384,16 @@ impl ApprovalDecisions for SqliteStore {
     }
 
     fn expire_due(&self, now: Timestamp) -> Result<usize, StoreError> {
-        self.write(|tx| {
-            Ok(tx.execute(
+        let n: usize = self.write(|tx| {
+            Ok::<_, StoreError>(tx.execute(
                 "UPDATE approvals SET status = 'expired', decided_at = ?1 WHERE status = 'pending' AND expires_at <= ?1",
                 [now.as_unix_ms()],
             )?)
-        })
+        })?;
+        if n > 0 {
+            self.signal_approvals_changed();
+        }
+        Ok(n)
     }
 
     fn cancel_all_for_session(
@@ -390,7 +402,10 @@ impl ApprovalDecisions for SqliteStore {
         by: &str,
         now: Timestamp,
     ) -> Result<usize, StoreError> {
-        self.write(|tx| cancel_pending(tx, session_id, by, "cancelled by the kill switch", now))
+        let n = self
+            .write(|tx| cancel_pending(tx, session_id, by, "cancelled by the kill switch", now))?;
+        self.signal_approvals_changed();
+        Ok(n)
     }
 }
 
@@ -470,6 +485,10 @@ impl SqliteStore {
         id: &str,
         r: Result<Decided<T>, ApprovalError>,
     ) -> Result<T, ApprovalError> {
+        if r.is_ok() {
+            // Decided, expired or orphaned: the status changed, so its waiter may go on.
+            self.signal_approvals_changed();
+        }
         match r {
             Ok(Decided::Done(t)) => Ok(t),
             Ok(Decided::Expired) => Err(ApprovalError::Expired { id: id.to_string() }),

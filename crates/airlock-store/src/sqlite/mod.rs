@@ -98,6 +98,12 @@ impl std::fmt::Debug for SqliteStore {
 }
 
 impl SqliteStore {
+    /// Wake the processes waiting on an approval of this state dir (see
+    /// [`crate::ApprovalWatch`]).
+    pub(crate) fn signal_approvals_changed(&self) {
+        crate::changes::signal_approvals_changed(&self.state_dir);
+    }
+
     /// Open (creating if needed) the store in `state_dir` with default options.
     pub fn open(state_dir: impl Into<PathBuf>) -> Result<SqliteStore, StoreError> {
         SqliteStore::open_with(StoreOptions::new(state_dir))

@@ -393,7 +393,7 @@ impl SessionStore for SqliteStore {
     }
 
     fn kill_session(&self, id: &str, by: &str, now: Timestamp) -> Result<KillReport, StoreError> {
-        self.write(|tx| {
+        let report: KillReport = self.write(|tx| {
             // Killing twice is fine: the second kill finds nothing left to cancel.
             session_status(tx, id)?;
             tx.execute(
@@ -406,10 +406,13 @@ impl SessionStore for SqliteStore {
                 "UPDATE grants SET revoked_at = ?2 WHERE session_id = ?1 AND revoked_at IS NULL",
                 params![id, now.as_unix_ms()],
             )?;
-            Ok(KillReport {
+            Ok::<_, StoreError>(KillReport {
                 cancelled_approvals,
                 revoked_grants,
             })
-        })
+        })?;
+        // Waiters of the session's approvals wake and see the kill.
+        self.signal_approvals_changed();
+        Ok(report)
     }
 }

@@ -154,8 +154,19 @@ impl Shared {
             session: req.session.clone(),
         };
         let mut warned = false;
+        // An answer from any client wakes the wait at once; the poll is the safety net.
+        let watch = airlock_store::ApprovalWatch::new(&self.state_dir)
+            .ok()
+            .map(Arc::new);
         loop {
-            tokio::time::sleep(POLL_INTERVAL).await;
+            match watch.clone() {
+                Some(w) => {
+                    if blocking(move || w.wait(POLL_INTERVAL)).await.is_none() {
+                        tokio::time::sleep(POLL_INTERVAL).await;
+                    }
+                }
+                None => tokio::time::sleep(POLL_INTERVAL).await,
+            }
             let this = self.clone();
             let id = request_id.clone();
             let current = match blocking(move || {

@@ -90,8 +90,16 @@ pub fn hold(
         request.id,
         request.payload_hash
     );
+    // Made before the first read of the status, so an answer from any client wakes the
+    // wait at once; the poll is the safety net.
+    let watch = store.approval_watch();
     loop {
-        std::thread::sleep(POLL);
+        match &watch {
+            Some(w) => {
+                w.wait(POLL);
+            }
+            None => std::thread::sleep(POLL),
+        }
         let stop = |why: &str| {
             let _ = store.withdraw_approval(&request.id, why, Timestamp::now());
             why.to_string()

@@ -141,3 +141,41 @@ async fn a_killed_session_never_runs_again() {
     assert!(model.requests().is_empty());
     assert!(h.store.transcript(&h.session_id).unwrap().is_empty());
 }
+
+/// A shell call's limit leaves room for its commit to be held: the executor bounds the
+/// command by the call timeout itself, and a held commit then waits under the approval
+/// timeout. So a call that outlasts `call_timeout` only by waiting for the owner still
+/// returns its result; one that outlasts both is stopped, naming the timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shell_call_may_outlast_the_call_timeout_by_its_commits_approval_wait() {
+    let steps = || {
+        vec![
+            Step::tool_call("1", "shell", args(json!({"command": "make"}))),
+            Step::text("done"),
+        ]
+    };
+    // Longer than the call timeout, well within call + approval timeouts.
+    let mut h = Harness::new();
+    h.config.call_timeout = Duration::from_secs(1);
+    h.config.approval_timeout = Duration::from_secs(30);
+    *h.exec.shell_delay.lock().unwrap() = Duration::from_secs(3);
+    let model = ScriptedModel::start(steps()).await.unwrap();
+    let report = h.run(&model, ProviderKind::Openai, false, "build it").await;
+    let call = &report.tool_calls[0];
+    assert!(!call.is_error, "{:?}", call.result);
+    assert_eq!(call.result, "ran: make");
+    // Past both (1 s + 1 s + the margin), the call is stopped.
+    let mut h = Harness::new();
+    h.config.call_timeout = Duration::from_secs(1);
+    h.config.approval_timeout = Duration::from_secs(1);
+    *h.exec.shell_delay.lock().unwrap() = Duration::from_secs(60);
+    let model = ScriptedModel::start(steps()).await.unwrap();
+    let report = h.run(&model, ProviderKind::Openai, false, "build it").await;
+    let call = &report.tool_calls[0];
+    assert!(call.is_error, "{:?}", call.result);
+    assert!(call.result.contains("timeout"), "{}", call.result);
+    assert!(
+        *h.exec.shell_abandoned.lock().unwrap(),
+        "the executor future was not dropped"
+    );
+}

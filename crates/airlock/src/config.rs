@@ -243,7 +243,8 @@ pub struct AgentSection {
     /// Replaces the built-in system prompt.
     #[serde(default)]
     pub system_prompt: Option<String>,
-    /// How long one tool call may run, in seconds.
+    /// How long one tool call may run, in seconds. A shell command or file write whose
+    /// commit is held for the owner may wait `approval_timeout_secs` more for the answer.
     #[serde(default = "default_call_timeout")]
     pub call_timeout_secs: u64,
     /// Most calls of one tool per minute in one run; 0 for no limit.

@@ -15,6 +15,10 @@ use crate::provider::{Message, ToolArguments, ToolCall};
 
 use super::executors::ToolOutput;
 use super::outcome::{AgentError, LimitKind, LimitScope, Outcome, ToolCallReport};
+
+/// Time beyond a call's work and its commit's approval wait for computing, deciding and
+/// writing the commit (see [`Agent::with_commit_wait`]).
+const COMMIT_MARGIN: Duration = Duration::from_secs(5);
 use super::run::{Agent, Guarded, RunState};
 use super::tools::{self, PlannedCall};
 
@@ -128,8 +132,14 @@ impl Agent<'_> {
         let output = match planned.clone() {
             PlannedCall::Shell(a) => {
                 let t = authorized!(a);
-                self.execute(&id, self.executors.shell(t, timeout), timeout)
-                    .await?
+                // The executor bounds the command by `timeout` itself; what follows may be a
+                // commit held for the owner, which has the approval timeout of its own.
+                self.execute(
+                    &id,
+                    self.executors.shell(t, timeout),
+                    self.with_commit_wait(timeout),
+                )
+                .await?
             }
             PlannedCall::ReadFile(a) => {
                 let t = authorized!(a);
@@ -146,7 +156,7 @@ impl Agent<'_> {
                 let staged = self.guard(
                     &id,
                     self.executors.write_file(&t, content.as_bytes(), timeout),
-                    Some(timeout),
+                    Some(self.with_commit_wait(timeout)),
                 );
                 match staged.await? {
                     Guarded::Done(Some(o)) => Some(o),
@@ -154,8 +164,9 @@ impl Agent<'_> {
                         file_result(run.files.write_file(&t, content.as_bytes()))
                     }
                     Guarded::TimedOut => Some(ToolOutput::error(format!(
-                        "the write was not committed within the {}s call timeout",
-                        timeout.as_secs_f64()
+                        "the write was not committed within the {}s call timeout and the {}s approval timeout",
+                        timeout.as_secs_f64(),
+                        self.config.approval_timeout.as_secs_f64()
                     ))),
                     Guarded::Killed => None,
                 }
@@ -181,6 +192,15 @@ impl Agent<'_> {
             // interrupted.
             None => Ok(Some(Outcome::Killed)),
         }
+    }
+
+    /// The limit for a call whose change set may be held for the owner after the work
+    /// itself (a shell command, a file write): the call's own timeout, which the executor
+    /// applies to the work, plus the approval timeout the held commit waits under, plus a
+    /// little for computing and writing the commit. Without the approval's share, an
+    /// owner who answers within the time the request shows would find the call stopped.
+    fn with_commit_wait(&self, timeout: Duration) -> Duration {
+        timeout + self.config.approval_timeout + COMMIT_MARGIN
     }
 
     /// Run an executor future under the call timeout, watching for a kill. `None`: killed.

@@ -53,7 +53,8 @@ pub struct AgentConfig {
     pub budget: BudgetLimits,
     /// Prices for the cost budget (`[budget.prices]`).
     pub prices: PriceTable,
-    /// How long one tool call may run (`call_timeout_secs`).
+    /// How long one tool call may run (`call_timeout_secs`). Shell and file-write calls
+    /// get [`AgentConfig::approval_timeout`] more, for a commit held for the owner.
     pub call_timeout: Duration,
     /// Most calls of one tool per minute in one run (`tool_calls_per_minute`); `None` for no limit.
     pub tool_calls_per_minute: Option<u32>,

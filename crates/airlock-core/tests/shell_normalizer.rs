@@ -150,6 +150,25 @@ fn backquotes_in_other_heredoc_bodies_are_seen_or_unparsed() {
     assert_eq!(names(&f), ["cat"]);
 }
 
+/// The general check behind the one above: a plain word of a command never holds an
+/// unescaped operator character, so a word the grammar glued across one is unparsed,
+/// while escaped and quoted operators stay ordinary arguments.
+#[test]
+fn an_operator_inside_a_word_is_a_misreading() {
+    for ok in [
+        "find . -name '*.o' -exec rm {} \\;",
+        "echo a\\;b \\| \\& \\( \\)",
+        "echo 'a;b|c&d' \"x<y>z\"",
+        "ls -la 2>&1 | grep x && echo ok",
+    ] {
+        assert!(
+            normalize(ok).unparsed.is_none(),
+            "{ok}: {:?}",
+            normalize(ok).unparsed
+        );
+    }
+}
+
 /// Found by the differential test: inside a substitution the grammar reads `==` or `=~`
 /// as the start of a `[[ … ]]` regular expression, which swallows the rest of the
 /// command, so `$(echo == ; rm -rf y)` showed only `echo`. A regex outside a test's binary
@@ -175,7 +194,7 @@ fn a_regex_outside_a_test_is_unparsed() {
     assert!(
         f.unparsed
             .as_deref()
-            .is_some_and(|r| r.contains("regular expression")),
+            .is_some_and(|r| r.contains("regular expression") || r.contains("part of a word")),
         "{:?}",
         f.unparsed
     );

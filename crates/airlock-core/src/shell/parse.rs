@@ -256,6 +256,13 @@ impl Walker<'_, '_> {
                 ));
                 return;
             }
+            if let Some(at) = self.separator_inside_a_word(node) {
+                self.c.unparsed(format!(
+                    "the parser read the operator at byte {at} as part of a word of one \
+                     command; bash ends the word (and maybe the command) there"
+                ));
+                return;
+            }
         }
         if let Some(at) = self.continuation_inside_a_word(node) {
             self.c.unparsed(format!(
@@ -347,6 +354,42 @@ impl Walker<'_, '_> {
                 if bytes[at] == b'\n' && (at == 0 || bytes[at - 1] != b'\\') {
                     return Some(at);
                 }
+            }
+        }
+        None
+    }
+
+    /// An unescaped operator character inside a plain word of `command`, or of a
+    /// concatenation in it. Bash ends a word at `;`, `&`, `|`, `(`, `)`, `<`, `>` (and a
+    /// command at most of them), so a word of the tree that holds one is a misreading: the
+    /// grammar once took `== ; rm -rf y` inside `$(…)` for one regular expression and hid
+    /// `rm`. This is the general check behind that one; quoted text, substitutions and
+    /// expansions are separate nodes and are not looked into here (their own commands
+    /// are checked when the walk reaches them).
+    fn separator_inside_a_word(&self, command: Node) -> Option<usize> {
+        let bytes = self.src.as_bytes();
+        let mut stack: Vec<Node> = {
+            let mut cursor = command.walk();
+            command.children(&mut cursor).collect()
+        };
+        while let Some(n) = stack.pop() {
+            match n.kind() {
+                "concatenation" | "command_name" => {
+                    let mut cursor = n.walk();
+                    stack.extend(n.children(&mut cursor));
+                }
+                "word" | "regex" | "extglob_pattern" => {
+                    let mut escaped = false;
+                    for at in n.start_byte()..n.end_byte().min(bytes.len()) {
+                        match bytes[at] {
+                            _ if escaped => escaped = false,
+                            b'\\' => escaped = true,
+                            b';' | b'&' | b'|' | b'(' | b')' | b'<' | b'>' => return Some(at),
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {}
             }
         }
         None

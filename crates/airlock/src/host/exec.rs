@@ -149,7 +149,8 @@ impl Spawner {
     pub fn spawn(&self, mut cmd: std::process::Command) -> std::io::Result<std::process::Child> {
         use std::os::unix::process::CommandExt;
         let host = std::process::id() as i32;
-        // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) between fork and exec.
+        // SAFETY: only async-signal-safe calls (prctl, getppid, setsid, _exit) between
+        // fork and exec.
         unsafe {
             cmd.pre_exec(move || {
                 if nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGKILL) != 0 {
@@ -158,6 +159,14 @@ impl Spawner {
                 // The host died before the signal was armed: nothing would kill us later.
                 if nix::libc::getppid() != host {
                     nix::libc::_exit(1);
+                }
+                // A session of its own, without a controlling terminal. A host started in
+                // the background of a terminal (`airlock serve &`) has that terminal as
+                // its own; a child in the host's background group that read the client's
+                // terminal (a chat, an inline approval) would be stopped by SIGTTIN. Out
+                // of every session, the client's descriptors are plain files to it.
+                if nix::libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
             });

@@ -436,7 +436,7 @@ async fn a_session_past_max_sessions_is_refused_by_the_limits_name() {
     use std::io::Write;
     let f = fixture();
     init(&f, "\n[host]\nmax_sessions = 1\n");
-    let _host = Host::start(&f.home);
+    let host = Host::start(&f.home);
     let model = ScriptedModel::start([Step::text("Hello from the model.")])
         .await
         .unwrap();
@@ -450,6 +450,12 @@ async fn a_session_past_max_sessions_is_refused_by_the_limits_name() {
     wait_for("the chat to hold its place", || {
         status(&f)["host"]["sessions_running"] == 1
     });
+    // The host's child leads a session of its own: in the host's (background) group it
+    // would be stopped by SIGTTIN when it reads a terminal.
+    let children = children_of(host.child.id());
+    assert_eq!(children.len(), 1, "{children:?}");
+    let (pid, sid) = children[0];
+    assert_eq!(pid, sid, "the chat's process is not a session leader");
     let mut run = super::exec_fixture::scripted_command(&f.home, &model);
     run.current_dir(&f.ws).args(["run", "--json", "Say hello"]);
     let refused = tokio::task::spawn_blocking(move || run.output().unwrap())
@@ -474,4 +480,26 @@ async fn a_session_past_max_sessions_is_refused_by_the_limits_name() {
     wait_for("the chat's place to be free", || {
         status(&f)["host"]["sessions_running"] == 0
     });
+}
+
+/// The live children of `parent`, each with its session id (from `/proc`).
+fn children_of(parent: u32) -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // After the command's name in parentheses: state, ppid, pgrp, session.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.len() > 3 && fields[1] == parent.to_string() {
+            out.push((pid, fields[3].parse().unwrap_or(0)));
+        }
+    }
+    out
 }

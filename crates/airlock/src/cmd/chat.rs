@@ -34,23 +34,18 @@ pub fn run(args: ChatArgs) -> anyhow::Result<i32> {
     let home = Home::from_env()?;
     // A host serving this state dir runs the conversation (the same code, in a child of
     // its own, under its session limit), with this terminal.
-    let via_host = crate::host::exec_client::agent_through_host(&home, |cwd, env| {
-        Ok(crate::host::exec_wire::AgentRequest {
+    let via_host = crate::host::exec_client::agent_through_host(
+        &home,
+        crate::host::exec_client::AgentCall {
             chat: true,
             session: args.session.clone(),
             approval_timeout: args.approval_timeout,
             profile: args.profile.clone(),
             json: false,
-            workspace: args
-                .workspace
-                .as_deref()
-                .map(std::path::absolute)
-                .transpose()?,
+            workspace: args.workspace.clone(),
             prompt: None,
-            cwd,
-            env,
-        })
-    })?;
+        },
+    )?;
     if let Some(code) = via_host {
         return Ok(code);
     }

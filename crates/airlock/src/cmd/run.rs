@@ -51,23 +51,18 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     let home = Home::from_env()?;
     // A host serving this state dir runs the session (the same code, in a child of its
     // own, under its session limit), with this terminal.
-    let via_host = crate::host::exec_client::agent_through_host(&home, |cwd, env| {
-        Ok(crate::host::exec_wire::AgentRequest {
+    let via_host = crate::host::exec_client::agent_through_host(
+        &home,
+        crate::host::exec_client::AgentCall {
             chat: false,
             session: args.session.clone(),
             approval_timeout: args.approval_timeout,
             profile: args.profile.clone(),
             json: args.json,
-            workspace: args
-                .workspace
-                .as_deref()
-                .map(std::path::absolute)
-                .transpose()?,
+            workspace: args.workspace.clone(),
             prompt: Some(args.prompt.clone()),
-            cwd,
-            env,
-        })
-    })?;
+        },
+    )?;
     if let Some(code) = via_host {
         return Ok(code);
     }

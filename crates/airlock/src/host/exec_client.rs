@@ -54,18 +54,24 @@ pub fn run(home: &Home, pid: u32, req: &HostRequest) -> anyhow::Result<i32> {
     }
 }
 
+/// What `airlock run` or `airlock chat` was asked, as the host is sent it.
+pub struct AgentCall {
+    pub chat: bool,
+    pub session: Option<String>,
+    pub approval_timeout: Option<u64>,
+    pub profile: Option<String>,
+    pub json: bool,
+    /// `--workspace`, as given (made absolute here).
+    pub workspace: Option<std::path::PathBuf>,
+    pub prompt: Option<String>,
+}
+
 /// `airlock run` or `airlock chat` through the host serving `home`, if one does (and this
 /// process is not one of the host's own children): `Some` with the session's exit status.
-/// `request` gets the client's working directory and its values of the variables the
-/// front ends read ([`super::exec_wire::AGENT_ENV`]); call this before those variables
-/// are taken out of the environment.
-pub fn agent_through_host(
-    home: &Home,
-    request: impl FnOnce(
-        std::path::PathBuf,
-        Vec<(String, String)>,
-    ) -> anyhow::Result<super::exec_wire::AgentRequest>,
-) -> anyhow::Result<Option<i32>> {
+/// The request carries the client's working directory and its values of the variables
+/// the front ends read ([`super::exec_wire::AGENT_ENV`]); call this before those
+/// variables are taken out of the environment.
+pub fn agent_through_host(home: &Home, call: AgentCall) -> anyhow::Result<Option<i32>> {
     if std::env::var_os(super::exec::RUN_EMBEDDED_ENV).is_some() {
         return Ok(None);
     }
@@ -76,6 +82,20 @@ pub fn agent_through_host(
         .iter()
         .filter_map(|name| Some((name.to_string(), std::env::var(name).ok()?)))
         .collect();
-    let req = request(std::env::current_dir()?, env)?;
+    let req = super::exec_wire::AgentRequest {
+        chat: call.chat,
+        session: call.session,
+        approval_timeout: call.approval_timeout,
+        profile: call.profile,
+        json: call.json,
+        workspace: call
+            .workspace
+            .as_deref()
+            .map(std::path::absolute)
+            .transpose()?,
+        prompt: call.prompt,
+        cwd: std::env::current_dir()?,
+        env,
+    };
     run(home, host.pid, &HostRequest::Agent(req)).map(Some)
 }

@@ -21,10 +21,10 @@ pub fn status(as_json: bool) -> anyhow::Result<i32> {
     match &report.host {
         Some(h) => {
             crate::out!(
-                "host: running, pid {}, version {}, since {} (unix), socket {}",
+                "host: running, pid {}, version {}, since {}, socket {}",
                 h.pid,
                 escape_line(&h.version),
-                h.started_at,
+                utc(h.started_at),
                 escape_line(&h.socket)
             );
             crate::out!(
@@ -44,7 +44,7 @@ pub fn status(as_json: bool) -> anyhow::Result<i32> {
                     "policy {}: {} (loaded {})",
                     p.profile,
                     escape_line(&p.hash),
-                    p.loaded_at
+                    utc(p.loaded_at)
                 );
                 if let Some(why) = &p.refused_edit {
                     crate::out!("  last edit refused, still in force: {}", escape_line(why));
@@ -75,4 +75,10 @@ pub fn status(as_json: bool) -> anyhow::Result<i32> {
         crate::out!("store rows that could not be read: {}", report.corrupt_rows);
     }
     Ok(0)
+}
+
+/// A unix time as UTC, to the second (`2026-12-03T16:20:51Z`).
+fn utc(unix_secs: u64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix_secs);
+    humantime::format_rfc3339_seconds(t).to_string()
 }

@@ -18,7 +18,7 @@ use serde_json::json;
 use airlock_agent::agent::{Executors, ToolOutput};
 use airlock_audit::AuditLog;
 use airlock_core::action::{ExecAction, FsWriteAction, MessageSendAction, NetRequestAction};
-use airlock_core::gate::{Approval, Gate, Session};
+use airlock_core::gate::{Approval, Session};
 use airlock_core::Authorized;
 use airlock_proxy::{
     ApprovalHook, ApprovalRequest as ProxyApprovalRequest, BoxFuture, Resolver, CA_CERT_FILE,
@@ -93,7 +93,8 @@ pub struct HostExecutors {
 struct Shared {
     home: Home,
     cfg: Config,
-    gate: Arc<Gate>,
+    /// The session's Gate, reloaded when the operator changes the policy.
+    gate: Arc<crate::live_gate::LiveGate>,
     audit: Arc<Mutex<AuditLog>>,
     store: SqliteStore,
     session_id: String,
@@ -111,7 +112,7 @@ impl HostExecutors {
     pub fn new(
         home: Home,
         cfg: Config,
-        gate: Arc<Gate>,
+        gate: Arc<crate::live_gate::LiveGate>,
         audit: Arc<Mutex<AuditLog>>,
         store: SqliteStore,
         session_id: String,
@@ -325,7 +326,7 @@ impl Shared {
             setup,
             &self.home,
             &session,
-            self.gate.clone(),
+            self.gate.gate(),
             self.audit.clone(),
             self.cfg.sandbox.uid,
         )?)
@@ -432,10 +433,11 @@ impl Shared {
             .map_err(|e| e.to_string());
         let settled = staged.and_then(|st| {
             let session = self.session().map_err(|e| e.to_string())?;
+            let gate = self.gate.gate();
             let txn = crate::transaction::Transaction {
                 home: &self.home,
                 cfg: &self.cfg,
-                gate: &self.gate,
+                gate: &gate,
                 log: &self.audit,
                 approval_timeout: self.commit_approval_timeout,
                 cancelled: Some(cancel),
@@ -524,10 +526,11 @@ impl Shared {
         // command was decided with (its output is not observed yet).
         let settled = match &end {
             Ok(RunEnd::Finished(_)) => {
+                let gate = self.gate.gate();
                 let txn = crate::transaction::Transaction {
                     home: &self.home,
                     cfg: &self.cfg,
-                    gate: &self.gate,
+                    gate: &gate,
                     log: &self.audit,
                     approval_timeout: self.commit_approval_timeout,
                     cancelled: Some(cancel),

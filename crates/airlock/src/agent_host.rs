@@ -16,7 +16,6 @@ use secrecy::SecretString;
 use airlock_agent::agent::{Agent, AgentConfig, TurnReport};
 use airlock_agent::provider::{connect, EnvOverrides, Provider, ProviderConfig, StreamEvent};
 use airlock_audit::AuditLog;
-use airlock_core::gate::Gate;
 use airlock_store::{
     BudgetLimits, BudgetState, BudgetStore, NewSession, SessionStore, SqliteStore, Timestamp,
 };
@@ -71,7 +70,7 @@ pub struct AgentHost {
     pub session_id: String,
     pub workspace: PathBuf,
     store: SqliteStore,
-    gate: Arc<Gate>,
+    gate: Arc<crate::live_gate::LiveGate>,
     audit: AuditLog,
     exec_audit: Arc<Mutex<AuditLog>>,
     executors: HostExecutors,
@@ -113,7 +112,9 @@ impl AgentHost {
         // A commit a crash interrupted is finished or rolled back before the session
         // sees the workspace, and the outcome is said and recorded.
         let (_, recovered) = crate::transaction::open_workspace(&home, &workspace)?;
-        let gate = Arc::new(runtime::gate_for(&home, &cfg, profile, &workspace)?);
+        let gate = Arc::new(crate::live_gate::LiveGate::open(
+            &home, &cfg, profile, &workspace,
+        )?);
         let audit = runtime::open_audit(&home, &cfg)?;
         let exec_audit = Arc::new(Mutex::new(runtime::open_audit(&home, &cfg)?));
         crate::transaction::record_recovery(&exec_audit, &workspace, recovered.as_deref());
@@ -183,7 +184,7 @@ impl AgentHost {
             let mut agent = Agent {
                 config: agent_cfg,
                 provider: &**provider,
-                gate,
+                gate: &**gate,
                 audit,
                 store,
                 executors,

@@ -23,6 +23,7 @@ pub mod egress;
 pub mod home;
 pub mod host;
 pub mod inline_approvals;
+pub mod live_gate;
 pub mod memory_executor;
 pub mod operator_file;
 pub mod policies;

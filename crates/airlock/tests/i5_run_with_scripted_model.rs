@@ -754,3 +754,75 @@ mod i7_default_budgets {
         );
     }
 }
+
+/// A policy the operator tightens while a session runs reaches it from its next decision
+/// on, within the same turn: the first command is allowed and, while it runs, a local
+/// forbid of `echo` is added; the second command, asked for after it, is denied by that
+/// rule, and the reload is recorded. A broken edit would leave the old policy deciding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_tightened_mid_run_decides_the_runs_next_call() {
+    let f = fixture();
+    let init = exec_fixture::airlock(&f.home, &["init"]);
+    assert!(init.status.success(), "{init:?}");
+    let model = ScriptedModel::start([
+        Step::tool_call("c1", "shell", r#"{"command":"sleep 3; echo one"}"#),
+        Step::tool_call("c2", "shell", r#"{"command":"echo two"}"#),
+        Step::text("Done."),
+    ])
+    .await
+    .unwrap();
+    let mut cmd = scripted_command(&f.home, &model);
+    cmd.args(["run", "--json", "Say one, then two"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    // Once the first command is decided (it then sleeps), the operator forbids `echo`.
+    let log = f.home.join("state/audit/log.jsonl");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("sleep 3; echo one")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first call was never decided"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    std::fs::write(
+        f.home.join("config/policy/local/no-echo.cedar"),
+        "@id(\"local.no-echo\")\n@reason(\"no echo from now on\")\n@help(\"remove config/policy/local/no-echo.cedar\")\nforbid (principal, action == Airlock::Action::\"exec\", resource)\nwhen { context.shell.programs.contains(\"echo\") };\n",
+    )
+    .unwrap();
+    let o = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let r = report(&o);
+    let calls = r["tool_calls"].as_array().unwrap();
+    assert_eq!(calls[0]["decision"], "allow", "{r:#}");
+    assert!(
+        calls[0]["result"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("one\n")),
+        "{r:#}"
+    );
+    assert_eq!(calls[1]["decision"], "deny", "{r:#}");
+    assert_eq!(calls[1]["executed"], false, "{r:#}");
+    let records: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let denial = records
+        .iter()
+        .find(|r| r["kind"] == "decision" && r["action"]["command"] == "echo two")
+        .expect("the second call's decision");
+    assert!(
+        denial["policies"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p == "local.no-echo")),
+        "{denial:#}"
+    );
+    let v = verify(&f.home);
+    assert!(v.status.success(), "{v:?}");
+}

@@ -70,9 +70,10 @@ impl Agent<'_> {
         // whose pattern (same asking rules, same target shape) this action has. The store
         // only returns grants unexpired at `now` and of this session or an operator rule;
         // the Gate checks the expiry again when it mints the token.
-        let patterns: Vec<String> = grant_pattern(&action, &ticket.policies, self.gate.config())
-            .map(|p| vec![p.pattern])
-            .unwrap_or_default();
+        let patterns: Vec<String> =
+            grant_pattern(&action, &ticket.policies, self.gate.current().config())
+                .map(|p| vec![p.pattern])
+                .unwrap_or_default();
         let lookup = GrantLookup {
             session_id: &id,
             action_kind: action.kind(),
@@ -181,10 +182,12 @@ impl Agent<'_> {
                     };
                     let now_secs = Timestamp::now().as_unix_secs();
                     return Ok(
-                        match self
-                            .gate
-                            .approve(ticket, &approval, now_secs, &mut *self.audit)
-                        {
+                        match self.gate.current().approve(
+                            ticket,
+                            &approval,
+                            now_secs,
+                            &mut *self.audit,
+                        ) {
                             Ok(t) => ApprovalAnswer {
                                 request_id,
                                 reasons: vec![format!("approved by {approver}")],
@@ -285,10 +288,12 @@ impl Agent<'_> {
             grant.id, grant.created_by
         );
         Ok(
-            match self
-                .gate
-                .approve(ticket, &approval, now.as_unix_secs(), &mut *self.audit)
-            {
+            match self.gate.current().approve(
+                ticket,
+                &approval,
+                now.as_unix_secs(),
+                &mut *self.audit,
+            ) {
                 Ok(t) => ApprovalAnswer {
                     request_id: None,
                     reasons: vec![reason],

@@ -229,7 +229,10 @@ impl Agent<'_> {
         planned: &PlannedCall,
         approval_id: &mut Option<String>,
     ) -> Result<Authorization<A>, AgentError> {
-        let verdict = self.gate.decide(&run.session, payload, &mut *self.audit);
+        let verdict = self
+            .gate
+            .current()
+            .decide(&run.session, payload, &mut *self.audit);
         let (decision, reasons, policies, result) = match verdict {
             Verdict::Allow(t) => (
                 DecisionKind::Allow,

@@ -131,7 +131,10 @@ impl Agent<'_> {
                 Err(e) => return Ok(Ok(Finished::refused(None, store_error(&e)))),
             },
             MemoryPlan::Read(r) => {
-                let verdict = self.gate.decide(&run.session, r, &mut *self.audit);
+                let verdict = self
+                    .gate
+                    .current()
+                    .decide(&run.session, r, &mut *self.audit);
                 let auth = match verdict {
                     Verdict::Allow(t) => t,
                     Verdict::Deny(d) if d.unrecorded => {
@@ -158,7 +161,10 @@ impl Agent<'_> {
                 }));
             }
         };
-        let verdict = self.gate.decide(&run.session, write, &mut *self.audit);
+        let verdict = self
+            .gate
+            .current()
+            .decide(&run.session, write, &mut *self.audit);
         match verdict {
             Verdict::Allow(auth) => {
                 if let Some(k) =

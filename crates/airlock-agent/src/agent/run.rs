@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use airlock_audit::{AuditEvent, AuditLog};
-use airlock_core::gate::{Gate, Session};
+use airlock_core::gate::Session;
 use airlock_store::{
     BudgetLimits, BudgetState, ChargeError, Counter, SessionStatus, Store, StoreError, Timestamp,
     TranscriptEvent, TurnUpdate, Usage,
@@ -42,8 +42,10 @@ pub struct Agent<'a> {
     pub config: &'a AgentConfig,
     /// The model.
     pub provider: &'a dyn Provider,
-    /// The single decision point, built for this session's workspace.
-    pub gate: &'a Gate,
+    /// The single decision point, built for this session's workspace; asked for the Gate
+    /// in force at every decision, so a policy the operator changes reaches the session
+    /// from its next decision on.
+    pub gate: &'a dyn super::GateSource,
     /// Where decisions and results are recorded.
     pub audit: &'a mut AuditLog,
     /// Sessions, budgets, approval requests and grant lookups: the agent's side only. The
@@ -110,10 +112,10 @@ impl Agent<'_> {
             Err(e) => return Err(e.into()),
         };
         let workspace = &resumed.record.workspace;
-        if self.gate.config().workspace != *workspace {
+        if self.gate.current().config().workspace != *workspace {
             return Err(AgentError::WorkspaceMismatch {
                 session: session_id.into(),
-                gate: self.gate.config().workspace.display().to_string(),
+                gate: self.gate.current().config().workspace.display().to_string(),
                 workspace: workspace.display().to_string(),
             });
         }

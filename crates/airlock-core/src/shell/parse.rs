@@ -380,11 +380,15 @@ impl Walker<'_, '_> {
                 }
                 "word" | "regex" | "extglob_pattern" => {
                     let mut escaped = false;
-                    for at in n.start_byte()..n.end_byte().min(bytes.len()) {
-                        match bytes[at] {
+                    let start = n.start_byte().min(bytes.len());
+                    let end = n.end_byte().min(bytes.len());
+                    for (i, b) in bytes[start..end].iter().enumerate() {
+                        match b {
                             _ if escaped => escaped = false,
                             b'\\' => escaped = true,
-                            b';' | b'&' | b'|' | b'(' | b')' | b'<' | b'>' => return Some(at),
+                            b';' | b'&' | b'|' | b'(' | b')' | b'<' | b'>' => {
+                                return Some(start + i)
+                            }
                             _ => {}
                         }
                     }

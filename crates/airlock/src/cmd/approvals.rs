@@ -345,7 +345,7 @@ fn scoped_pattern(
             escape_line(&request.session_id)
         )
     })?;
-    let gate_config = crate::service::check::gate_config(&cfg, session.workspace.clone());
+    let gate_config = crate::service::check::gate_config(cfg, session.workspace.clone());
     grant_pattern(&action, &request.policies, &gate_config)
         .map_err(|e| anyhow::anyhow!("no scoped grant is possible for `{id}`: {e}"))
 }

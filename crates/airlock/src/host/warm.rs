@@ -21,7 +21,7 @@ use crate::home::Home;
 use crate::service::status::PolicyStatus;
 
 /// What the files looked like when they were last read: (path, size, mtime, inode).
-type Fingerprint = Vec<(PathBuf, u64, i64, i64, u64)>;
+pub(crate) type Fingerprint = Vec<(PathBuf, u64, i64, i64, u64)>;
 
 struct Loaded<T> {
     value: Arc<T>,
@@ -65,7 +65,8 @@ fn dir_into(out: &mut Fingerprint, dir: &Path) {
     }
 }
 
-fn policy_fingerprint(home: &Home, profile: Profile) -> Fingerprint {
+/// The files a load of `profile`'s policy reads, as they are now.
+pub(crate) fn policy_fingerprint(home: &Home, profile: Profile) -> Fingerprint {
     let mut fp = Vec::new();
     dir_into(&mut fp, &home.policy_dir().join(profile.name()));
     dir_into(&mut fp, &home.policy_dir().join("local"));

@@ -87,6 +87,9 @@ pub trait BudgetStore {
 
     /// Current counters for the session and for `now`'s UTC day.
     fn budget_state(&self, session_id: &str, now: Timestamp) -> Result<BudgetState, StoreError>;
+
+    /// What all sessions together have used on `now`'s UTC day.
+    fn day_usage(&self, now: Timestamp) -> Result<Usage, StoreError>;
 }
 
 /// The approvals queue as the requester sees it (the agent loop, the proxy's hook): hold an

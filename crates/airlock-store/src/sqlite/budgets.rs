@@ -167,4 +167,10 @@ impl BudgetStore for SqliteStore {
         });
         self.reported(r)
     }
+
+    fn day_usage(&self, now: Timestamp) -> Result<Usage, StoreError> {
+        let day = now.utc_day();
+        let r = self.read(|tx| read_usage(tx, "daily_budget", "day", &day, day.to_string()));
+        self.reported(r)
+    }
 }

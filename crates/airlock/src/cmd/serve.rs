@@ -71,6 +71,20 @@ pub fn status(as_json: bool) -> anyhow::Result<i32> {
         );
     }
     crate::out!("approvals pending: {}", report.approvals_pending);
+    if let Some(b) = &report.budget_today {
+        let of = |used: u64, limit: Option<u64>| match limit {
+            Some(l) => format!("{used} of {l}"),
+            None => format!("{used} (no limit)"),
+        };
+        crate::out!(
+            "budget today (UTC, all sessions): turns {}, input tokens {}, output tokens {}, cost {} micro-dollars, tool calls {}",
+            of(b.used.turns, b.limits.turns),
+            of(b.used.input_tokens, b.limits.input_tokens),
+            of(b.used.output_tokens, b.limits.output_tokens),
+            of(b.used.cost_micros, b.limits.cost_micros),
+            of(b.used.tool_calls, b.limits.tool_calls),
+        );
+    }
     if report.corrupt_rows > 0 {
         crate::out!("store rows that could not be read: {}", report.corrupt_rows);
     }

@@ -3,7 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use airlock_store::{ApprovalDecisions, SessionStatus, SessionStore, Timestamp};
+use airlock_store::{
+    ApprovalDecisions, BudgetStore, Limits, SessionStatus, SessionStore, Timestamp, Usage,
+};
 
 use crate::home::Home;
 
@@ -14,8 +16,18 @@ pub struct StatusReport {
     pub host: Option<HostStatus>,
     pub sessions: Vec<SessionLine>,
     pub approvals_pending: usize,
+    /// Today's (UTC) use of the per-day budget by every session, and its limits.
+    #[serde(default)]
+    pub budget_today: Option<BudgetToday>,
     /// Rows of the store that could not be read (each also quarantined by the store).
     pub corrupt_rows: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BudgetToday {
+    pub used: Usage,
+    /// `[budget.per_day]` as in force (a counter without a limit is absent).
+    pub limits: Limits,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -69,8 +81,19 @@ pub fn store_status(home: &Home, host: Option<HostStatus>) -> anyhow::Result<Sta
     let approvals = store
         .pending_approvals(Timestamp::now())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let budget_today = match (
+        store.day_usage(Timestamp::now()),
+        crate::config::load(&home.config_file()),
+    ) {
+        (Ok(used), Ok(cfg)) => Some(BudgetToday {
+            used,
+            limits: cfg.budget.per_day,
+        }),
+        _ => None,
+    };
     Ok(StatusReport {
         host,
+        budget_today,
         corrupt_rows: sessions.corrupt.len() + approvals.corrupt.len(),
         sessions: sessions
             .items

@@ -418,6 +418,11 @@ async fn run_through_the_host_gives_the_same_report_and_records_as_embedded() {
         embedded_kinds.iter().any(|k| k.contains("execution")),
         "{embedded_kinds:?}"
     );
+    // Both sessions' turns count against today's budget, which status shows with its
+    // limits (the ones `airlock init` writes).
+    let today = &status(&f)["budget_today"];
+    assert!(today["used"]["turns"].as_u64() >= Some(2), "{today}");
+    assert!(today["limits"]["turns"].as_u64().is_some(), "{today}");
     assert!(
         host.log_text()
             .contains("an agent session through the host"),

@@ -590,6 +590,24 @@ fn caller_home() -> Option<PathBuf> {
 mod tests {
     use super::*;
 
+    /// The Gate's protected paths (which its file tools may only stage, for a held
+    /// commit) and the git entries this sandbox binds read-only without an overlay are
+    /// one list: every git entry the Gate protects is bound here, and the other way round.
+    #[test]
+    fn the_gates_git_paths_and_the_sandboxs_read_only_binds_are_the_same_list() {
+        let gate: std::collections::BTreeSet<&str> = airlock_core::paths::DEFAULT_PROTECTED
+            .iter()
+            .copied()
+            .filter(|p| p.starts_with(".git/"))
+            .collect();
+        let sandbox: std::collections::BTreeSet<&str> = DEFAULT_PROTECTED_PATHS
+            .iter()
+            .chain(GIT_PROTECTED_IF_PRESENT)
+            .copied()
+            .collect();
+        assert_eq!(gate, sandbox);
+    }
+
     #[test]
     fn i4_root_workspace_is_refused_even_when_broad_workspaces_are_allowed() {
         let mut p = SandboxProfile::new("/");

@@ -9,6 +9,13 @@ const LOCAL_README: &str =
     "Policy files (*.cedar) in this directory are loaded with every profile.\n\
 Operator rules such as `airlock net allow` go here. Run `airlock policy check` after editing.\n";
 
+/// Write a file whole or not at all: a running host or session reloads policy and config
+/// files when they change, and must never read half of one (or write through a link).
+fn write_whole(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+    airlock_proxy::write_atomic(path, bytes, 0o600)
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
+}
+
 pub fn run(force: bool) -> anyhow::Result<i32> {
     let home = Home::from_env()?;
     create_private_dir(&home.config)?;
@@ -17,7 +24,7 @@ pub fn run(force: bool) -> anyhow::Result<i32> {
     let cfg = home.config_file();
     let mut wrote = Vec::new();
     if force || !cfg.exists() {
-        std::fs::write(&cfg, DEFAULT_CONFIG)?;
+        write_whole(&cfg, DEFAULT_CONFIG.as_bytes())?;
         crate::out!("wrote {}", cfg.display());
         wrote.push(cfg.display().to_string());
     } else {
@@ -29,7 +36,7 @@ pub fn run(force: bool) -> anyhow::Result<i32> {
         for src in builtin_sources(profile) {
             let file = home.config.join(&src.name);
             if force || !file.exists() {
-                std::fs::write(&file, &src.text)?;
+                write_whole(&file, src.text.as_bytes())?;
                 crate::out!("wrote {}", file.display());
                 wrote.push(file.display().to_string());
             } else {
@@ -39,7 +46,7 @@ pub fn run(force: bool) -> anyhow::Result<i32> {
     }
     let readme = home.policy_dir().join("local").join("README");
     if !readme.exists() {
-        std::fs::write(&readme, LOCAL_README)?;
+        write_whole(&readme, LOCAL_README.as_bytes())?;
     }
     create_private_dir(home.audit_key().parent().unwrap_or(&home.config))?;
     // A new key only for a new log: over an existing log it would make every earlier

@@ -170,18 +170,38 @@ pub fn note_load(
     hosts: &[String],
 ) -> anyhow::Result<()> {
     let new = snapshot(sources, hosts);
+    let path = last_loaded_path(home, profile);
+    if let Some(dir) = path.parent() {
+        crate::home::create_private_dir(dir)?;
+    }
+    // Several processes load the same edit (the host, each running session, commands):
+    // comparing, recording and moving the baseline under one lock records it once.
+    let _lock = lock_beside(&path)?;
     if let Some(old) = read_last(home, profile)? {
         if let Some(change) = change_between(profile, &old, &new)? {
             warn(&change);
             crate::config_audit::record(home, "policy-changed", record_detail(&change))?;
         }
     }
-    let path = last_loaded_path(home, profile);
-    if let Some(dir) = path.parent() {
-        crate::home::create_private_dir(dir)?;
-    }
     airlock_proxy::write_atomic(&path, &serde_json::to_vec(&new)?, 0o600)?;
     Ok(())
+}
+
+/// An exclusive lock on `<path>.lock`, held until dropped.
+fn lock_beside(path: &std::path::Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&name)
+        .map_err(|e| {
+            anyhow::anyhow!("cannot open {}: {e}", std::path::Path::new(&name).display())
+        })?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| {
+        anyhow::anyhow!("cannot lock {}: {e}", std::path::Path::new(&name).display())
+    })
 }
 
 fn record_detail(change: &PolicyChange) -> serde_json::Value {

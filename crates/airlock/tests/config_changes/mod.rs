@@ -218,6 +218,35 @@ fn i4_a_tightening_policy_edit_is_recorded_but_not_flagged() {
         .is_empty());
 }
 
+/// One edit, loaded by many processes at once (the host, running sessions and commands
+/// all reload it), is recorded once: the comparison with the last loaded set and the move
+/// of that baseline happen under one lock.
+#[test]
+fn one_policy_edit_loaded_by_many_processes_at_once_is_recorded_once() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    ok(h, &["init"]);
+    ok(h, &["policy", "check"]);
+    std::fs::write(h.join("config/policy/local/no-writes.cedar"), FORBID_WRITES).unwrap();
+    let children: Vec<_> = (0..8)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_airlock"))
+                .env("AIRLOCK_HOME", h)
+                .args(["policy", "check"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    let all = records(h);
+    assert_eq!(of_kind(&all, "policy-changed").len(), 1, "{all:#?}");
+}
+
 #[test]
 fn i4_net_allow_shows_as_a_loosening_for_the_listed_host() {
     let home = tempfile::tempdir().unwrap();

@@ -433,11 +433,10 @@ impl Shared {
             .map_err(|e| e.to_string());
         let settled = staged.and_then(|st| {
             let session = self.session().map_err(|e| e.to_string())?;
-            let gate = self.gate.gate();
             let txn = crate::transaction::Transaction {
                 home: &self.home,
                 cfg: &self.cfg,
-                gate: &gate,
+                gate: &*self.gate,
                 log: &self.audit,
                 approval_timeout: self.commit_approval_timeout,
                 cancelled: Some(cancel),
@@ -526,11 +525,10 @@ impl Shared {
         // command was decided with (its output is not observed yet).
         let settled = match &end {
             Ok(RunEnd::Finished(_)) => {
-                let gate = self.gate.gate();
                 let txn = crate::transaction::Transaction {
                     home: &self.home,
                     cfg: &self.cfg,
-                    gate: &gate,
+                    gate: &*self.gate,
                     log: &self.audit,
                     approval_timeout: self.commit_approval_timeout,
                     cancelled: Some(cancel),

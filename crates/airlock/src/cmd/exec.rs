@@ -283,7 +283,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         let txn = transaction::Transaction {
             home: &home,
             cfg: &cfg,
-            gate: &gate,
+            gate: &*gate,
             log: &log,
             approval_timeout: std::time::Duration::from_secs(cfg.agent.approval_timeout_secs),
             cancelled: None,

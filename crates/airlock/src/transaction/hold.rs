@@ -12,7 +12,7 @@ use serde_json::json;
 
 use airlock_audit::{AuditEvent, AuditLog};
 use airlock_core::action::WorkspaceCommitAction;
-use airlock_core::gate::{Approval, AskTicket, Gate, Session};
+use airlock_core::gate::{Approval, AskTicket, Session};
 use airlock_core::terminal_text::escape_line;
 use airlock_core::{Action, Authorized, Principal, Via};
 use airlock_store::{
@@ -44,7 +44,7 @@ pub struct HoldSettings<'a> {
 /// session is killed (the reason, for the record).
 pub fn hold(
     settings: &HoldSettings<'_>,
-    gate: &Gate,
+    gate: &dyn airlock_agent::agent::GateSource,
     log: &Mutex<AuditLog>,
     session: &Session,
     ticket: AskTicket<WorkspaceCommitAction>,
@@ -139,6 +139,16 @@ pub fn hold(
                 let stored = Action::from_json(&current.payload).ok();
                 if stored.as_ref() != Some(&action) || current.payload_hash != ticket.action_hash {
                     return Err("the approved payload differs from the held commit".into());
+                }
+                // An approval releases the held commit; it does not override a forbid
+                // the operator added while it waited.
+                let gate = gate.current();
+                let now_decided = gate.evaluate(session, &action);
+                if now_decided.decision == airlock_core::DecisionKind::Deny {
+                    return Err(format!(
+                        "the policy now forbids it ({})",
+                        now_decided.policies.join(", ")
+                    ));
                 }
                 let by = current.decided_by.clone().unwrap_or_default();
                 let approver: Principal = by

@@ -28,7 +28,7 @@ use serde_json::json;
 
 use airlock_audit::{AuditEvent, AuditLog};
 use airlock_core::action::WorkspaceCommitAction;
-use airlock_core::gate::{Gate, Session, Verdict};
+use airlock_core::gate::{Session, Verdict};
 use airlock_core::terminal_text::escape_line;
 use airlock_core::{Attribution, Authorized, Principal, Via};
 use airlock_sandbox::WorkspaceOverlay;
@@ -139,7 +139,8 @@ fn system() -> Attribution {
 pub struct Transaction<'a> {
     pub home: &'a Home,
     pub cfg: &'a Config,
-    pub gate: &'a Gate,
+    /// The Gate in force at each decision (a session's reloads its policy).
+    pub gate: &'a dyn airlock_agent::agent::GateSource,
     pub log: &'a Mutex<AuditLog>,
     /// How long a held commit waits for an answer.
     pub approval_timeout: Duration,
@@ -190,9 +191,10 @@ impl Transaction<'_> {
         let action = commit_action(workspace, &cs);
         // Decided (and recorded) with the log locked for the decision alone: a held
         // commit records more while it waits.
-        let verdict = self
-            .gate
-            .decide(session, action, &mut *crate::cmd::exec::lock(self.log));
+        let verdict =
+            self.gate
+                .current()
+                .decide(session, action, &mut *crate::cmd::exec::lock(self.log));
         let token = match verdict {
             Verdict::Allow(t) => t,
             Verdict::Deny(d) => {

@@ -177,3 +177,53 @@ async fn write_file_of_git_metadata_is_held_with_its_diff_and_lands_once_approve
     assert!(undo.status.success(), "{}", text(&undo));
     assert_eq!(read(&f.ws, ".git/config").as_deref(), Some(before));
 }
+
+/// A held commit's approval does not override a forbid the operator added while it
+/// waited: the commit is decided again with the policy in force, refused by the new rule's
+/// name, and nothing reaches the workspace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approved_commit_is_refused_by_a_forbid_added_while_it_waited() {
+    let f = home_with(60, "");
+    put(&f.ws, &[("main.c", "int main(void) { return 0; }\n")]);
+    let model = ScriptedModel::start([
+        Step::tool_call(
+            "c1",
+            "write_file",
+            r#"{"path":"Makefile","content":"all:\n\tcc main.c\n"}"#,
+        ),
+        Step::text("Done."),
+    ])
+    .await
+    .unwrap();
+    let mut child = run_in(&f, &model).await;
+    let home = f.home.clone();
+    let (held, child) = tokio::task::spawn_blocking(move || {
+        let held = pending_commit(&home, &mut child);
+        (held, child)
+    })
+    .await
+    .unwrap();
+    let local = f.home.join("config/policy/local");
+    std::fs::create_dir_all(&local).unwrap();
+    std::fs::write(
+        local.join("no-build-files.cedar"),
+        "@id(\"local.no-build-files\")\n@reason(\"build files are mine\")\n@help(\"remove config/policy/local/no-build-files.cedar\")\nforbid (principal, action == Airlock::Action::\"workspace.commit\", resource)\nwhen { context.commit.touches_sensitive };\n",
+    )
+    .unwrap();
+    let approved = airlock(&f.home, &["approvals", "approve", &held.id]);
+    assert!(approved.status.success(), "{}", text(&approved));
+    let o = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let r = report(&o);
+    let result = r["tool_calls"][0]["result"].as_str().unwrap_or_default();
+    assert!(
+        result.contains("the policy now forbids it (local.no-build-files)"),
+        "{r:#}"
+    );
+    assert!(
+        !f.ws.join("Makefile").exists(),
+        "committed despite the new forbid"
+    );
+    assert!(kinds(&f.home).iter().any(|k| k == "workspace-discard"));
+}

@@ -18,18 +18,14 @@ use std::time::Duration;
 use clap::{Subcommand, ValueEnum};
 use serde_json::json;
 
-use airlock_agent::agent::{grant_pattern, GrantPattern};
-use airlock_audit::AuditEvent;
 use airlock_core::terminal_text::escape_line;
-use airlock_core::Action;
 use airlock_store::{
     ApprovalDecisions, ApprovalError, ApprovalPreview, ApprovalRequest, ApprovalRequests,
-    ApprovalStatus, ApproveRequest, GrantScope, GrantTarget, NewGrant, SessionStore, SqliteStore,
-    StoreError, Timestamp, MAX_GRANT_TTL,
+    ApprovalStatus, SqliteStore, StoreError, Timestamp, MAX_GRANT_TTL,
 };
 
 use crate::home::Home;
-use crate::{config, runtime};
+use crate::service::approvals as service;
 
 /// The principal the local operator decides as.
 pub const OPERATOR: &str = "owner";
@@ -68,7 +64,8 @@ pub enum ApprovalsCommand {
 }
 
 /// How far a grant reaches beyond the approved payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Scope {
     /// Matching actions (same asking rule, same target shape) in the session that asked.
     Session,
@@ -88,15 +85,8 @@ pub fn run(cmd: ApprovalsCommand) -> anyhow::Result<i32> {
             duration,
             scope,
             hash,
-        } => approve(
-            &home,
-            &store,
-            &id,
-            duration.as_deref(),
-            scope,
-            hash.as_deref(),
-        ),
-        ApprovalsCommand::Deny { id, reason } => deny(&home, &store, &id, reason.as_deref()),
+        } => approve(&home, &id, duration.as_deref(), scope, hash.as_deref()),
+        ApprovalsCommand::Deny { id, reason } => deny(&home, &id, reason.as_deref()),
     }
 }
 
@@ -216,169 +206,52 @@ fn show(store: &SqliteStore, id: &str) -> anyhow::Result<i32> {
 
 fn approve(
     home: &Home,
-    store: &SqliteStore,
     id: &str,
     duration: Option<&str>,
     scope: Option<Scope>,
     hash: Option<&str>,
 ) -> anyhow::Result<i32> {
-    let now = Timestamp::now();
-    let request = get(store, id)?;
-    let bound = duration.map(parse_grant_duration).transpose()?;
-    let cfg = config::load(&home.config_file())?;
-    let pattern = match scope {
-        Some(scope) if bound.is_some() => Some(scoped_pattern(store, &cfg, &request, scope)?),
-        _ => None,
+    let input = service::ApproveInput {
+        id: id.to_string(),
+        duration: duration.map(str::to_string),
+        scope,
+        hash: hash.map(str::to_string),
     };
-    let grant = bound.map(|d| NewGrant {
-        scope: match scope {
-            Some(Scope::Rule) => GrantScope::Rule,
-            Some(Scope::Session) | None => GrantScope::Session {
-                session_id: request.session_id.clone(),
-            },
-        },
-        target: match &pattern {
-            Some(p) => GrantTarget::Pattern {
-                action_kind: request.action_kind.clone(),
-                pattern: p.pattern.clone(),
-            },
-            None => GrantTarget::Payload {
-                action_kind: request.action_kind.clone(),
-                action_hash: request.payload_hash.clone(),
-            },
-        },
-        created_by: OPERATOR.into(),
-        expires_at: now.plus(d),
-    });
-    // The audit log must be writable before anything is decided.
-    let mut log = runtime::open_audit(home, &cfg)?;
-    let approved = store
-        .approve(
-            id,
-            &ApproveRequest {
-                approver: OPERATOR,
-                payload_hash: hash.unwrap_or(&request.payload_hash),
-                grant: grant.clone(),
-            },
-            now,
-        )
-        .map_err(|e| decision_error(id, e))?;
-    let payload: serde_json::Value =
-        serde_json::from_str(&approved.request.payload).unwrap_or(serde_json::Value::Null);
-    let ev = AuditEvent::by(
-        "approval-granted",
-        approved.request.session_id.as_str(),
-        &crate::cmd::approvals::operator(),
-    )
-    .with_action(payload.clone(), approved.request.payload_hash.clone())
-    .with_detail(json!({
-        "approval_id": approved.request.id,
-        "decided_by": operator_detail(),
-        "grant_id": approved.grant_id,
-    }));
-    log.append(ev)
-        .map_err(|e| anyhow::anyhow!("approved `{id}`, but its audit record failed: {e}"))?;
-    if let (Some(g), Some(grant_id)) = (&grant, &approved.grant_id) {
-        let ev = AuditEvent::by(
-            "grant-created",
-            approved.request.session_id.as_str(),
-            &crate::cmd::approvals::operator(),
-        )
-        .with_action(payload, approved.request.payload_hash.clone())
-        .with_detail(json!({
-            "grant_id": grant_id,
-            "approval_id": approved.request.id,
-            "scope": g.scope,
-            "target": g.target,
-            "shape": pattern.as_ref().map(|p| &p.shape),
-            "matches": pattern.as_ref().map(|p| &p.summary),
-            "expires_at_ms": g.expires_at.as_unix_ms(),
-            "decided_by": operator_detail(),
-        }));
-        log.append(ev).map_err(|e| {
-            anyhow::anyhow!("granted `{grant_id}`, but its audit record failed: {e}")
-        })?;
-    }
-    log.close().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let done: service::Approved = match crate::host::client::find(home) {
+        Some(host) => host.post("/v1/approvals/approve", &input)?,
+        None => service::approve(home, &input)?,
+    };
     crate::out!(
         "approved {} ({})",
-        escape_line(id),
-        escape_line(&approved.request.payload_hash)
+        escape_line(&done.id),
+        escape_line(&done.payload_hash)
     );
-    if let (Some(grant_id), Some(d)) = (&approved.grant_id, bound) {
-        let what = match &pattern {
-            Some(p) => escape_line(&p.summary),
-            None => "the same payload".into(),
-        };
+    if let Some(g) = &done.grant {
         crate::out!(
-            "grant {} lets {what} through for {} ({})",
-            escape_line(grant_id),
-            human(d),
-            match scope {
-                Some(Scope::Rule) => "every session, when held by the same rule",
-                Some(Scope::Session) | None => "this session",
-            }
+            "grant {} lets {} through for {} ({})",
+            escape_line(&g.id),
+            escape_line(&g.matches),
+            escape_line(&g.lasts),
+            escape_line(&g.reach)
         );
     }
     Ok(0)
 }
 
-/// The pattern a scoped grant for `request` matches, computed the way the agent loop
-/// computes it for held actions (same Gate configuration for the session's workspace).
-fn scoped_pattern(
-    store: &SqliteStore,
-    cfg: &config::Config,
-    request: &ApprovalRequest,
-    scope: Scope,
-) -> anyhow::Result<GrantPattern> {
-    let id = escape_line(&request.id);
-    if scope == Scope::Rule && request.policies.is_empty() {
-        anyhow::bail!(
-            "request `{id}` names no asking rule, so a rule-scoped grant has nothing to bind to\nhelp: use `--scope session`, or `--for` alone for this exact payload"
-        );
-    }
-    let action = Action::from_json(&request.payload)
-        .map_err(|e| anyhow::anyhow!("the payload held by `{id}` is not a valid action: {e}"))?;
-    let session = store.get_session(&request.session_id).map_err(|e| {
-        anyhow::anyhow!(
-            "cannot read session `{}` of request `{id}`: {e}",
-            escape_line(&request.session_id)
-        )
-    })?;
-    let gate_config = crate::service::check::gate_config(cfg, session.workspace.clone());
-    grant_pattern(&action, &request.policies, &gate_config)
-        .map_err(|e| anyhow::anyhow!("no scoped grant is possible for `{id}`: {e}"))
-}
-
-fn deny(home: &Home, store: &SqliteStore, id: &str, reason: Option<&str>) -> anyhow::Result<i32> {
-    let now = Timestamp::now();
-    get(store, id)?;
-    let cfg = config::load(&home.config_file())?;
-    let mut log = runtime::open_audit(home, &cfg)?;
-    let denied = store
-        .deny(id, OPERATOR, reason, now)
-        .map_err(|e| decision_error(id, e))?;
-    let payload: serde_json::Value =
-        serde_json::from_str(&denied.payload).unwrap_or(serde_json::Value::Null);
-    let ev = AuditEvent::by(
-        "approval-denied",
-        denied.session_id.as_str(),
-        &crate::cmd::approvals::operator(),
-    )
-    .with_action(payload, denied.payload_hash.clone())
-    .with_detail(json!({
-        "approval_id": denied.id,
-        "decided_by": operator_detail(),
-        "reason": reason,
-    }));
-    log.append(ev)
-        .map_err(|e| anyhow::anyhow!("denied `{id}`, but its audit record failed: {e}"))?;
-    log.close().map_err(|e| anyhow::anyhow!("{e}"))?;
-    crate::out!("denied {}", escape_line(id));
+fn deny(home: &Home, id: &str, reason: Option<&str>) -> anyhow::Result<i32> {
+    let input = service::DenyInput {
+        id: id.to_string(),
+        reason: reason.map(str::to_string),
+    };
+    let done: service::Denied = match crate::host::client::find(home) {
+        Some(host) => host.post("/v1/approvals/deny", &input)?,
+        None => service::deny(home, &input)?,
+    };
+    crate::out!("denied {}", escape_line(&done.id));
     Ok(0)
 }
 
-fn get(store: &SqliteStore, id: &str) -> anyhow::Result<ApprovalRequest> {
+pub(crate) fn get(store: &SqliteStore, id: &str) -> anyhow::Result<ApprovalRequest> {
     store.get_approval(id).map_err(|e| match e {
         StoreError::NotFound { .. } => anyhow::anyhow!(
             "no approval request `{}`\nhelp: `airlock approvals list` shows the pending ones",
@@ -388,7 +261,7 @@ fn get(store: &SqliteStore, id: &str) -> anyhow::Result<ApprovalRequest> {
     })
 }
 
-fn decision_error(id: &str, e: ApprovalError) -> anyhow::Error {
+pub(crate) fn decision_error(id: &str, e: ApprovalError) -> anyhow::Error {
     match e {
         ApprovalError::NotPending { status, .. } => anyhow::anyhow!(
             "approval request `{}` is already {} and cannot be decided again\nhelp: `airlock approvals show {}` shows who decided",
@@ -409,7 +282,7 @@ fn effective_status(r: &ApprovalRequest, now: Timestamp) -> &'static str {
 }
 
 /// A grant's duration: required to be positive and within the store's cap.
-fn parse_grant_duration(text: &str) -> anyhow::Result<Duration> {
+pub(crate) fn parse_grant_duration(text: &str) -> anyhow::Result<Duration> {
     let d = humantime::parse_duration(text).map_err(|e| {
         anyhow::anyhow!(
             "invalid --for `{}`: {e}\nhelp: give a duration such as 30m, 2h or 1d",
@@ -437,7 +310,7 @@ fn since(earlier: Timestamp, later: Timestamp) -> Duration {
 }
 
 /// `45s`, `12m`, `3h`, `2d`.
-fn human(d: Duration) -> String {
+pub(crate) fn human(d: Duration) -> String {
     let s = d.as_secs();
     match s {
         0..=59 => format!("{s}s"),

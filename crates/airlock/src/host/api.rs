@@ -74,6 +74,8 @@ pub fn router(host: Arc<Host>) -> Router {
         .route("/v1/status", get(status_route))
         .route("/v1/check", post(check_route))
         .route("/v1/replay", post(replay_route))
+        .route("/v1/approvals/approve", post(approve_route))
+        .route("/v1/approvals/deny", post(deny_route))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -211,4 +213,36 @@ async fn replay_route(
     .await
     .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?
     .map(Json)
+}
+
+/// Approve a held request as the owner (the caller's uid was checked): the same service as
+/// `airlock approvals approve` embedded. A request that cannot be decided (unknown, already
+/// decided, another hash) is the caller's error.
+async fn approve_route(
+    State(host): State<Arc<Host>>,
+    body: Bytes,
+) -> Result<Json<crate::service::approvals::Approved>, ApiError> {
+    let input: crate::service::approvals::ApproveInput = parse(&body)?;
+    tracing::info!(request = %input.id, "approving through the host");
+    let home = host.home.clone();
+    tokio::task::spawn_blocking(move || crate::service::approvals::approve(&home, &input))
+        .await
+        .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?
+        .map(Json)
+        .map_err(ApiError::bad_request)
+}
+
+/// Deny a held request as the owner: the same service as `airlock approvals deny`.
+async fn deny_route(
+    State(host): State<Arc<Host>>,
+    body: Bytes,
+) -> Result<Json<crate::service::approvals::Denied>, ApiError> {
+    let input: crate::service::approvals::DenyInput = parse(&body)?;
+    tracing::info!(request = %input.id, "denying through the host");
+    let home = host.home.clone();
+    tokio::task::spawn_blocking(move || crate::service::approvals::deny(&home, &input))
+        .await
+        .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?
+        .map(Json)
+        .map_err(ApiError::bad_request)
 }

@@ -3,6 +3,7 @@
 //! returns a report; neither reads the terminal nor prints, so the same input gives the
 //! same decision and the same records whichever process runs it.
 
+pub mod approvals;
 pub mod check;
 pub mod replay;
 pub mod status;

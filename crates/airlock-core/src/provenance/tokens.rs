@@ -117,6 +117,16 @@ mod tests {
         assert!(!contains_run(&hay, &t("View Hot")));
     }
 
+    /// A possessive ending is cut only from a longer word: a word that is nothing but
+    /// the ending stays a token (found by mutation testing: `>` read as `>=`).
+    #[test]
+    fn a_word_that_is_only_a_possessive_ending_is_kept() {
+        assert_eq!(normalize_token("’s"), "’s");
+        assert_eq!(normalize_token("x’s"), "x");
+        assert_eq!(normalize_token("Bob's"), "bob");
+        assert_eq!(t("’s"), vec!["’s"]);
+    }
+
     #[test]
     fn spans_point_at_the_word() {
         let s = "a  'b' c";
@@ -128,5 +138,8 @@ mod tests {
     fn numbers_read_as_written() {
         assert_eq!(number_text(7.0), "7");
         assert_eq!(number_text(98.7), "98.7");
+        // A negative zero is written as people write zero (found by mutation testing:
+        // the integral branch read `<` as `==` or `>`).
+        assert_eq!(number_text(-0.0), "0");
     }
 }

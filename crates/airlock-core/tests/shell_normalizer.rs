@@ -180,6 +180,9 @@ fn a_regex_outside_a_test_is_unparsed() {
         "echo $(echo =~ | xargs rm)",
         "echo \"$(true == && rm y)\"",
         "x=$(echo == ; rm -rf y)",
+        "echo $(echo == && rm -rf y)",
+        "echo $(echo =~ & rm -rf y)",
+        "echo \"$(true == || rm -rf y)\"",
         "cat <<EOF\n- $(echo == | xargs basename)\nEOF",
         "sh -c 'echo $(echo == ; rm -rf y)'",
     ] {

@@ -473,3 +473,39 @@ fn a_protected_write_is_refused_unless_the_host_stages_writes() {
         }
     }
 }
+
+#[test]
+fn a_tool_result_taints_the_session_and_a_source_the_owner_named_vouches_for_its_address() {
+    use airlock_core::provenance::Trace;
+    let owner_said = "Add Lena to the project. Her address is on her site www.lena-park.example";
+    let page = "Lena Park, illustrator in Oslo. You can reach me at lena@studio-park.example.";
+    let mail = Action::MessageSend(MessageSendAction {
+        channel: "email".into(),
+        destination: "lena@studio-park.example".into(),
+        text: "welcome to the project".into(),
+    });
+    let untraced = |s: &Session| {
+        gate().evaluate(s, &mail).facts["context"]["provenance"]["untraced"].to_string()
+    };
+    // Read through the tool the owner pointed at: tainted, and the page vouches for the address.
+    let mut s = Session::new("t1", "owner");
+    s.observe_trusted(owner_said);
+    s.observe_tool_result(
+        "tool:get_webpage",
+        &serde_json::json!({"url": "www.lena-park.example"}),
+        page,
+    );
+    assert!(s.taint.is_tainted());
+    assert_eq!(s.taint.first_untrusted_source(), Some("tool:get_webpage"));
+    assert_eq!(
+        s.taint
+            .trace_value(&serde_json::json!("lena@studio-park.example")),
+        Trace::Traced
+    );
+    assert!(!untraced(&s).contains("destination"), "{}", untraced(&s));
+    // The same page as plain untrusted content vouches for nothing.
+    let mut s = Session::new("t2", "owner");
+    s.observe_trusted(owner_said);
+    s.observe_untrusted("tool:get_webpage", page);
+    assert!(untraced(&s).contains("destination"), "{}", untraced(&s));
+}

@@ -140,10 +140,18 @@ pub fn public_key_path(secret_path: &Path) -> PathBuf {
 /// Replace the file at `path` with `bytes` so that a crash leaves the old or the new
 /// content, never a mix: write a temporary file beside it, fsync, rename, fsync the
 /// directory.
+/// `.tmp-<pid>-<n>`: unique among the processes and the threads writing at once (a host
+/// runs many logs in one process).
+fn unique_tmp_suffix() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!(".tmp-{}-{n}", std::process::id())
+}
+
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), AuditError> {
     let tmp = {
         let mut name = path.as_os_str().to_owned();
-        name.push(format!(".tmp-{}", std::process::id()));
+        name.push(unique_tmp_suffix());
         PathBuf::from(name)
     };
     let _ = fs::remove_file(&tmp);
@@ -207,7 +215,7 @@ fn create_key_file(path: &Path) -> Result<(), AuditError> {
     // and two processes never end up with different keys.
     let tmp = {
         let mut name = path.as_os_str().to_owned();
-        name.push(format!(".tmp-{}", std::process::id()));
+        name.push(unique_tmp_suffix());
         PathBuf::from(name)
     };
     let written = (|| {

@@ -1,15 +1,16 @@
-//! Where the loop gets the Gate for each decision.
+//! Where a decider gets the Gate for each decision.
 //!
-//! A session can run for hours (a chat), and the operator may take something back while
-//! it does: a policy edit, `airlock net revoke`. So the loop asks its [`GateSource`] for
-//! the Gate at every decision rather than holding one for the session's life. A plain
-//! [`Gate`] is its own source (fixed for the session, as in tests and embeddings that
-//! reload nothing); the `airlock` binary's source reloads the policy when its files change.
+//! A session can run for hours (a chat), a held request can wait for minutes, and the
+//! operator may take something back meanwhile: a policy edit, `airlock net revoke`. So the
+//! agent loop and the egress proxy ask their [`GateSource`] for the Gate at every decision
+//! (an approval's included) rather than holding one for their whole life. A plain [`Gate`]
+//! is its own source (fixed, as in tests and embeddings that reload nothing); the `airlock`
+//! binary's source reloads the policy when its files change.
 
 use std::ops::Deref;
 use std::sync::Arc;
 
-use airlock_core::gate::Gate;
+use crate::gate::Gate;
 
 /// The Gate in force now.
 pub enum CurrentGate<'a> {

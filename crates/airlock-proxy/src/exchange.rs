@@ -8,6 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use airlock_core::action::NetRequestAction;
 use airlock_core::gate::Verdict;
 use airlock_core::Authorized;
+use airlock_core::{Action, DecisionKind};
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
@@ -287,7 +288,7 @@ pub(crate) async fn authorize(
         let (inner2, session2, action2) = (inner.clone(), session.clone(), action.clone());
         tokio::task::spawn_blocking(move || {
             let mut log = inner2.audit.log.lock().unwrap_or_else(|p| p.into_inner());
-            inner2.gate.decide(&session2, action2, &mut *log)
+            inner2.gate.current().decide(&session2, action2, &mut *log)
         })
         .await
     };
@@ -334,14 +335,27 @@ pub(crate) async fn authorize(
                     return Err(deny(ex, "ask-timeout", &r, &policies));
                 }
             };
-            let inner2 = inner.clone();
+            let (inner2, session2) = (inner.clone(), session.clone());
             let approved = tokio::task::spawn_blocking(move || {
                 let now = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
                     .map(|d| d.as_secs())
                     .unwrap_or(0);
+                // An approval releases the held request; it does not override a forbid
+                // (or a revoked rule) that came while it waited: the request is decided
+                // again with the policy in force now.
+                let gate = inner2.gate.current();
+                let held = Action::NetRequest(ticket.action().clone());
+                let now_decided = gate.evaluate(&session2, &held);
+                if now_decided.decision == DecisionKind::Deny {
+                    return Err(format!(
+                        "the policy now forbids it ({})",
+                        now_decided.policies.join(", ")
+                    ));
+                }
                 let mut log = inner2.audit.log.lock().unwrap_or_else(|p| p.into_inner());
-                inner2.gate.approve(ticket, &approval, now, &mut *log)
+                gate.approve(ticket, &approval, now, &mut *log)
+                    .map_err(|e| e.to_string())
             })
             .await;
             match approved {
@@ -350,7 +364,7 @@ pub(crate) async fn authorize(
                     ex.policies = policies;
                     Ok(a)
                 }
-                Ok(Err(e)) => Err(deny(ex, "ask-refused", &[e.to_string()], &policies)),
+                Ok(Err(e)) => Err(deny(ex, "ask-refused", &[e], &policies)),
                 Err(e) => Err(deny(
                     ex,
                     "error",

@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use airlock_audit::AuditLog;
 use airlock_core::action::NetRequestAction;
-use airlock_core::gate::{Gate, Session};
+use airlock_core::gate::Session;
+use airlock_core::gate_source::GateSource;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -38,8 +39,9 @@ pub struct ProxyConfig {
     /// The session the run belongs to (its taint is read for every decision; update it
     /// with [`Proxy::set_session`]).
     pub session: Session,
-    /// The Gate, loaded with the profile's policies plus [`crate::rules_to_cedar`].
-    pub gate: Arc<Gate>,
+    /// The Gate, loaded with the profile's policies plus [`crate::rules_to_cedar`]: asked
+    /// for the one in force at every decision, so an edit reaches a running proxy.
+    pub gate: Arc<dyn GateSource>,
     /// The audit log; decisions and exchanges are appended here.
     pub audit: Arc<Mutex<AuditLog>>,
     /// The operator's net rules (pass-through hosts and SSRF exceptions are read here).
@@ -61,7 +63,7 @@ impl ProxyConfig {
     /// are denied) and default limits.
     pub fn new(
         session: Session,
-        gate: Arc<Gate>,
+        gate: Arc<dyn GateSource>,
         audit: Arc<Mutex<AuditLog>>,
         rules: NetRules,
         ca: Arc<CertificateAuthority>,
@@ -102,7 +104,7 @@ pub enum ProxyError {
 
 pub(crate) struct Inner {
     session: RwLock<Session>,
-    pub(crate) gate: Arc<Gate>,
+    pub(crate) gate: Arc<dyn GateSource>,
     pub(crate) audit: AuditHandle,
     pub(crate) rules: NetRules,
     pub(crate) guard: AddressGuard,

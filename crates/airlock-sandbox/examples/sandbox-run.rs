@@ -93,7 +93,7 @@ fn main() {
         cwd: String::new(),
         env: vec![],
     });
-    let result = sandbox.and_then(|s| s.run(&auth, &profile, output));
+    let result = sandbox.and_then(|s| s.run(&auth, &profile, output.clone()));
     // Only the layers this run made itself; an overlay named by --profile is the caller's.
     if let Some(overlay) = profile
         .workspace_overlay
@@ -107,7 +107,7 @@ fn main() {
     }
     match result {
         Ok(outcome) => {
-            if output == OutputMode::Capture {
+            if matches!(output, OutputMode::Capture) {
                 use std::io::Write;
                 let _ = std::io::stdout().write_all(&outcome.stdout);
                 let _ = std::io::stderr().write_all(&outcome.stderr);

@@ -222,7 +222,7 @@ impl Sandbox {
         let out = child
             .stdout
             .take()
-            .map(|s| pump(s, output, Stream::Stdout, cap.clone()));
+            .map(|s| pump(s, output.clone(), Stream::Stdout, cap.clone()));
         let err = child
             .stderr
             .take()

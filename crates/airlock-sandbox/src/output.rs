@@ -6,13 +6,39 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 /// Where the payload's output goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum OutputMode {
     /// Forwarded live to this process's stdout and stderr (through pipes, so the payload
     /// never holds the caller's terminal), up to the cap; then a marker says it was cut.
     Inherit,
+    /// Forwarded live, as [`OutputMode::Inherit`], to another caller's streams: a host
+    /// that runs a client's command forwards to the descriptors the client sent it.
+    Forward(ForwardTo),
     /// Kept in [`crate::RunOutcome::stdout`] / [`crate::RunOutcome::stderr`], up to the cap.
     Capture,
+}
+
+/// The two streams [`OutputMode::Forward`] writes to.
+#[derive(Debug, Clone)]
+pub struct ForwardTo {
+    pub stdout: Arc<std::fs::File>,
+    pub stderr: Arc<std::fs::File>,
+}
+
+impl OutputMode {
+    /// Write `chunk` of `stream` where this mode forwards it (nothing for a capture).
+    fn forward(&self, stream: Stream, chunk: &[u8]) {
+        let _ = match (self, stream) {
+            (OutputMode::Capture, _) => Ok(()),
+            (OutputMode::Inherit, Stream::Stdout) => std::io::stdout()
+                .lock()
+                .write_all(chunk)
+                .and_then(|()| std::io::stdout().flush()),
+            (OutputMode::Inherit, Stream::Stderr) => std::io::stderr().lock().write_all(chunk),
+            (OutputMode::Forward(to), Stream::Stdout) => (&*to.stdout).write_all(chunk),
+            (OutputMode::Forward(to), Stream::Stderr) => (&*to.stderr).write_all(chunk),
+        };
+    }
 }
 
 /// The byte budget shared by stdout and stderr of one run.
@@ -82,25 +108,14 @@ pub(crate) fn pump(
             let chunk = &buf[..grant];
             match mode {
                 OutputMode::Capture => kept.extend_from_slice(chunk),
-                OutputMode::Inherit => {
-                    let _ = match stream {
-                        Stream::Stdout => std::io::stdout()
-                            .lock()
-                            .write_all(chunk)
-                            .and_then(|()| std::io::stdout().flush()),
-                        Stream::Stderr => std::io::stderr().lock().write_all(chunk),
-                    };
-                }
+                _ => mode.forward(stream, chunk),
             }
             if grant < n
                 && !cap.truncated.swap(true, Ordering::Relaxed)
-                && mode == OutputMode::Inherit
+                && !matches!(mode, OutputMode::Capture)
             {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "\n[airlock: output cut after {} bytes]",
-                    cap.cap
-                );
+                let marker = format!("\n[airlock: output cut after {} bytes]\n", cap.cap);
+                mode.forward(Stream::Stderr, marker.as_bytes());
             }
         }
         kept

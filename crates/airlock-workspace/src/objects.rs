@@ -52,7 +52,14 @@ impl Objects {
         }
         let shard = dest.parent().unwrap_or(&self.dir).to_path_buf();
         std::fs::create_dir_all(&shard).map_err(|e| WorkspaceError::io("create", &shard, e))?;
-        let tmp = shard.join(format!(".tmp-{}-{}", std::process::id(), &expected[2..10]));
+        // Unique among processes and among threads of one (a host commits for many runs).
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = shard.join(format!(
+            ".tmp-{}-{n}-{}",
+            std::process::id(),
+            &expected[2..10]
+        ));
         let mut f = File::options()
             .write(true)
             .create(true)

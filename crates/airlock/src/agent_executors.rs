@@ -26,11 +26,11 @@ use airlock_proxy::{
 use airlock_sandbox::OutputMode;
 use airlock_store::{SessionStore, SqliteStore};
 
-use crate::cmd::exec::{self, RunEnd};
 use crate::cmd::kill::KILLED_MARKER;
 use crate::config::Config;
 use crate::egress::{Egress, EgressSetup};
 use crate::home::Home;
+use crate::service::exec::{self, RunEnd};
 
 /// Most bytes of command output or response body handed back to the model.
 pub const MAX_RESULT_BYTES: usize = 64 * 1024;
@@ -326,7 +326,7 @@ impl Shared {
             setup,
             &self.home,
             &session,
-            self.gate.gate(),
+            self.gate.clone(),
             self.audit.clone(),
             self.cfg.sandbox.uid,
         )?)
@@ -440,6 +440,7 @@ impl Shared {
                 log: &self.audit,
                 approval_timeout: self.commit_approval_timeout,
                 cancelled: Some(cancel),
+                notices: &crate::service::caller::Notices::Stderr,
             };
             Ok(txn.settle(
                 &session,
@@ -532,6 +533,7 @@ impl Shared {
                     log: &self.audit,
                     approval_timeout: self.commit_approval_timeout,
                     cancelled: Some(cancel),
+                    notices: &crate::service::caller::Notices::Stderr,
                 };
                 let session = self.session()?;
                 Some(txn.settle(

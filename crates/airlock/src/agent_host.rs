@@ -21,9 +21,9 @@ use airlock_store::{
 };
 
 use crate::agent_executors::{EgressExtras, HostExecutors};
-use crate::cmd::approvals::open_store;
 use crate::config::Config;
 use crate::home::Home;
+use crate::service::approvals::open_store;
 use crate::{policies, runtime};
 
 /// How to set up a model, shown when none is configured.
@@ -111,7 +111,11 @@ impl AgentHost {
         let workspace = record.workspace.clone();
         // A commit a crash interrupted is finished or rolled back before the session
         // sees the workspace, and the outcome is said and recorded.
-        let (_, recovered) = crate::transaction::open_workspace(&home, &workspace)?;
+        let (_, recovered) = crate::transaction::open_workspace(
+            &home,
+            &workspace,
+            &crate::service::caller::Notices::Stderr,
+        )?;
         let gate = Arc::new(crate::live_gate::LiveGate::open(
             &home, &cfg, profile, &workspace,
         )?);

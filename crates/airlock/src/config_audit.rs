@@ -5,8 +5,8 @@
 
 use serde_json::Value;
 
-use crate::cmd::approvals::{operator, operator_detail};
 use crate::home::Home;
+use crate::service::approvals::{operator, operator_detail};
 use crate::{config, runtime};
 use airlock_audit::AuditEvent;
 

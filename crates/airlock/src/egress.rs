@@ -32,7 +32,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use airlock_audit::AuditLog;
-use airlock_core::gate::{Gate, Session};
+use airlock_core::gate::Session;
+use airlock_core::gate_source::GateSource;
 use airlock_proxy::secrets::LoadedSecret;
 use airlock_proxy::{
     ApprovalHook, CertificateAuthority, Connector, Limits, NetRules, Proxy, ProxyConfig,
@@ -301,7 +302,7 @@ impl EgressBinding {
     pub fn serve(
         mut self,
         session: &Session,
-        gate: Arc<Gate>,
+        gate: Arc<dyn GateSource>,
         audit: Arc<Mutex<AuditLog>>,
     ) -> Result<Egress, EgressError> {
         // Before the listener is taken: a binding that fails here still removes its dir.
@@ -400,7 +401,7 @@ impl Egress {
         setup: EgressSetup,
         home: &Home,
         session: &Session,
-        gate: Arc<Gate>,
+        gate: Arc<dyn GateSource>,
         audit: Arc<Mutex<AuditLog>>,
         sandbox_uid: u32,
     ) -> Result<Egress, EgressError> {

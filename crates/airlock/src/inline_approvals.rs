@@ -26,8 +26,8 @@ use airlock_store::{
 
 use airlock_core::terminal_text::escape_line;
 
-use crate::cmd::approvals::{open_store, OPERATOR};
 use crate::home::Home;
+use crate::service::approvals::{open_store, OPERATOR};
 
 /// How often the queue is read.
 const POLL: Duration = Duration::from_millis(100);
@@ -197,7 +197,7 @@ fn record(
             let ev = AuditEvent::by(
                 kind,
                 req.session_id.as_str(),
-                &crate::cmd::approvals::operator(),
+                &crate::service::approvals::operator(),
             )
             .with_action(payload, req.payload_hash.clone())
             .with_detail(json!({

@@ -43,18 +43,38 @@ impl LiveGate {
         workspace: &std::path::Path,
     ) -> anyhow::Result<LiveGate> {
         let fingerprint = policy_fingerprint(home, profile);
-        let gate = Arc::new(crate::runtime::gate_for(home, cfg, profile, workspace)?);
-        Ok(LiveGate {
+        let gate = crate::runtime::gate_for(home, cfg, profile, workspace)?;
+        Ok(LiveGate::from_loaded(
+            home,
+            cfg,
+            profile,
+            workspace,
+            gate,
+            fingerprint,
+        ))
+    }
+
+    /// A live Gate starting from `gate` (for `workspace`), which was loaded from the files
+    /// as `fingerprint` saw them (taken before the load, so no edit slips between).
+    pub fn from_loaded(
+        home: &Home,
+        cfg: &Config,
+        profile: Profile,
+        workspace: &std::path::Path,
+        gate: Gate,
+        fingerprint: Fingerprint,
+    ) -> LiveGate {
+        LiveGate {
             home: home.clone(),
             cfg: cfg.clone(),
             profile,
             workspace: workspace.to_path_buf(),
             in_force: Mutex::new(InForce {
-                gate,
+                gate: Arc::new(gate),
                 fingerprint,
                 refused: None,
             }),
-        })
+        }
     }
 
     /// The Gate to decide with now: the one in force, reloaded first if its files changed.

@@ -8,8 +8,8 @@
 use airlock_agent::agent::SessionMemory;
 use airlock_store::{MemoryRetention, Namespace, SessionRecord, SqliteStore};
 
-use crate::cmd::approvals::open_store;
 use crate::home::Home;
+use crate::service::approvals::open_store;
 
 /// The agent part of the namespace of Airlock's own loop.
 pub const AGENT_NAME: &str = "airlock";

@@ -105,13 +105,20 @@ pub fn sandbox_path_lookup(program: &str) -> Option<String> {
         })
 }
 
-/// A session id unique across concurrent processes: `<prefix>-<unix ms>-<pid>`.
+/// A session id unique across concurrent processes and within one:
+/// `<prefix>-<unix ms>-<pid>`, with `-<n>` after it for the n-th further id this process
+/// makes (the host makes many, several in one millisecond).
 pub fn session_id(prefix: &str) -> String {
+    static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis())
         .unwrap_or(0);
-    format!("{prefix}-{ms}-{}", std::process::id())
+    let pid = std::process::id();
+    match MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) {
+        0 => format!("{prefix}-{ms}-{pid}"),
+        n => format!("{prefix}-{ms}-{pid}-{n}"),
+    }
 }
 
 /// Unix seconds now.
@@ -120,4 +127,14 @@ pub fn now_unix() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn session_ids_made_in_one_process_at_once_differ() {
+        let ids: std::collections::HashSet<String> =
+            (0..1000).map(|_| super::session_id("exec")).collect();
+        assert_eq!(ids.len(), 1000);
+    }
 }

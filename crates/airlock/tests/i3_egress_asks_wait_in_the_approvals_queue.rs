@@ -368,3 +368,40 @@ fn a_denial_and_a_kill_each_refuse_the_held_request() {
     assert!(e.upstream.seen().is_empty(), "{:?}", e.upstream.seen());
     assert_verifies(&e.home);
 }
+
+/// An approval releases a held request; it does not override a forbid the operator added
+/// while the request waited. The request is decided again with the policy in force when
+/// the approval arrives: refused with a 403 that says so, and nothing reaches the upstream.
+#[test]
+fn an_approval_does_not_override_a_forbid_added_while_the_request_waited() {
+    use std::os::unix::fs::PermissionsExt;
+    let e = env(60);
+    let mut child = e.exec_curl("/tightened");
+    let req = e.pending(&mut child);
+    let local = e.home.join("config/policy/local");
+    std::fs::create_dir_all(&local).unwrap();
+    std::fs::set_permissions(&local, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(
+        local.join("no-upstream.cedar"),
+        "@id(\"local.no-upstream\")\n@reason(\"the upstream is off limits now\")\n@help(\"remove config/policy/local/no-upstream.cedar\")\nforbid (principal, action == Airlock::Action::\"net.request\", resource);\n",
+    )
+    .unwrap();
+    let ok = e.airlock(&["approvals", "approve", &req.id, "--hash", &req.payload_hash]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let (code, out, err) = finish(child);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(out.contains("HTTP 403"), "{out}\n{err}");
+    assert!(out.contains("the policy now forbids it"), "{out}");
+    assert!(e.upstream.seen().is_empty(), "{:?}", e.upstream.seen());
+    let recs = e.audit();
+    let ex = recs
+        .iter()
+        .find(|r| r["kind"] == "net.exchange" && r["detail"]["path"] == "/tightened")
+        .unwrap_or_else(|| panic!("{recs:#?}"));
+    assert_eq!(ex["detail"]["decision"], "ask-refused", "{ex}");
+    assert_verifies(&e.home);
+}

@@ -26,7 +26,6 @@ mod approval;
 mod call;
 mod config;
 mod executors;
-mod gate_source;
 mod grant_pattern;
 mod history;
 mod memory_call;
@@ -39,9 +38,9 @@ mod run;
 mod tools;
 mod workspace;
 
+pub use airlock_core::gate_source::{CurrentGate, GateSource};
 pub use config::{AgentConfig, PriceTable};
 pub use executors::{Executors, ToolOutput};
-pub use gate_source::{CurrentGate, GateSource};
 pub use grant_pattern::{grant_pattern, GrantPattern, NotScopable};
 pub use memory_context::{data_block, pinned_block, PINNED_PREAMBLE};
 pub use memory_exec::{MemoryReadResult, SessionMemory};

@@ -15,20 +15,17 @@
 
 use std::time::Duration;
 
-use clap::{Subcommand, ValueEnum};
-use serde_json::json;
+use clap::Subcommand;
 
 use airlock_core::terminal_text::escape_line;
 use airlock_store::{
-    ApprovalDecisions, ApprovalError, ApprovalPreview, ApprovalRequest, ApprovalRequests,
-    ApprovalStatus, SqliteStore, StoreError, Timestamp, MAX_GRANT_TTL,
+    ApprovalDecisions, ApprovalPreview, ApprovalRequest, ApprovalStatus, SqliteStore, Timestamp,
 };
 
 use crate::home::Home;
-use crate::service::approvals as service;
+use crate::service::approvals::{self as service, get, human, Scope};
+pub use crate::service::approvals::{open_store, operator, operator_detail, OPERATOR};
 
-/// The principal the local operator decides as.
-pub const OPERATOR: &str = "owner";
 /// Longest preview line in `list`.
 const LIST_PREVIEW_CHARS: usize = 72;
 
@@ -63,17 +60,6 @@ pub enum ApprovalsCommand {
     },
 }
 
-/// How far a grant reaches beyond the approved payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Scope {
-    /// Matching actions (same asking rule, same target shape) in the session that asked.
-    Session,
-    /// Matching actions held by the same rule in every session (an operator rule that
-    /// expires).
-    Rule,
-}
-
 pub fn run(cmd: ApprovalsCommand) -> anyhow::Result<i32> {
     let home = Home::from_env()?;
     let store = open_store(&home)?;
@@ -88,31 +74,6 @@ pub fn run(cmd: ApprovalsCommand) -> anyhow::Result<i32> {
         } => approve(&home, &id, duration.as_deref(), scope, hash.as_deref()),
         ApprovalsCommand::Deny { id, reason } => deny(&home, &id, reason.as_deref()),
     }
-}
-
-/// Open the operator's session database, with an error that names it.
-pub fn open_store(home: &Home) -> anyhow::Result<SqliteStore> {
-    SqliteStore::open(&home.state).map_err(|e| {
-        anyhow::anyhow!(
-            "cannot open the session database {}: {e}",
-            home.state.join(airlock_store::DATABASE_FILE).display()
-        )
-    })
-}
-
-/// The local operator at the command line, as audit records name them.
-pub fn operator() -> airlock_core::Attribution {
-    airlock_core::Attribution::owner_cli()
-}
-
-/// Who decided, for audit records: the operator principal and the Unix user behind it.
-pub fn operator_detail() -> serde_json::Value {
-    json!({
-        "principal": OPERATOR,
-        "via": "cli",
-        "uid": nix::unistd::getuid().as_raw(),
-        "user": std::env::var("USER").ok().map(|u| escape_line(&u)),
-    })
 }
 
 fn list(store: &SqliteStore) -> anyhow::Result<i32> {
@@ -251,28 +212,6 @@ fn deny(home: &Home, id: &str, reason: Option<&str>) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-pub(crate) fn get(store: &SqliteStore, id: &str) -> anyhow::Result<ApprovalRequest> {
-    store.get_approval(id).map_err(|e| match e {
-        StoreError::NotFound { .. } => anyhow::anyhow!(
-            "no approval request `{}`\nhelp: `airlock approvals list` shows the pending ones",
-            escape_line(id)
-        ),
-        e => anyhow::anyhow!("cannot read approval request `{}`: {e}", escape_line(id)),
-    })
-}
-
-pub(crate) fn decision_error(id: &str, e: ApprovalError) -> anyhow::Error {
-    match e {
-        ApprovalError::NotPending { status, .. } => anyhow::anyhow!(
-            "approval request `{}` is already {} and cannot be decided again\nhelp: `airlock approvals show {}` shows who decided",
-            escape_line(id),
-            status.as_str(),
-            escape_line(id)
-        ),
-        e => anyhow::anyhow!("{e}"),
-    }
-}
-
 /// Pending past its expiry reads as expired, whatever the store has marked yet.
 fn effective_status(r: &ApprovalRequest, now: Timestamp) -> &'static str {
     match r.status {
@@ -281,43 +220,10 @@ fn effective_status(r: &ApprovalRequest, now: Timestamp) -> &'static str {
     }
 }
 
-/// A grant's duration: required to be positive and within the store's cap.
-pub(crate) fn parse_grant_duration(text: &str) -> anyhow::Result<Duration> {
-    let d = humantime::parse_duration(text).map_err(|e| {
-        anyhow::anyhow!(
-            "invalid --for `{}`: {e}\nhelp: give a duration such as 30m, 2h or 1d",
-            escape_line(text)
-        )
-    })?;
-    if d < Duration::from_secs(1) {
-        anyhow::bail!("--for must be at least 1s\nhelp: a grant lasts a bounded, positive time");
-    }
-    if d > MAX_GRANT_TTL {
-        anyhow::bail!(
-            "--for {} is longer than the longest grant ({})\nhelp: grants always expire; use at most {}",
-            escape_line(text),
-            human(MAX_GRANT_TTL),
-            human(MAX_GRANT_TTL)
-        );
-    }
-    Ok(d)
-}
-
 fn since(earlier: Timestamp, later: Timestamp) -> Duration {
     Duration::from_millis(
         u64::try_from(later.as_unix_ms().saturating_sub(earlier.as_unix_ms())).unwrap_or(0),
     )
-}
-
-/// `45s`, `12m`, `3h`, `2d`.
-pub(crate) fn human(d: Duration) -> String {
-    let s = d.as_secs();
-    match s {
-        0..=59 => format!("{s}s"),
-        60..=3599 => format!("{}m", s / 60),
-        3600..=86_399 => format!("{}h", s / 3600),
-        _ => format!("{}d", s / 86_400),
-    }
 }
 
 fn one_line_preview(p: &ApprovalPreview) -> String {
@@ -398,18 +304,5 @@ mod tests {
             .chars()
             .any(airlock_core::terminal_text::is_hidden_or_control));
         assert_eq!(shown, "ls\\u{1b}[2K\\rrm -rf ~\\u{202e}gnp.exe\\u{7}");
-    }
-
-    #[test]
-    fn grant_durations_are_bounded() {
-        assert_eq!(
-            parse_grant_duration("30m").unwrap(),
-            Duration::from_secs(1800)
-        );
-        assert!(parse_grant_duration("0s").is_err());
-        assert!(parse_grant_duration("forever").is_err());
-        let too_long = format!("{}s", MAX_GRANT_TTL.as_secs() + 1);
-        let err = parse_grant_duration(&too_long).unwrap_err().to_string();
-        assert!(err.contains("longer than the longest grant"), "{err}");
     }
 }

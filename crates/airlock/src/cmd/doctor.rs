@@ -14,8 +14,8 @@ use airlock_sandbox::{describe_profile, host_support, CgroupReport, OutputMode, 
 
 use airlock_core::terminal_text::escape_line;
 
-use crate::cmd::exec;
 use crate::home::Home;
+use crate::service::exec;
 use crate::{config, runtime};
 
 /// Where the probe binary is: `AIRLOCK_PROBES`, or next to this executable.

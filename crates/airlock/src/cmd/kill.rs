@@ -264,6 +264,8 @@ pub struct RunGuard {
 
 struct GuardState {
     killed: AtomicBool,
+    /// Killed because the host's client went away, not by `airlock kill`.
+    hung_up: AtomicBool,
     helpers: Mutex<Vec<u32>>,
 }
 
@@ -284,6 +286,7 @@ impl RunGuard {
         std::fs::write(dir.join(EXEC_PID_FILE), format!("{}\n", std::process::id()))?;
         let state = Arc::new(GuardState {
             killed: AtomicBool::new(false),
+            hung_up: AtomicBool::new(false),
             helpers: Mutex::new(Vec::new()),
         });
         let marker = dir.join(KILLED_MARKER);
@@ -322,6 +325,26 @@ impl RunGuard {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
+    }
+
+    /// What a client of the host that goes away calls: the run ends as it would for
+    /// `airlock kill`, and its record says the client went away.
+    pub fn hang_up_switch(&self) -> impl Fn() + Send + Sync + 'static {
+        let state = self.state.clone();
+        move || {
+            state.hung_up.store(true, Ordering::Release);
+            state.killed.store(true, Ordering::Release);
+            state.kill_helpers();
+        }
+    }
+
+    /// Who ended a killed run, for its record and the caller.
+    pub fn killed_by(&self) -> &'static str {
+        if self.state.hung_up.load(Ordering::Acquire) && !self.dir.join(KILLED_MARKER).exists() {
+            "client, which went away"
+        } else {
+            "operator"
+        }
     }
 
     /// Whether the session was killed (marker seen, or [`RunGuard::mark_killed`]).

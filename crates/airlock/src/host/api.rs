@@ -45,6 +45,16 @@ impl ApiError {
     fn internal(e: anyhow::Error) -> Self {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}"), "")
     }
+
+    /// A service's error: the host's own fault (its store, log or config) is a 500,
+    /// anything else the caller's request (400).
+    fn from_service(e: anyhow::Error) -> Self {
+        if crate::service::is_fault(&e) {
+            ApiError::internal(e)
+        } else {
+            ApiError::bad_request(e)
+        }
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -217,7 +227,8 @@ async fn replay_route(
 
 /// Approve a held request as the owner (the caller's uid was checked): the same service as
 /// `airlock approvals approve` embedded. A request that cannot be decided (unknown, already
-/// decided, another hash) is the caller's error.
+/// decided, another hash) is the caller's error; a store or audit log that fails, the
+/// host's.
 async fn approve_route(
     State(host): State<Arc<Host>>,
     body: Bytes,
@@ -229,7 +240,7 @@ async fn approve_route(
         .await
         .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?
         .map(Json)
-        .map_err(ApiError::bad_request)
+        .map_err(ApiError::from_service)
 }
 
 /// Deny a held request as the owner: the same service as `airlock approvals deny`.
@@ -244,5 +255,5 @@ async fn deny_route(
         .await
         .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?
         .map(Json)
-        .map_err(ApiError::bad_request)
+        .map_err(ApiError::from_service)
 }

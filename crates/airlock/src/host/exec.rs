@@ -1,19 +1,25 @@
 //! `exec`, `run` and `chat` through the host: the server side of [`super::exec_wire`].
 //!
-//! Each request is the same code as the command embedded, in a child process of the host
-//! (`airlock exec|run|chat` with `AIRLOCK_RUN_EMBEDDED=1`), whose standard streams are the
-//! client's own descriptors. So it gets the same decisions, the same records and the same
-//! terminal (a chat's inline approvals included) as it would embedded; what the host adds
-//! is the admission. An `exec` takes a sandbox slot: at most `[host] max_sandboxes` at
-//! once, then a queue of `max_queued`, then a refusal that names the limit. A `run` or
-//! `chat` is a session, which may last hours: at most `[host] max_sessions` at once, and
-//! past that a refusal that names it (a session does not queue; its own shell calls are
-//! sandboxed by its process, as embedded).
+//! An `exec` runs in the host's own process: the same service as embedded
+//! ([`crate::service::exec`]) with the host's warm config and Gate, for the client's own
+//! descriptors ([`Caller::client`]): its output, its messages and an inline approval go to
+//! the client's terminal, pipe or file, as they would embedded. It takes a sandbox slot:
+//! at most `[host] max_sandboxes` at once, then a queue of `max_queued`, then a refusal
+//! that names the limit. A client that hangs up ends its run as `airlock kill` would (its
+//! process tree is killed, and the record says the client went away).
 //!
-//! No run outlives the host. The children are started by one thread that lives as long as
-//! the host ([`Spawner`]) with a parent-death signal (`SIGKILL`), which the kernel ties to
-//! the thread that forked: a pool thread could retire and kill its children with it. A
-//! child killed so takes its sandbox down the way a killed `airlock exec` does.
+//! A `run` or `chat` is a session, which may last hours: for now it runs as the command
+//! embedded (`airlock run|chat` with `AIRLOCK_RUN_EMBEDDED=1`) in a child process of the
+//! host whose standard streams are the client's own descriptors, so it gets the same
+//! decisions, records and terminal (a chat's inline approvals included) as embedded. At
+//! most `[host] max_sessions` run at once, and past that a refusal names it (a session does
+//! not queue; its own shell calls are sandboxed by its process, as embedded).
+//!
+//! No run outlives the host. A sandbox's helper ends its sandbox when its control socket
+//! to the process that started it closes, which the kernel does when the host dies. The
+//! session children are started by one thread that lives as long as the host
+//! ([`Spawner`]) with a parent-death signal (`SIGKILL`), which the kernel ties to the
+//! thread that forked: a pool thread could retire and kill its children with it.
 
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -24,9 +30,10 @@ use std::sync::{Arc, Condvar, Mutex};
 use super::exec_wire::{
     AgentRequest, ExecAnswer, ExecRequest, HostRequest, AGENT_ENV, MAX_REQUEST_BYTES,
 };
+use crate::service::caller::{Caller, HangUp};
 
-/// The variable that makes `airlock exec` run embedded even while a host serves (set only
-/// for the host's own children, which must not ask the host again).
+/// The variable that makes a command run embedded even while a host serves (set only for
+/// the host's own children, which must not ask the host again).
 pub const RUN_EMBEDDED_ENV: &str = "AIRLOCK_RUN_EMBEDDED";
 
 pub fn socket_path(home: &crate::home::Home) -> PathBuf {
@@ -246,12 +253,9 @@ fn absolute(what: &str, p: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The child that runs the request embedded.
-fn command_for(req: &HostRequest, fds: [OwnedFd; 3]) -> anyhow::Result<std::process::Command> {
-    let mut cmd = match req {
-        HostRequest::Exec(req) => exec_command(req)?,
-        HostRequest::Agent(req) => agent_command(req)?,
-    };
+/// The child that runs an agent session embedded.
+fn command_for(req: &AgentRequest, fds: [OwnedFd; 3]) -> anyhow::Result<std::process::Command> {
+    let mut cmd = agent_command(req)?;
     let [stdin, stdout, stderr] = fds;
     cmd.stdin(stdin).stdout(stdout).stderr(stderr);
     Ok(cmd)
@@ -260,27 +264,6 @@ fn command_for(req: &HostRequest, fds: [OwnedFd; 3]) -> anyhow::Result<std::proc
 fn embedded(subcommand: &str) -> anyhow::Result<std::process::Command> {
     let mut cmd = std::process::Command::new(std::env::current_exe()?);
     cmd.env(RUN_EMBEDDED_ENV, "1").arg(subcommand);
-    Ok(cmd)
-}
-
-fn exec_command(req: &ExecRequest) -> anyhow::Result<std::process::Command> {
-    absolute("cwd", &req.cwd)?;
-    let mut cmd = embedded("exec")?;
-    if let Some(w) = &req.workspace {
-        absolute("workspace", w)?;
-        cmd.arg("--workspace").arg(w);
-    }
-    if let Some(t) = req.timeout {
-        cmd.arg("--timeout").arg(t.to_string());
-    }
-    if let Some(p) = &req.profile {
-        cmd.arg("--profile").arg(p);
-    }
-    for s in &req.secrets {
-        cmd.arg("--secret").arg(s);
-    }
-    // One word after `--`: the command line exactly as the client sent it.
-    cmd.arg("--").arg(&req.command).current_dir(&req.cwd);
     Ok(cmd)
 }
 
@@ -446,34 +429,44 @@ pub fn serve_connection(host: Arc<super::Host>, stream: UnixStream) {
             return;
         }
     };
-    if let HostRequest::Agent(_) = &req {
-        let Some(slot) = host.sessions.enter() else {
-            refuse(
-                &stream,
-                format!(
-                    "too many sessions: {} are running (host.max_sessions = {})",
-                    host.sessions.running(),
-                    host.sessions.max
-                ),
-                "try again when a session has ended, or raise the limit in [host] of airlock.toml",
-                Some("host.max_sessions"),
-            );
-            return;
-        };
-        tracing::info!(
-            sessions = host.sessions.running(),
-            "an agent session through the host"
-        );
-        let result = run_child(&host, &req, fds, &stream);
-        drop(slot);
-        return finish(&stream, result);
+    match req {
+        HostRequest::Exec(req) => serve_exec(&host, &req, fds, &stream),
+        HostRequest::Agent(req) => serve_session(&host, &req, fds, &stream),
     }
+}
+
+/// Run an agent session in a child of the host, if the session limit allows one more.
+fn serve_session(host: &super::Host, req: &AgentRequest, fds: [OwnedFd; 3], stream: &UnixStream) {
+    let Some(slot) = host.sessions.enter() else {
+        refuse(
+            stream,
+            format!(
+                "too many sessions: {} are running (host.max_sessions = {})",
+                host.sessions.running(),
+                host.sessions.max
+            ),
+            "try again when a session has ended, or raise the limit in [host] of airlock.toml",
+            Some("host.max_sessions"),
+        );
+        return;
+    };
+    tracing::info!(
+        sessions = host.sessions.running(),
+        "an agent session through the host"
+    );
+    let result = run_child(host, req, fds, stream);
+    drop(slot);
+    finish(stream, result);
+}
+
+/// Run an `exec` in the host's process, once a sandbox slot is free.
+fn serve_exec(host: &super::Host, req: &ExecRequest, fds: [OwnedFd; 3], stream: &UnixStream) {
     let slot = match host.admission.enter() {
         Ok(slot) => slot,
         Err(limit) => {
             let (running, waiting) = host.admission.counts();
             refuse(
-                &stream,
+                stream,
                 format!(
                     "too many runs: {running} are running and {waiting} waiting ({limit} = {})",
                     host.admission.max_queued
@@ -484,15 +477,69 @@ pub fn serve_connection(host: Arc<super::Host>, stream: UnixStream) {
             return;
         }
     };
-    let result = run_child(&host, &req, fds, &stream);
+    let result = run_here(host, req, fds, stream);
     drop(slot);
-    finish(&stream, result);
+    finish(stream, result);
+}
+
+/// The exec service for the client on `stream`, with a watcher that fires the run's
+/// hang-up switch if the client goes away first.
+fn run_here(
+    host: &super::Host,
+    req: &ExecRequest,
+    fds: [OwnedFd; 3],
+    stream: &UnixStream,
+) -> anyhow::Result<i32> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let hang_up = HangUp::new()?;
+    let caller = Caller::client(fds, hang_up.clone());
+    let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    std::thread::scope(|s| {
+        s.spawn(|| loop {
+            let mut fds = [
+                PollFd::new(stream.as_fd(), PollFlags::POLLIN),
+                PollFd::new(stop_r.as_fd(), PollFlags::POLLIN),
+            ];
+            match poll(&mut fds, PollTimeout::NONE) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => return,
+                Ok(_) => {}
+            }
+            if fds[1].any().unwrap_or(true) {
+                return;
+            }
+            if fds[0].any().unwrap_or(false) {
+                // The client sends nothing after its request: readable means it hung up.
+                tracing::info!("an exec client went away; killing its run");
+                hang_up.fire();
+                return;
+            }
+        });
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            crate::service::exec::exec(
+                &host.home,
+                crate::service::exec::Loaded::Warm {
+                    warm: &host.warm,
+                    store: &host.run_store,
+                },
+                req,
+                &caller,
+            )
+        }));
+        let _ = nix::unistd::write(&stop_w, b"x");
+        result.unwrap_or_else(|_| {
+            Err(anyhow::anyhow!(
+                "the run failed unexpectedly (see the host's log)"
+            ))
+        })
+    })
 }
 
 /// Start the request's child and wait for it (or for the client to hang up).
 fn run_child(
     host: &super::Host,
-    req: &HostRequest,
+    req: &AgentRequest,
     fds: [OwnedFd; 3],
     stream: &UnixStream,
 ) -> anyhow::Result<i32> {

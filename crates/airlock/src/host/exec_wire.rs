@@ -28,20 +28,8 @@ pub enum HostRequest {
     Agent(AgentRequest),
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ExecRequest {
-    /// The one command string the Gate parses (never an argument vector: the client has
-    /// already quoted several words into one line).
-    pub command: String,
-    /// `--workspace`, absolute; the client's working directory when absent.
-    pub workspace: Option<PathBuf>,
-    /// The client's working directory, absolute.
-    pub cwd: PathBuf,
-    pub timeout: Option<u64>,
-    pub profile: Option<String>,
-    #[serde(default)]
-    pub secrets: Vec<String>,
-}
+/// `exec`: one command, its workspace and the client's working directory.
+pub use crate::service::exec::ExecRequest;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ExecAnswer {

@@ -38,6 +38,8 @@ pub struct Host {
     /// Agent sessions (`run`, `chat`) at once (`[host] max_sessions` at start).
     pub sessions: exec::SessionSlots,
     pub spawner: exec::Spawner,
+    /// The store connection for the sessions of the `exec` runs the host makes.
+    pub run_store: airlock_store::SqliteStore,
     /// Requests per principal (`[host] requests_per_minute`).
     pub rate: rate::RateLimits,
     /// Set on a stop signal: new runs are refused while those in flight finish.
@@ -68,6 +70,7 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
         admission: exec::Admission::new(limits.max_sandboxes, limits.max_queued),
         sessions: exec::SessionSlots::new(limits.max_sessions),
         spawner: exec::Spawner::start()?,
+        run_store: crate::service::exec::open_run_store(&home)?,
         rate: rate::RateLimits::new(limits.requests_per_minute),
         stopping: std::sync::atomic::AtomicBool::new(false),
     });

@@ -25,7 +25,7 @@ pub struct Recovered {
 }
 
 pub fn recover(home: &Home) -> anyhow::Result<Recovered> {
-    let store = crate::cmd::approvals::open_store(home)?;
+    let store = crate::service::approvals::open_store(home)?;
     let now = Timestamp::now();
     let orphaned = store
         .orphan_abandoned(now)

@@ -123,17 +123,31 @@ impl Warm {
 
     /// The loaded Gate of `profile` and its hash, loading it on first use.
     pub fn gate(&self, profile: Profile) -> anyhow::Result<(Arc<Gate>, String)> {
+        self.gate_as_of(profile).map(|(gate, hash, _)| (gate, hash))
+    }
+
+    /// [`Warm::gate`], with what its files looked like before it was loaded from them: a
+    /// [`crate::live_gate::LiveGate`] started from it reloads on any edit since.
+    pub fn gate_as_of(&self, profile: Profile) -> anyhow::Result<(Arc<Gate>, String, Fingerprint)> {
         if let Some(g) = self
             .gates
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(profile.name())
         {
-            return Ok((g.value.gate.clone(), g.value.hash.clone()));
+            return Ok((
+                g.value.gate.clone(),
+                g.value.hash.clone(),
+                g.fingerprint.clone(),
+            ));
         }
         let fingerprint = policy_fingerprint(&self.home, profile);
         let loaded = load_gate(&self.home, profile)?;
-        let out = (loaded.gate.clone(), loaded.hash.clone());
+        let out = (
+            loaded.gate.clone(),
+            loaded.hash.clone(),
+            fingerprint.clone(),
+        );
         self.gates
             .write()
             .unwrap_or_else(|p| p.into_inner())

@@ -4,6 +4,8 @@
 //! a grant always expires; every decision is in the audit log with who made it. The store
 //! wakes the waiting call as soon as the decision commits (`airlock_store::ApprovalWatch`).
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -12,15 +14,13 @@ use airlock_audit::AuditEvent;
 use airlock_core::terminal_text::escape_line;
 use airlock_core::Action;
 use airlock_store::{
-    ApprovalDecisions, ApprovalRequest, ApproveRequest, GrantScope, GrantTarget, NewGrant,
-    SessionStore, SqliteStore, Timestamp,
+    ApprovalDecisions, ApprovalError, ApprovalRequest, ApprovalRequests, ApproveRequest,
+    GrantScope, GrantTarget, NewGrant, SessionStore, SqliteStore, StoreError, Timestamp,
+    MAX_GRANT_TTL,
 };
 
-use crate::cmd::approvals::{
-    decision_error, get, human, open_store, operator, operator_detail, parse_grant_duration, Scope,
-    OPERATOR,
-};
 use crate::home::Home;
+use crate::service::fault;
 use crate::{config, runtime};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -71,7 +71,7 @@ pub struct Denied {
 
 /// Approve a pending request, with a grant when `duration` is given.
 pub fn approve(home: &Home, input: &ApproveInput) -> anyhow::Result<Approved> {
-    let store = open_store(home)?;
+    let store = open_store(home).map_err(fault)?;
     let id = input.id.as_str();
     if input.scope.is_some() && input.duration.is_none() {
         anyhow::bail!(
@@ -85,7 +85,7 @@ pub fn approve(home: &Home, input: &ApproveInput) -> anyhow::Result<Approved> {
         .as_deref()
         .map(parse_grant_duration)
         .transpose()?;
-    let cfg = config::load(&home.config_file())?;
+    let cfg = config::load(&home.config_file()).map_err(fault)?;
     let pattern = match input.scope {
         Some(scope) if bound.is_some() => Some(scoped_pattern(&store, &cfg, &request, scope)?),
         _ => None,
@@ -111,7 +111,7 @@ pub fn approve(home: &Home, input: &ApproveInput) -> anyhow::Result<Approved> {
         expires_at: now.plus(d),
     });
     // The audit log must be writable before anything is decided.
-    let mut log = runtime::open_audit(home, &cfg)?;
+    let mut log = runtime::open_audit(home, &cfg).map_err(fault)?;
     let approved = store
         .approve(
             id,
@@ -136,8 +136,11 @@ pub fn approve(home: &Home, input: &ApproveInput) -> anyhow::Result<Approved> {
         "decided_by": operator_detail(),
         "grant_id": approved.grant_id,
     }));
-    log.append(ev)
-        .map_err(|e| anyhow::anyhow!("approved `{id}`, but its audit record failed: {e}"))?;
+    log.append(ev).map_err(|e| {
+        fault(anyhow::anyhow!(
+            "approved `{id}`, but its audit record failed: {e}"
+        ))
+    })?;
     if let (Some(g), Some(grant_id)) = (&grant, &approved.grant_id) {
         let ev = AuditEvent::by(
             "grant-created",
@@ -156,10 +159,12 @@ pub fn approve(home: &Home, input: &ApproveInput) -> anyhow::Result<Approved> {
             "decided_by": operator_detail(),
         }));
         log.append(ev).map_err(|e| {
-            anyhow::anyhow!("granted `{grant_id}`, but its audit record failed: {e}")
+            fault(anyhow::anyhow!(
+                "granted `{grant_id}`, but its audit record failed: {e}"
+            ))
         })?;
     }
-    log.close().map_err(|e| anyhow::anyhow!("{e}"))?;
+    log.close().map_err(|e| fault(anyhow::anyhow!("{e}")))?;
     let grant = match (&approved.grant_id, bound) {
         (Some(grant_id), Some(d)) => Some(GrantMade {
             id: grant_id.clone(),
@@ -185,13 +190,13 @@ pub fn approve(home: &Home, input: &ApproveInput) -> anyhow::Result<Approved> {
 
 /// Deny a pending request.
 pub fn deny(home: &Home, input: &DenyInput) -> anyhow::Result<Denied> {
-    let store = open_store(home)?;
+    let store = open_store(home).map_err(fault)?;
     let id = input.id.as_str();
     let reason = input.reason.as_deref();
     let now = Timestamp::now();
     get(&store, id)?;
-    let cfg = config::load(&home.config_file())?;
-    let mut log = runtime::open_audit(home, &cfg)?;
+    let cfg = config::load(&home.config_file()).map_err(fault)?;
+    let mut log = runtime::open_audit(home, &cfg).map_err(fault)?;
     let denied = store
         .deny(id, OPERATOR, reason, now)
         .map_err(|e| decision_error(id, e))?;
@@ -204,9 +209,12 @@ pub fn deny(home: &Home, input: &DenyInput) -> anyhow::Result<Denied> {
             "decided_by": operator_detail(),
             "reason": reason,
         }));
-    log.append(ev)
-        .map_err(|e| anyhow::anyhow!("denied `{id}`, but its audit record failed: {e}"))?;
-    log.close().map_err(|e| anyhow::anyhow!("{e}"))?;
+    log.append(ev).map_err(|e| {
+        fault(anyhow::anyhow!(
+            "denied `{id}`, but its audit record failed: {e}"
+        ))
+    })?;
+    log.close().map_err(|e| fault(anyhow::anyhow!("{e}")))?;
     Ok(Denied { id: denied.id })
 }
 
@@ -235,4 +243,118 @@ fn scoped_pattern(
     let gate_config = crate::service::check::gate_config(cfg, session.workspace.clone());
     grant_pattern(&action, &request.policies, &gate_config)
         .map_err(|e| anyhow::anyhow!("no scoped grant is possible for `{id}`: {e}"))
+}
+
+// The operator, the store and the inputs, shared with `airlock approvals` and the other
+// commands that record the operator's decisions.
+
+/// The principal the local operator decides as.
+pub const OPERATOR: &str = "owner";
+/// How far a grant reaches beyond the approved payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// Matching actions (same asking rule, same target shape) in the session that asked.
+    Session,
+    /// Matching actions held by the same rule in every session (an operator rule that
+    /// expires).
+    Rule,
+}
+
+/// Open the operator's session database, with an error that names it.
+pub fn open_store(home: &Home) -> anyhow::Result<SqliteStore> {
+    SqliteStore::open(&home.state).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot open the session database {}: {e}",
+            home.state.join(airlock_store::DATABASE_FILE).display()
+        )
+    })
+}
+
+/// The local operator at the command line, as audit records name them.
+pub fn operator() -> airlock_core::Attribution {
+    airlock_core::Attribution::owner_cli()
+}
+
+/// Who decided, for audit records: the operator principal and the Unix user behind it.
+pub fn operator_detail() -> serde_json::Value {
+    json!({
+        "principal": OPERATOR,
+        "via": "cli",
+        "uid": nix::unistd::getuid().as_raw(),
+        "user": std::env::var("USER").ok().map(|u| escape_line(&u)),
+    })
+}
+
+pub fn get(store: &SqliteStore, id: &str) -> anyhow::Result<ApprovalRequest> {
+    store.get_approval(id).map_err(|e| match e {
+        StoreError::NotFound { .. } => anyhow::anyhow!(
+            "no approval request `{}`\nhelp: `airlock approvals list` shows the pending ones",
+            escape_line(id)
+        ),
+        e => anyhow::anyhow!("cannot read approval request `{}`: {e}", escape_line(id)),
+    })
+}
+
+pub fn decision_error(id: &str, e: ApprovalError) -> anyhow::Error {
+    match e {
+        ApprovalError::NotPending { status, .. } => anyhow::anyhow!(
+            "approval request `{}` is already {} and cannot be decided again\nhelp: `airlock approvals show {}` shows who decided",
+            escape_line(id),
+            status.as_str(),
+            escape_line(id)
+        ),
+        e => anyhow::anyhow!("{e}"),
+    }
+}
+
+/// A grant's duration: required to be positive and within the store's cap.
+pub fn parse_grant_duration(text: &str) -> anyhow::Result<Duration> {
+    let d = humantime::parse_duration(text).map_err(|e| {
+        anyhow::anyhow!(
+            "invalid --for `{}`: {e}\nhelp: give a duration such as 30m, 2h or 1d",
+            escape_line(text)
+        )
+    })?;
+    if d < Duration::from_secs(1) {
+        anyhow::bail!("--for must be at least 1s\nhelp: a grant lasts a bounded, positive time");
+    }
+    if d > MAX_GRANT_TTL {
+        anyhow::bail!(
+            "--for {} is longer than the longest grant ({})\nhelp: grants always expire; use at most {}",
+            escape_line(text),
+            human(MAX_GRANT_TTL),
+            human(MAX_GRANT_TTL)
+        );
+    }
+    Ok(d)
+}
+
+/// `45s`, `12m`, `3h`, `2d`.
+pub fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m", s / 60),
+        3600..=86_399 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grant_durations_are_bounded() {
+        assert_eq!(
+            parse_grant_duration("30m").unwrap(),
+            Duration::from_secs(1800)
+        );
+        assert!(parse_grant_duration("0s").is_err());
+        assert!(parse_grant_duration("forever").is_err());
+        let too_long = format!("{}s", MAX_GRANT_TTL.as_secs() + 1);
+        let err = parse_grant_duration(&too_long).unwrap_err().to_string();
+        assert!(err.contains("longer than the longest grant"), "{err}");
+    }
 }

@@ -74,7 +74,7 @@ pub struct SessionLine {
 
 /// The store's part of the status (sessions and approvals).
 pub fn store_status(home: &Home, host: Option<HostStatus>) -> anyhow::Result<StatusReport> {
-    let store = crate::cmd::approvals::open_store(home)?;
+    let store = crate::service::approvals::open_store(home)?;
     let sessions = store
         .list_sessions(Some(SessionStatus::Active))
         .map_err(|e| anyhow::anyhow!("{e}"))?;

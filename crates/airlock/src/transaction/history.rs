@@ -42,7 +42,8 @@ impl Checkpoints {
     /// Open `workspace`'s checkpoints; an interrupted commit is finished or rolled back
     /// first, said on stderr, and recorded.
     pub fn open(home: &Home, cfg: &Config, workspace: &Path) -> anyhow::Result<Checkpoints> {
-        let (ws, recovered) = open_workspace(home, workspace)?;
+        let (ws, recovered) =
+            open_workspace(home, workspace, &crate::service::caller::Notices::Stderr)?;
         let log = Mutex::new(runtime::open_audit(home, cfg)?);
         record_recovery(&log, workspace, recovered.as_deref());
         Ok(Checkpoints { ws, log })

@@ -21,8 +21,8 @@ use airlock_store::{
     MAX_PREVIEW_BYTES,
 };
 
-use crate::cmd::exec::lock;
 use crate::home::Home;
+use crate::service::exec::lock;
 
 /// How often the held request reads its queue entry again.
 const POLL: Duration = Duration::from_millis(200);
@@ -38,6 +38,8 @@ pub struct HoldSettings<'a> {
     pub limits: ApprovalLimits,
     /// Set when the run's caller stopped waiting (the call was cancelled): withdraw.
     pub cancelled: Option<&'a AtomicBool>,
+    /// Where the caller is told what is held and how to answer it.
+    pub notices: &'a crate::service::caller::Notices,
 }
 
 /// Hold `ticket` until the owner approves it (a token), or it is denied, expires, or the
@@ -83,13 +85,13 @@ pub fn hold(
             .with_detail(json!({"request": request.id, "reasons": request.reasons,
                 "expires_at": request.expires_at.as_unix_secs(), "via": "workspace commit"})),
     );
-    eprintln!(
+    settings.notices.line(&format!(
         "airlock: the run's changes are held for approval: {}\n  see them: airlock approvals show {}\n  approve:  airlock approvals approve {} --hash {}",
         escape_line(&ticket.reasons.join("; ")),
         request.id,
         request.id,
         request.payload_hash
-    );
+    ));
     // Made before the first read of the status, so an answer from any client wakes the
     // wait at once; the poll is the safety net.
     let watch = store.approval_watch();

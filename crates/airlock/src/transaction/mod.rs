@@ -40,6 +40,7 @@ pub use hold::HoldSettings;
 
 use crate::config::Config;
 use crate::home::Home;
+use crate::service::caller::Notices;
 
 /// The directory under the state dir that holds each run's layers.
 pub const RUNS_DIR: &str = "runs";
@@ -96,11 +97,13 @@ pub fn change_set_options(cfg: &Config, started: Option<SystemTime>) -> ChangeSe
 }
 
 /// Open `workspace`'s checkpoints, finishing or rolling back a commit a crash interrupted,
-/// and say on stderr what recovery did. Every command that opens a workspace comes through
-/// here; the caller records the outcome with [`record_recovery`] once its log is open.
+/// and tell the caller (`notices`) what recovery did. Every command that opens a workspace
+/// comes through here; the caller records the outcome with [`record_recovery`] once its
+/// log is open.
 pub fn open_workspace(
     home: &Home,
     workspace: &Path,
+    notices: &Notices,
 ) -> anyhow::Result<(Workspace, Option<String>)> {
     let (ws, recovery) = Workspace::open(workspace, &home.state).map_err(|e| {
         anyhow::anyhow!(
@@ -110,11 +113,11 @@ pub fn open_workspace(
     })?;
     let note = recovery.map(|r| r.to_string());
     if let Some(text) = &note {
-        eprintln!(
+        notices.line(&format!(
             "airlock: workspace {}: {}",
             escape_line(&workspace.display().to_string()),
             escape_line(text)
-        );
+        ));
     }
     Ok((ws, note))
 }
@@ -146,6 +149,8 @@ pub struct Transaction<'a> {
     pub approval_timeout: Duration,
     /// Set when the caller stopped waiting for the run.
     pub cancelled: Option<&'a AtomicBool>,
+    /// Where a held commit and a recovery are told.
+    pub notices: &'a Notices,
 }
 
 impl Transaction<'_> {
@@ -194,7 +199,7 @@ impl Transaction<'_> {
         let verdict =
             self.gate
                 .current()
-                .decide(session, action, &mut *crate::cmd::exec::lock(self.log));
+                .decide(session, action, &mut *crate::service::exec::lock(self.log));
         let token = match verdict {
             Verdict::Allow(t) => t,
             Verdict::Deny(d) => {
@@ -210,6 +215,7 @@ impl Transaction<'_> {
                     timeout: self.approval_timeout,
                     limits: self.cfg.approvals,
                     cancelled: self.cancelled,
+                    notices: self.notices,
                 };
                 match hold::hold(
                     &settings,
@@ -247,7 +253,7 @@ impl Transaction<'_> {
             .attribution()
             .map(|a| a.principal.to_string())
             .unwrap_or_default();
-        let ws = match open_workspace(self.home, workspace) {
+        let ws = match open_workspace(self.home, workspace, self.notices) {
             Ok((ws, note)) => {
                 record_recovery(self.log, workspace, note.as_deref());
                 ws

@@ -189,6 +189,13 @@ fn kill_9_of_the_host_mid_run_leaves_no_process_of_the_sandbox() {
             .iter()
             .any(|l| !l.contains("airlock"))
     });
+    // The run is the host's own work: its only child is the sandbox's helper, and no
+    // `airlock` process runs the command for it.
+    let comms: Vec<String> = children_of(host.child.id())
+        .iter()
+        .map(|(pid, _)| command_name(*pid))
+        .collect();
+    assert_eq!(comms, ["airlock-sandbox-init"], "the host's children");
     host.signal(nix::sys::signal::Signal::SIGKILL);
     host.wait();
     wait_for("every process of the run to be gone", || {
@@ -232,6 +239,66 @@ fn kill_9_of_the_host_mid_run_leaves_no_process_of_the_sandbox() {
     assert_eq!(String::from_utf8_lossy(&o.stdout), "after\n", "{o:?}");
     let v = verify(&f.home);
     assert!(v.status.success(), "{v:?}");
+}
+
+/// The file name of the program `pid` runs (the helper is executed from a descriptor, so
+/// its `comm` is a number; `exe` names the file).
+fn command_name(pid: u32) -> String {
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_default()
+}
+
+/// A client that goes away ends its run: the host kills the sandbox's process tree at
+/// once, records the run as killed because the client went away, and goes on serving.
+#[test]
+fn a_client_that_goes_away_takes_its_run_with_it() {
+    let f = fixture();
+    init(&f, "");
+    let host = Host::start(&f.home);
+    let marker = format!("hangup-{}", std::process::id());
+    let command = format!("sleep 300; : {marker}");
+    let mut client = background_exec(&f, &command);
+    wait_for("the run's sandbox", || {
+        processes_with(&marker)
+            .iter()
+            .any(|l| !l.contains("airlock"))
+    });
+    client.kill().unwrap();
+    client.wait().unwrap();
+    wait_for("every process of the run to be gone", || {
+        processes_with(&marker).is_empty()
+    });
+    wait_for("the run's execution record", || {
+        records_of(&f, &command)
+            .iter()
+            .any(|(kind, _)| kind == "execution")
+    });
+    let execution = audit_records(&f.home)
+        .into_iter()
+        .find(|r| r["kind"] == "execution" && r["action"]["command"] == command.as_str())
+        .unwrap();
+    assert_eq!(execution["detail"]["outcome"], "killed", "{execution}");
+    assert!(
+        execution["detail"]["killed_by"]
+            .as_str()
+            .is_some_and(|by| by.contains("client")),
+        "{execution}"
+    );
+    let o = exec(&f, &[], "echo still-serving");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "still-serving\n",
+        "{o:?}"
+    );
+    assert_eq!(host_pid_in_status(&f), Some(host.child.id() as u64));
+    let v = verify(&f.home);
+    assert!(v.status.success(), "{v:?}");
+}
+
+fn host_pid_in_status(f: &Fixture) -> Option<u64> {
+    status(f)["host"]["pid"].as_u64()
 }
 
 /// SIGTERM: the host takes no new run, lets the one in flight finish with its records, and

@@ -1,0 +1,781 @@
+//! `exec`: decide a command at the Gate, record the decision, run it in the verified
+//! sandbox, and record the result with the run's attestation. One implementation for
+//! `airlock exec` embedded and for the host, which runs it in its own process with its
+//! warm config and Gate ([`Loaded::Warm`]) for a client ([`Caller::client`]).
+//!
+//! Every run gets its own egress proxy ([`crate::egress`]) sharing the command's Gate,
+//! audit log and session; the sandbox reaches it through the relay on
+//! `127.0.0.1:3128` and reaches nothing else.
+//!
+//! The sandbox is built while the Gate loads and decides: the proxy's socket is bound, and
+//! a thread prepares and attests the sandbox ([`airlock_sandbox::Sandbox::prepare`]), which then waits,
+//! confined and empty, for the command. Only an authorized command is handed to it; a
+//! refusal drops it unused. This takes the sandbox's start-up off the critical path.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::cmd::kill::{RunGuard, EXIT_KILLED};
+use crate::egress::{Egress, EgressBinding, EgressSetup};
+use crate::home::Home;
+use crate::live_gate::LiveGate;
+use crate::service::caller::{Caller, Notices};
+use crate::{config, policies, runtime, transaction};
+use airlock_audit::AuditEvent;
+use airlock_core::action::ExecAction;
+use airlock_core::gate::{Approval, Session, Verdict};
+use airlock_core::terminal_text::escape_line;
+use airlock_core::{Attribution, Authorized, Principal, Via};
+use airlock_sandbox::{OutputMode, PreparedRun, SandboxProfile};
+use airlock_store::{
+    NewSession, SessionStatus, SessionStore, SqliteStore, StoreOptions, SyncMode, Timestamp,
+};
+
+/// Exit status when the Gate refuses the command (as a shell does for "cannot execute").
+pub const EXIT_REFUSED: i32 = 126;
+/// How long an inline terminal approval stays valid.
+const APPROVAL_TTL_SECS: u64 = 60;
+
+/// One command to run, as the command line parsed it (embedded) or the host received it
+/// (`host::exec_wire`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExecRequest {
+    /// The one command string the Gate parses (never an argument vector: the command line
+    /// has already quoted several words into one line).
+    pub command: String,
+    /// `--workspace`, absolute; the caller's working directory when absent.
+    pub workspace: Option<PathBuf>,
+    /// The caller's working directory, absolute.
+    pub cwd: PathBuf,
+    pub timeout: Option<u64>,
+    pub profile: Option<String>,
+    /// Secrets whose placeholders the run gets (`--secret NAME`, repeatable).
+    #[serde(default)]
+    pub secrets: Vec<String>,
+}
+
+/// What the run may take already loaded: nothing (embedded), or the host's warm config and
+/// Gates (brought up to date with the files first) and its open store for runs' sessions
+/// ([`open_run_store`]).
+#[derive(Clone, Copy)]
+pub enum Loaded<'a> {
+    Cold,
+    Warm {
+        warm: &'a crate::host::warm::Warm,
+        store: &'a SqliteStore,
+    },
+}
+
+fn absolute(what: &str, p: &Path) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        p.is_absolute(),
+        "{what} {} is not an absolute path",
+        p.display()
+    );
+    Ok(())
+}
+
+pub(crate) fn lock(
+    log: &Mutex<airlock_audit::AuditLog>,
+) -> MutexGuard<'_, airlock_audit::AuditLog> {
+    log.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Close the shared log once every other holder is gone.
+fn close_log(log: Arc<Mutex<airlock_audit::AuditLog>>) -> anyhow::Result<()> {
+    match Arc::try_unwrap(log) {
+        Ok(m) => m
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner())
+            .close()
+            .map_err(|e| anyhow::anyhow!("{e}")),
+        // Still shared (a proxy record pending past its timeout): dropping the last handle
+        // signs the final checkpoint.
+        Err(_) => Ok(()),
+    }
+}
+
+/// Run `req` for `caller`; the exit status is the command's (or [`EXIT_REFUSED`],
+/// [`EXIT_KILLED`]).
+pub fn exec(
+    home: &Home,
+    loaded: Loaded<'_>,
+    req: &ExecRequest,
+    caller: &Caller,
+) -> anyhow::Result<i32> {
+    let home = home.clone();
+    let notices = &caller.notices;
+    // Where a run's time goes, for `RUST_LOG=airlock=debug` (the host logs with tracing).
+    let started_at = std::time::Instant::now();
+    let phase = |name: &str| {
+        tracing::debug!(
+            phase = name,
+            us = started_at.elapsed().as_micros() as u64,
+            "exec"
+        )
+    };
+    absolute("cwd", &req.cwd)?;
+    let cfg = match loaded {
+        Loaded::Cold => Arc::new(config::load(&home.config_file())?),
+        // A policy or config edit made just before this request decides it, as it would
+        // embedded: the files are looked at now, not at the next reload tick.
+        Loaded::Warm { warm, .. } => {
+            warm.reload_changed();
+            warm.config()
+        }
+    };
+    let profile = policies::pick_profile(req.profile.as_deref(), &cfg.policy.profile)?;
+    let explicit_workspace = req.workspace.is_some();
+    let workspace = req.workspace.clone().unwrap_or_else(|| req.cwd.clone());
+    absolute("workspace", &workspace)?;
+    let workspace = workspace
+        .canonicalize()
+        .map_err(|e| anyhow::anyhow!("workspace {}: {e}", workspace.display()))?;
+    let cwd = Some(req.cwd.clone())
+        .filter(|c| c.starts_with(&workspace))
+        .unwrap_or_else(|| workspace.clone());
+    let session_id = runtime::session_id("exec");
+    let command = req.command.clone();
+
+    // A commit a crash interrupted is finished or rolled back before the run sees the
+    // workspace (and said; recorded once the log is open).
+    let (_, recovered) = transaction::open_workspace(&home, &workspace, notices)?;
+    // Loaded before deciding: a missing CA or an unknown secret stops the run here.
+    phase("workspace opened");
+    let egress_setup = EgressSetup::load(&home, &req.secrets)?;
+    let mut profile_sb = sandbox_profile(
+        &home,
+        &cfg,
+        workspace.clone(),
+        cwd.clone(),
+        req.timeout.unwrap_or(cfg.sandbox.timeout_secs),
+    );
+    profile_sb.allow_broad_workspace = explicit_workspace;
+    // The run writes into its own layer; only a commit the Gate allows reaches the
+    // workspace (see `crate::transaction`). Removed whichever way the run ends.
+    phase("egress setup loaded");
+    let layers = transaction::create_overlay(&home, &cfg, &session_id)?;
+    profile_sb.workspace_overlay = Some(layers.clone());
+    let layers = transaction::RunLayers::new(layers);
+    // The proxy's socket and the sandbox around it are built while the Gate loads and
+    // decides: the sandbox is attested and then waits, confined and empty, for the
+    // authorized command (see `Sandbox::prepare`). A refusal tears it down unused.
+    phase("overlay created");
+    let mut binding = EgressBinding::bind(egress_setup, &home, &session_id, cfg.sandbox.uid)?;
+    binding.configure(&mut profile_sb)?;
+    let guard = RunGuard::register(binding.run_dir()).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot register the run in {}: {e}",
+            binding.run_dir().display()
+        )
+    })?;
+    // A client that goes away takes its run with it, as a killed `airlock exec` would.
+    if let Some(h) = &caller.hang_up {
+        h.arm(guard.hang_up_switch());
+    }
+    let mut preparing =
+        Preparing::start(&profile_sb, &cwd, caller.output.clone(), guard.spawn_hook())?;
+    binding.start_runtime()?;
+    // The Gate loads once the helper process has started, not beside its start (see
+    // `Preparing::wait_started`).
+    phase("proxy runtime started");
+    preparing.wait_started();
+    phase("helper started");
+
+    // The run is a session in the store, so `airlock kill <id>` and `--all` find it.
+    // Embedded, the store is opened and the session recorded on a second thread while the
+    // Gate loads; the host has the store open.
+    let recording = match loaded {
+        Loaded::Cold => Some(
+            std::thread::Builder::new()
+                .name("airlock-session".into())
+                .spawn({
+                    let (home, id, workspace) =
+                        (home.clone(), session_id.clone(), workspace.clone());
+                    move || {
+                        let store = open_run_store(&home)?;
+                        record_run_session(&store, id, workspace)?;
+                        anyhow::Ok(store)
+                    }
+                })?,
+        ),
+        Loaded::Warm { store, .. } => {
+            record_run_session(store, session_id.clone(), workspace.clone())?;
+            None
+        }
+    };
+    // The run's Gate stays live: a policy edit or `net revoke` while it runs reaches its
+    // proxy's next request and its commit (see `crate::live_gate`).
+    let gate = match loaded {
+        Loaded::Cold => LiveGate::open(&home, &cfg, profile, &workspace),
+        Loaded::Warm { warm, .. } => warm.gate_as_of(profile).map(|(gate, _, fingerprint)| {
+            let gate =
+                gate.with_config(crate::service::check::gate_config(&cfg, workspace.clone()));
+            LiveGate::from_loaded(&home, &cfg, profile, &workspace, gate, fingerprint)
+        }),
+    };
+    phase("gate ready");
+    let opened = gate.and_then(|gate| Ok((gate, runtime::open_audit(&home, &cfg)?)));
+    phase("gate and audit log loaded");
+    let own_store: Option<SqliteStore> = recording
+        .map(|r| {
+            r.join()
+                .map_err(|_| anyhow::anyhow!("recording the session failed unexpectedly"))?
+        })
+        .transpose()?;
+    let store: &SqliteStore = match (&own_store, loaded) {
+        (Some(own), _) => own,
+        (None, Loaded::Warm { store, .. }) => store,
+        (None, Loaded::Cold) => anyhow::bail!("the run's session was not recorded"),
+    };
+    let (gate, log) = match opened {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            end_session(store, &session_id);
+            return Err(e);
+        }
+    };
+    let (gate, log) = (Arc::new(gate), Arc::new(Mutex::new(log)));
+    transaction::record_recovery(&log, &workspace, recovered.as_deref());
+    // The proxy's *ask* requests wait in the approvals queue (`airlock approvals`).
+    binding.queue_approvals(
+        &home,
+        &log,
+        cfg.approvals,
+        std::time::Duration::from_secs(cfg.agent.approval_timeout_secs),
+        gate.gate().config().clone(),
+    )?;
+    let mut session = Session::new(session_id, "owner");
+    // The operator typed this command: it is trusted input of the session, and the
+    // operator (not a model) proposes it.
+    session.observe_trusted(&command);
+    session.actor = Some(Principal::Owner);
+    let action = ExecAction {
+        command,
+        cwd: cwd.display().to_string(),
+        env: vec![],
+    };
+
+    phase("session recorded");
+    let verdict = gate.gate().decide(&session, action, &mut *lock(&log));
+    let token = match verdict {
+        Verdict::Allow(token) => token,
+        Verdict::Deny(d) => {
+            // A reason may quote the command: each of its lines is shown escaped.
+            let reasons: Vec<String> = d
+                .reasons
+                .iter()
+                .flat_map(|r| r.split('\n'))
+                .map(escape_line)
+                .collect();
+            notices.line(&format!("airlock: refused: {}", reasons.join("\n  ")));
+            if !d.policies.is_empty() {
+                notices.line(&format!(
+                    "  decided by: {}",
+                    escape_line(&d.policies.join(", "))
+                ));
+            }
+            drop(preparing.finish());
+            close_log(log).ok();
+            end_session(store, &session.id);
+            return Ok(EXIT_REFUSED);
+        }
+        Verdict::Ask(ticket) => {
+            let approved = prompt_on_terminal(
+                caller,
+                &ticket.action().command,
+                &ticket.action_hash,
+                &ticket.reasons,
+            )
+            .inspect_err(|_| end_session(store, &session.id))?;
+            if !approved {
+                let _ = lock(&log).append(
+                    AuditEvent::by("approval-denied", &session.id, &Attribution::owner_cli())
+                        .with_action(
+                            json!({"command": ticket.action().command}),
+                            ticket.action_hash.clone(),
+                        ),
+                );
+                notices.line("airlock: not approved; the command did not run");
+                drop(preparing.finish());
+                close_log(log).ok();
+                end_session(store, &session.id);
+                return Ok(EXIT_REFUSED);
+            }
+            let approval = Approval {
+                approver: Principal::Owner,
+                via: Via::cli(),
+                payload_hash: ticket.action_hash.clone(),
+                expires_at: runtime::now_unix() + APPROVAL_TTL_SECS,
+            };
+            gate.gate()
+                .approve(ticket, &approval, runtime::now_unix(), &mut *lock(&log))
+                .map_err(|e| {
+                    end_session(store, &session.id);
+                    anyhow::anyhow!("{e}")
+                })?
+        }
+    };
+    phase("decided");
+    let egress = match binding.serve(&session, gate.clone(), log.clone()) {
+        Ok(e) => e,
+        Err(e) => {
+            drop(preparing.finish());
+            record_execution(&token, &session, &log, json!({"refused": e.to_string()}));
+            close_log(log).ok();
+            end_session(store, &session.id);
+            return Err(e.into());
+        }
+    };
+    // A kill that came before the session was in the store found no run to stop.
+    if let Err(e) = check_killed(&guard, store, &session.id) {
+        drop(preparing.finish());
+        record_execution(&token, &session, &log, json!({"refused": e.to_string()}));
+        drop(egress);
+        close_log(log).ok();
+        end_session(store, &session.id);
+        return Err(e);
+    }
+    let started = std::time::SystemTime::now();
+    phase("proxy serving");
+    let run = run_sandboxed(
+        &token,
+        &profile_sb,
+        preparing.finish(),
+        &session,
+        &egress,
+        &guard,
+        notices,
+    );
+    drop(guard);
+    // The process tree is gone, so nothing more can reach the proxy: it stops while the
+    // execution record is written and synced. The session ends once its commit is settled
+    // (a held commit can still be killed).
+    phase("ran");
+    let drained = std::thread::scope(|s| {
+        let finishing = s.spawn(move || egress.finish());
+        record_execution(&token, &session, &log, run.detail);
+        finishing.join().unwrap_or(false)
+    });
+    if !drained {
+        notices.line("airlock: warning: some egress records were still pending when the run ended");
+    }
+    // What the run wrote is decided as one commit. A run that was killed or refused
+    // leaves nothing: its layer is discarded unseen.
+    if let Ok(RunEnd::Finished(_)) = &run.end {
+        let txn = transaction::Transaction {
+            home: &home,
+            cfg: &cfg,
+            gate: &*gate,
+            log: &log,
+            approval_timeout: std::time::Duration::from_secs(cfg.agent.approval_timeout_secs),
+            cancelled: None,
+            notices,
+        };
+        let settled = txn.settle(
+            &session,
+            &workspace,
+            &layers.upper(),
+            Some(started),
+            &token.action().command,
+        );
+        if settled != transaction::Settled::Unchanged {
+            notices.line(&format!("airlock: {}", settled.note()));
+        }
+    }
+    phase("recorded and settled");
+    drop(layers);
+    phase("layers removed");
+    end_session(store, &session.id);
+    phase("session ended");
+    // A record the log refused during the run (a request's decision in the proxy, or the
+    // commit's) fails the run even when the command itself succeeded: the operator must hear of it.
+    let refused = lock(&log)
+        .failed_appends()
+        .map(|(n, last)| (n, last.to_string()));
+    close_log(log)?;
+    phase("done");
+    if let Some((n, last)) = refused {
+        anyhow::bail!(
+            "the audit log refused {n} record(s) during this run; an action whose decision it refused did not run: {last}"
+        );
+    }
+    run.end.map(|end| match end {
+        RunEnd::Killed => EXIT_KILLED,
+        RunEnd::Finished(o) => o.status,
+    })
+}
+
+/// The sandbox being built on its own thread while the Gate decides. Whichever way the run
+/// ends (an early error included), the thread is joined and an unused sandbox is torn
+/// down before the run's registration and proxy go away.
+struct Preparing {
+    thread: Option<std::thread::JoinHandle<anyhow::Result<PreparedRun>>>,
+    started: Arc<Started>,
+}
+
+/// Whether the sandbox's helper process was started (or the attempt is over).
+#[derive(Default)]
+struct Started {
+    done: Mutex<bool>,
+    changed: std::sync::Condvar,
+}
+
+impl Started {
+    fn set(&self) {
+        *self.done.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.changed.notify_all();
+    }
+
+    fn wait(&self) {
+        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        while !*done {
+            done = self.changed.wait(done).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// Marks [`Started`] when dropped: the thread's attempt is over, however it ended.
+struct StartedOnExit(Arc<Started>);
+
+impl Drop for StartedOnExit {
+    fn drop(&mut self) {
+        self.0.set();
+    }
+}
+
+impl Preparing {
+    fn start(
+        profile: &SandboxProfile,
+        cwd: &std::path::Path,
+        output: OutputMode,
+        hook: impl Fn(u32) + Send + Sync + 'static,
+    ) -> std::io::Result<Preparing> {
+        let (profile, cwd) = (profile.clone(), cwd.display().to_string());
+        let started = Arc::new(Started::default());
+        let on_exit = StartedOnExit(started.clone());
+        let on_spawn = started.clone();
+        let thread = std::thread::Builder::new()
+            .name("airlock-sandbox-prepare".into())
+            .spawn(move || -> anyhow::Result<PreparedRun> {
+                let _on_exit = on_exit;
+                let sandbox = crate::sandbox_helper::locate()?.on_spawn(move |pid| {
+                    hook(pid);
+                    on_spawn.set();
+                });
+                Ok(sandbox.prepare(&profile, &cwd, output)?)
+            })?;
+        Ok(Preparing {
+            thread: Some(thread),
+            started,
+        })
+    }
+
+    /// Wait until the helper process was started (or could not be). Starting it is the
+    /// step of the sandbox's build that suffers most from sharing the CPU: a process
+    /// created while both cores are busy can wait a whole time slice for one.
+    fn wait_started(&self) {
+        self.started.wait();
+    }
+
+    /// Wait for the sandbox. A thread that panicked is an error, never a run.
+    fn finish(&mut self) -> anyhow::Result<PreparedRun> {
+        self.thread
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("the sandbox was already taken"))?
+            .join()
+            .map_err(|_| anyhow::anyhow!("building the sandbox failed unexpectedly"))?
+    }
+}
+
+impl Drop for Preparing {
+    fn drop(&mut self) {
+        drop(self.finish());
+    }
+}
+
+/// The sandbox profile for a command in `workspace`, run from `cwd`, under the operator's
+/// `[sandbox]` and `[policy]` settings. Every sandboxed run of the binary gets its profile
+/// here, so every one carries the operator's config and state dirs, which the sandbox
+/// refuses as (or around) a workspace.
+pub(crate) fn sandbox_profile(
+    home: &Home,
+    cfg: &config::Config,
+    workspace: PathBuf,
+    cwd: PathBuf,
+    timeout_secs: u64,
+) -> SandboxProfile {
+    let mut profile = SandboxProfile::new(workspace);
+    profile.operator_dirs = home.operator_dirs();
+    profile.cwd = Some(cwd);
+    profile.sandbox_uid = cfg.sandbox.uid;
+    profile.sandbox_gid = cfg.sandbox.uid;
+    profile.timeout_secs = timeout_secs;
+    profile.output_cap_bytes = cfg.sandbox.output_cap_bytes;
+    profile.weakened = cfg.sandbox.weakened;
+    profile
+        .protected_paths
+        .extend(cfg.policy.protected_paths.iter().map(PathBuf::from));
+    profile
+}
+
+/// Register the run in its run dir for the kill switch. A session killed before this
+/// point (the kill found no run dir yet) is seen here, through the store.
+pub(crate) fn register_run(
+    egress: &Egress,
+    store: &SqliteStore,
+    id: &str,
+) -> anyhow::Result<RunGuard> {
+    let dir = egress
+        .socket_path()
+        .parent()
+        .ok_or_else(|| anyhow::anyhow!("the proxy socket has no run dir"))?;
+    let guard = RunGuard::register(dir)
+        .map_err(|e| anyhow::anyhow!("cannot register the run in {}: {e}", dir.display()))?;
+    check_killed(&guard, store, id)?;
+    Ok(guard)
+}
+
+/// Mark the run killed when the store says its session was (a kill that came before the
+/// run dir existed).
+fn check_killed(guard: &RunGuard, store: &SqliteStore, id: &str) -> anyhow::Result<()> {
+    let record = store
+        .get_session(id)
+        .map_err(|e| anyhow::anyhow!("cannot read session `{id}`: {e}"))?;
+    if record.status == SessionStatus::Killed {
+        guard.mark_killed();
+    }
+    Ok(())
+}
+
+/// Record the run's session in `store`, working in the operator's `workspace`.
+fn record_run_session(store: &SqliteStore, id: String, workspace: PathBuf) -> anyhow::Result<()> {
+    let new = NewSession {
+        id: Some(id),
+        principal: "owner".into(),
+        role: "owner".into(),
+        // The run works in the operator's workspace; it needs no directory of its own.
+        workspace: Some(workspace),
+        // The operator typed the command; no agent is given the directory.
+        agent_workspace: false,
+    };
+    store.create_session(&new, Timestamp::now()).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot record session `{}`: {e}",
+            new.id.as_deref().unwrap_or("")
+        )
+    })?;
+    Ok(())
+}
+
+/// The store for runs' session records. Such a record lives no longer than the process
+/// running it (`airlock exec`, or the host; it is how `airlock kill` finds the run, and a
+/// host that starts after a crash finds the run interrupted), so its commits need not each
+/// wait for the disk: see [`SyncMode::ProcessLifetime`].
+pub fn open_run_store(home: &Home) -> anyhow::Result<SqliteStore> {
+    let mut options = StoreOptions::new(&home.state);
+    options.sync = SyncMode::ProcessLifetime;
+    SqliteStore::open_with(options).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot open the session database {}: {e}",
+            home.state.join(airlock_store::DATABASE_FILE).display()
+        )
+    })
+}
+
+/// Mark the run's session finished (a killed one stays killed).
+pub(crate) fn end_session(store: &SqliteStore, id: &str) {
+    match store.finish_session(id, Timestamp::now()) {
+        Err(e) if !matches!(e, airlock_store::StoreError::SessionKilled { .. }) => {
+            eprintln!("airlock: warning: session `{id}` could not be marked finished: {e}");
+        }
+        _ => {}
+    }
+}
+
+/// How a sandboxed run ended.
+pub(crate) enum RunEnd {
+    /// The operator killed the session (before or during the run).
+    Killed,
+    /// The command ran (its status may be a timeout's 137).
+    Finished(Box<airlock_sandbox::RunOutcome>),
+}
+
+/// Run an authorized command and append its execution record (attestation, status).
+/// `helper_home` is the home whose config and pin choose the sandbox helper (the demo's
+/// own home, not the operator's).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_authorized(
+    helper_home: (&crate::home::Home, &crate::config::Config),
+    token: &Authorized<ExecAction>,
+    profile: &SandboxProfile,
+    session: &Session,
+    log: &Mutex<airlock_audit::AuditLog>,
+    egress: &Egress,
+    guard: &RunGuard,
+    mode: OutputMode,
+) -> anyhow::Result<RunEnd> {
+    let prepared = if guard.was_killed() {
+        Err(anyhow::anyhow!("the session was killed"))
+    } else {
+        crate::sandbox_helper::locate_for(helper_home.0, helper_home.1).and_then(|s| {
+            Ok(s.on_spawn(guard.spawn_hook())
+                .prepare(profile, &token.action().cwd, mode)?)
+        })
+    };
+    run_prepared(token, profile, prepared, session, log, egress, guard)
+}
+
+/// Run an authorized command in its prepared sandbox (built from `profile`) and append
+/// its execution record (attestation, status). A failure to prepare is recorded as the
+/// run's refusal; a kill, as its outcome.
+pub(crate) fn run_prepared(
+    token: &Authorized<ExecAction>,
+    profile: &SandboxProfile,
+    prepared: anyhow::Result<PreparedRun>,
+    session: &Session,
+    log: &Mutex<airlock_audit::AuditLog>,
+    egress: &Egress,
+    guard: &RunGuard,
+) -> anyhow::Result<RunEnd> {
+    let run = run_sandboxed(
+        token,
+        profile,
+        prepared,
+        session,
+        egress,
+        guard,
+        &Notices::Stderr,
+    );
+    record_execution(token, session, log, run.detail);
+    run.end
+}
+
+/// A sandboxed run that ended, with the detail of its execution record (not yet written).
+pub(crate) struct SandboxedRun {
+    pub detail: serde_json::Value,
+    pub end: anyhow::Result<RunEnd>,
+}
+
+/// Run an authorized command in its prepared sandbox (built from `profile`) and describe
+/// how it ended for its execution record, which the caller appends.
+pub(crate) fn run_sandboxed(
+    token: &Authorized<ExecAction>,
+    profile: &SandboxProfile,
+    prepared: anyhow::Result<PreparedRun>,
+    session: &Session,
+    egress: &Egress,
+    guard: &RunGuard,
+    notices: &Notices,
+) -> SandboxedRun {
+    let egress_detail = || {
+        json!({"proxy": egress.proxy_url(), "socket": egress.socket_path(),
+        "secrets": egress.secret_names(), "request_bytes": egress.egress_bytes()})
+    };
+    if guard.was_killed() {
+        drop(prepared);
+        notices.line(&format!(
+            "airlock: session {} was killed; the command did not run",
+            session.id
+        ));
+        return SandboxedRun {
+            detail: json!({"outcome": "killed", "ran": false, "egress": egress_detail()}),
+            end: Ok(RunEnd::Killed),
+        };
+    }
+    let outcome = prepared.and_then(|p| Ok(p.run(token)?));
+    guard.run_ended();
+    if guard.was_killed() {
+        // The helper was SIGKILLed, so the launcher may report a broken protocol rather
+        // than a status: the kill is the outcome either way.
+        let status = outcome.as_ref().ok().map(|o| o.status);
+        let by = guard.killed_by();
+        notices.line(&format!(
+            "airlock: session {} was killed by the {by}; its whole process tree was killed",
+            session.id
+        ));
+        return SandboxedRun {
+            detail: json!({"outcome": "killed", "killed_by": by, "status": status,
+                "egress": egress_detail()}),
+            end: Ok(RunEnd::Killed),
+        };
+    }
+    match outcome {
+        Ok(o) => {
+            if o.timed_out {
+                notices.line(&format!(
+                    "airlock: timed out after {} s; the whole process tree was killed",
+                    profile.timeout_secs
+                ));
+            }
+            SandboxedRun {
+                detail: json!({
+                    "status": o.status, "timed_out": o.timed_out, "truncated": o.truncated,
+                    "elapsed_ms": o.elapsed.as_millis() as u64, "attestation": o.attestation,
+                    "weakened": profile.weakened.map(|w| w.name()), "egress": egress_detail(),
+                }),
+                end: Ok(RunEnd::Finished(Box::new(o))),
+            }
+        }
+        Err(e) => SandboxedRun {
+            detail: json!({"refused": e.to_string(), "egress": egress_detail()}),
+            end: Err(anyhow::anyhow!("{e}")),
+        },
+    }
+}
+
+/// Append the execution record of an authorized command.
+pub(crate) fn record_execution(
+    token: &Authorized<ExecAction>,
+    session: &Session,
+    log: &Mutex<airlock_audit::AuditLog>,
+    detail: serde_json::Value,
+) {
+    let who = match session.attribution() {
+        Ok(who) => who,
+        Err(e) => {
+            eprintln!("airlock: warning: the execution record could not be written: {e}");
+            return;
+        }
+    };
+    let ev = AuditEvent::by("execution", &session.id, &who)
+        .with_action(
+            json!({"command": token.action().command}),
+            token.action_hash().to_string(),
+        )
+        .with_detail(detail);
+    if let Err(e) = lock(log).append(ev) {
+        eprintln!("airlock: warning: the execution record could not be written: {e}");
+    }
+}
+
+/// Ask on the caller's terminal. No terminal means no approver: deny.
+fn prompt_on_terminal(
+    caller: &Caller,
+    command: &str,
+    hash: &str,
+    reasons: &[String],
+) -> anyhow::Result<bool> {
+    let say = &caller.notices;
+    if !caller.stdin_is_terminal() {
+        say.line(&format!(
+            "airlock: this command needs approval ({}) and there is no terminal to ask on",
+            escape_line(&reasons.join("; "))
+        ));
+        return Ok(false);
+    }
+    let mut text = String::from("airlock: approval needed\n");
+    for r in reasons {
+        text.push_str(&format!("  why:     {}\n", escape_line(r)));
+    }
+    // Escaped on one line: an ESC, CR or newline in the command cannot hide part of it.
+    text.push_str(&format!("  command: {}\n", escape_line(command)));
+    text.push_str(&format!("  payload: {}\n", escape_line(hash)));
+    text.push_str("  run it? [y/N] ");
+    say.write(&text);
+    let line = caller.read_line()?.unwrap_or_default();
+    Ok(matches!(line.trim(), "y" | "Y" | "yes"))
+}

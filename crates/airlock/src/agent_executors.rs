@@ -26,11 +26,11 @@ use airlock_proxy::{
 use airlock_sandbox::OutputMode;
 use airlock_store::{SessionStore, SqliteStore};
 
-use crate::cmd::kill::KILLED_MARKER;
 use crate::config::Config;
 use crate::egress::{Egress, EgressSetup};
 use crate::home::Home;
 use crate::service::exec::{self, RunEnd};
+use crate::service::kill::KILLED_MARKER;
 
 /// Most bytes of command output or response body handed back to the model.
 pub const MAX_RESULT_BYTES: usize = 64 * 1024;

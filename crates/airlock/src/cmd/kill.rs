@@ -1,57 +1,21 @@
-//! `airlock kill <session>|--all`: the kill switch, from any terminal.
+//! `airlock kill <session>|--all`: the kill switch, from any terminal
+//! ([`crate::service::kill`]).
 //!
-//! For each session it
-//! 1. marks the session `killed` in the store, which cancels its pending approvals and
-//!    revokes its grants in the same transaction (a killed session never takes work again);
-//! 2. drops a `killed` marker in the session's run dir `<state>/run/<session>/` and unlinks
-//!    the proxy socket there, so nothing new can reach the session's egress proxy;
-//! 3. SIGKILLs the sandbox helper of every run registered in that dir. The helper is the
-//!    parent of the sandbox's PID 1, which holds a parent-death signal, so the whole
-//!    sandboxed process tree goes with it;
-//! 4. appends a `session-killed` record to the audit log naming the operator.
-//!
-//! `--all` first revokes every standing grant, operator rules included (a rule-scoped
-//! grant belongs to no session, so killing sessions alone would leave it in force for the
-//! next one), each with its own `grant-revoked` record.
-//!
-//! The other half lives in the running `airlock exec` ([`RunGuard`]): it registers its own
-//! pid and each sandbox helper's pid in the run dir, and a watcher thread that sees the
-//! marker kills the helper itself too, so the run ends within a fraction of a second even
-//! if this process could not signal it, and records the run's outcome as `killed`.
+//! With a host serving the state dir the kill goes through it (`/v1/kill`), so a host's
+//! own schedules and sessions hear of it. A kill switch must not depend on the host being
+//! well, though: when the host cannot be reached or does not answer within
+//! [`HOST_ANSWER_WAIT`], the kill runs embedded, on the same store, run dirs and log,
+//! and says so.
 
-use std::collections::BTreeSet;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Args;
-use serde_json::json;
 
-use airlock_audit::AuditEvent;
-use airlock_store::{SessionStatus, SessionStore, StoreError, Timestamp};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
-
-use crate::cmd::approvals::{open_store, operator_detail, OPERATOR};
 use crate::home::Home;
-use crate::{config, runtime};
+use crate::service::kill::{kill_sessions, KillInput, KillReport};
 
-/// Marker file whose presence in a run dir tells the running exec it was killed.
-pub const KILLED_MARKER: &str = "killed";
-/// Pid of the `airlock exec` process that owns the run dir.
-pub const EXEC_PID_FILE: &str = "exec.pid";
-/// Pids of the sandbox helpers the run started, one per line.
-pub const SANDBOX_PIDS_FILE: &str = "sandbox.pids";
-/// The proxy socket in a run dir (see [`crate::egress`]).
-const PROXY_SOCKET: &str = "proxy.sock";
-/// Exit status of an `airlock exec` whose session was killed (128 + SIGKILL).
-pub const EXIT_KILLED: i32 = 128 + 9;
-/// How often a running exec looks for the marker.
-const WATCH_INTERVAL: Duration = Duration::from_millis(50);
-/// How long `airlock kill` waits for the killed helpers to be gone.
-const KILL_WAIT: Duration = Duration::from_secs(1);
+/// How long a kill waits for a running host's answer before it acts without it.
+const HOST_ANSWER_WAIT: Duration = Duration::from_secs(5);
 
 /// `airlock kill` arguments.
 #[derive(Debug, Args)]
@@ -64,85 +28,41 @@ pub struct KillArgs {
     pub all: bool,
 }
 
-/// What killing one session did.
-#[derive(Debug, Default)]
-struct Killed {
-    in_store: bool,
-    cancelled_approvals: usize,
-    revoked_grants: usize,
-    run_dir: Option<PathBuf>,
-    helpers_killed: Vec<u32>,
-    helpers_left: Vec<u32>,
-}
-
 pub fn run(args: KillArgs) -> anyhow::Result<i32> {
     let home = Home::from_env()?;
-    let cfg = config::load(&home.config_file())?;
-    let store = open_store(&home)?;
-    let mut log = runtime::open_audit(&home, &cfg)?;
-    let run_root = home.state.join("run");
-
-    let targets: Vec<String> = if args.all {
-        let mut ids = BTreeSet::new();
-        // Active sessions (finished and killed ones run nothing), plus every run dir: a
-        // run whose session row is missing must still be stopped.
-        let listing = store
-            .list_sessions(Some(SessionStatus::Active))
-            .map_err(|e| anyhow::anyhow!("cannot list the sessions: {e}"))?;
-        for s in listing.items {
-            ids.insert(s.id);
-        }
-        if let Ok(entries) = std::fs::read_dir(&run_root) {
-            for e in entries.flatten() {
-                if let Some(name) = e.file_name().to_str() {
-                    ids.insert(name.to_string());
-                }
-            }
-        }
-        ids.into_iter().collect()
-    } else {
-        let id = args.session.unwrap_or_default();
-        airlock_store::validate_id("session", &id).map_err(|e| anyhow::anyhow!("{e}"))?;
-        vec![id]
+    let input = KillInput {
+        session: args.session,
+        all: args.all,
     };
-
-    if args.all {
-        let revoked = crate::cmd::grants::revoke_all_recorded(&store, &mut log, "kill --all")?;
-        crate::out!("{revoked} standing grant(s) revoked");
-    }
-
-    let mut failures = 0;
-    for id in &targets {
-        let k = kill_one(&store, &run_root, id)?;
-        if !k.in_store && k.run_dir.is_none() {
-            if args.all {
-                continue;
+    let report = match crate::host::client::find_now(&home) {
+        Some(host) => match host.post_within("/v1/kill", &input, HOST_ANSWER_WAIT) {
+            Ok(report) => report,
+            // The host answered: its refusal (an unknown session) is the answer.
+            Err(crate::host::client::CallError::Answered(e)) => return Err(e),
+            Err(crate::host::client::CallError::Unreachable(e)) => {
+                eprintln!(
+                    "airlock: the host (pid {}) did not answer ({}); killing without it",
+                    host.pid,
+                    airlock_core::terminal_text::escape_line(&format!("{e:#}"))
+                );
+                kill_sessions(&home, &input)?
             }
-            anyhow::bail!(
-                "no session `{id}` in the store and no running exec under {}\nhelp: `airlock exec` runs are named exec-<ms>-<pid>; list {} to see the running ones",
-                run_root.display(),
-                run_root.display()
-            );
-        }
-        let ev = AuditEvent::by(
-            "session-killed",
-            id.as_str(),
-            &crate::cmd::approvals::operator(),
-        )
-        .with_detail(json!({
-            "decided_by": operator_detail(),
-            "in_store": k.in_store,
-            "cancelled_approvals": k.cancelled_approvals,
-            "revoked_grants": k.revoked_grants,
-            "run_dir": k.run_dir,
-            "helpers_killed": k.helpers_killed,
-            "helpers_left": k.helpers_left,
-        }));
-        log.append(ev).map_err(|e| {
-            anyhow::anyhow!("session `{id}` was killed, but its audit record failed: {e}")
-        })?;
+        },
+        None => kill_sessions(&home, &input)?,
+    };
+    print(&report, args.all)
+}
+
+/// Say what the kill did; the exit status is 1 when a helper outlived it.
+fn print(report: &KillReport, all: bool) -> anyhow::Result<i32> {
+    if let Some(n) = report.grants_revoked {
+        crate::out!("{n} standing grant(s) revoked");
+    }
+    let mut failures = 0;
+    for k in &report.killed {
         crate::out!(
-            "killed {id}: {} approval(s) cancelled, {} grant(s) revoked, {} sandbox(es) killed",
+            "killed {}: {} approval(s) cancelled, {} grant(s) revoked, {} sandbox(es) killed",
+            k.id,
             k.cancelled_approvals,
             k.revoked_grants,
             k.helpers_killed.len()
@@ -150,248 +70,13 @@ pub fn run(args: KillArgs) -> anyhow::Result<i32> {
         if !k.helpers_left.is_empty() {
             failures += 1;
             eprintln!(
-                "error: sandbox helper pid(s) {:?} of `{id}` were still alive after {} ms\nhelp: check `ps -o pid,stat,cmd -p …`; a process in uninterruptible sleep dies when its I/O ends",
-                k.helpers_left,
-                KILL_WAIT.as_millis()
+                "error: sandbox helper pid(s) {:?} of `{}` were still alive after {} ms\nhelp: check `ps -o pid,stat,cmd -p …`; a process in uninterruptible sleep dies when its I/O ends",
+                k.helpers_left, k.id, report.kill_wait_ms
             );
         }
     }
-    if args.all {
-        crate::out!("{} session(s) killed", targets.len());
+    if all {
+        crate::out!("{} session(s) killed", report.targets);
     }
-    log.close().map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(if failures == 0 { 0 } else { 1 })
-}
-
-fn kill_one(
-    store: &airlock_store::SqliteStore,
-    run_root: &Path,
-    id: &str,
-) -> anyhow::Result<Killed> {
-    let mut k = Killed::default();
-    // The store first: an exec that starts after this sees the session killed and never
-    // launches (it checks after registering its run dir).
-    match store.kill_session(id, OPERATOR, Timestamp::now()) {
-        Ok(report) => {
-            k.in_store = true;
-            k.cancelled_approvals = report.cancelled_approvals;
-            k.revoked_grants = report.revoked_grants;
-        }
-        Err(StoreError::NotFound { .. }) => {}
-        Err(e) => anyhow::bail!("cannot kill session `{id}` in the store: {e}"),
-    }
-    let dir = run_root.join(id);
-    if dir.is_dir() {
-        let (killed, left) = kill_run_dir(&dir)?;
-        k.helpers_killed = killed;
-        k.helpers_left = left;
-        k.run_dir = Some(dir);
-    }
-    Ok(k)
-}
-
-/// Mark the run dir killed, cut the proxy socket, and SIGKILL the registered helpers.
-/// Returns the pids signalled and those still alive after [`KILL_WAIT`].
-fn kill_run_dir(dir: &Path) -> anyhow::Result<(Vec<u32>, Vec<u32>)> {
-    let marker = dir.join(KILLED_MARKER);
-    std::fs::write(&marker, b"killed by the operator\n")
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", marker.display()))?;
-    let _ = std::fs::remove_file(dir.join(PROXY_SOCKET));
-    let exec_pid = read_pids(&dir.join(EXEC_PID_FILE)).into_iter().next();
-    let mut signalled = Vec::new();
-    for pid in read_pids(&dir.join(SANDBOX_PIDS_FILE)) {
-        // Only a helper still parented by the exec that registered it: a pid the kernel
-        // has since given to another process is never signalled.
-        if exec_pid.is_some()
-            && parent_of(pid) == exec_pid
-            && kill(to_pid(pid), Signal::SIGKILL).is_ok()
-        {
-            signalled.push(pid);
-        }
-    }
-    let deadline = Instant::now() + KILL_WAIT;
-    let mut left: Vec<u32> = signalled.clone();
-    while !left.is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-        left.retain(|p| is_running(*p));
-    }
-    Ok((signalled, left))
-}
-
-fn to_pid(pid: u32) -> Pid {
-    Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX))
-}
-
-fn read_pids(path: &Path) -> Vec<u32> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .filter(|p| *p > 1)
-        .collect()
-}
-
-/// `(state, ppid)` from `/proc/<pid>/stat`. The command name may hold spaces and
-/// parentheses, so the fields are read after the last `)`.
-fn proc_stat(pid: u32) -> Option<(char, u32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let ppid = fields.next()?.parse().ok()?;
-    Some((state, ppid))
-}
-
-fn parent_of(pid: u32) -> Option<u32> {
-    proc_stat(pid).map(|(_, ppid)| ppid)
-}
-
-/// Alive and not a zombie waiting to be reaped.
-pub(crate) fn is_running(pid: u32) -> bool {
-    matches!(proc_stat(pid), Some((s, _)) if s != 'Z' && s != 'X')
-}
-
-/// A running `airlock exec`'s registration in its run dir, and the watcher that ends the
-/// run when `airlock kill` leaves the marker.
-pub struct RunGuard {
-    dir: PathBuf,
-    state: Arc<GuardState>,
-    /// Dropping it wakes the watcher at once to stop (a join must not wait out a poll
-    /// interval at the end of every run).
-    stop: Option<std::sync::mpsc::Sender<()>>,
-    watcher: Option<std::thread::JoinHandle<()>>,
-}
-
-struct GuardState {
-    killed: AtomicBool,
-    /// Killed because the host's client went away, not by `airlock kill`.
-    hung_up: AtomicBool,
-    helpers: Mutex<Vec<u32>>,
-}
-
-impl GuardState {
-    fn kill_helpers(&self) {
-        let helpers = self.helpers.lock().unwrap_or_else(|p| p.into_inner());
-        for pid in helpers.iter() {
-            // Our own unreaped child: the pid cannot have been reused.
-            let _ = kill(to_pid(*pid), Signal::SIGKILL);
-        }
-    }
-}
-
-impl RunGuard {
-    /// Write this process's pid into `dir` (the run dir) and start watching for the
-    /// marker.
-    pub fn register(dir: &Path) -> std::io::Result<RunGuard> {
-        std::fs::write(dir.join(EXEC_PID_FILE), format!("{}\n", std::process::id()))?;
-        let state = Arc::new(GuardState {
-            killed: AtomicBool::new(false),
-            hung_up: AtomicBool::new(false),
-            helpers: Mutex::new(Vec::new()),
-        });
-        let marker = dir.join(KILLED_MARKER);
-        let watched = state.clone();
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        let watcher = std::thread::Builder::new()
-            .name("airlock-kill-watch".into())
-            .spawn(move || loop {
-                if marker.exists() {
-                    watched.killed.store(true, Ordering::Release);
-                    watched.kill_helpers();
-                }
-                match stopped.recv_timeout(WATCH_INTERVAL) {
-                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
-                    _ => break,
-                }
-            })?;
-        Ok(RunGuard {
-            dir: dir.to_path_buf(),
-            state,
-            stop: Some(stop),
-            watcher: Some(watcher),
-        })
-    }
-
-    /// Mark the run killed from this process (the store says the session is killed).
-    pub fn mark_killed(&self) {
-        self.state.killed.store(true, Ordering::Release);
-    }
-
-    /// The run's helpers have been reaped: forget their pids, which the kernel may now
-    /// give to other processes.
-    pub fn run_ended(&self) {
-        self.state
-            .helpers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
-    }
-
-    /// What a client of the host that goes away calls: the run ends as it would for
-    /// `airlock kill`, and its record says the client went away.
-    pub fn hang_up_switch(&self) -> impl Fn() + Send + Sync + 'static {
-        let state = self.state.clone();
-        move || {
-            state.hung_up.store(true, Ordering::Release);
-            state.killed.store(true, Ordering::Release);
-            state.kill_helpers();
-        }
-    }
-
-    /// Who ended a killed run, for its record and the caller.
-    pub fn killed_by(&self) -> &'static str {
-        if self.state.hung_up.load(Ordering::Acquire) && !self.dir.join(KILLED_MARKER).exists() {
-            "client, which went away"
-        } else {
-            "operator"
-        }
-    }
-
-    /// Whether the session was killed (marker seen, or [`RunGuard::mark_killed`]).
-    pub fn was_killed(&self) -> bool {
-        self.state.killed.load(Ordering::Acquire) || self.dir.join(KILLED_MARKER).exists()
-    }
-
-    /// The hook for [`airlock_sandbox::Sandbox::on_spawn`]: records each helper's pid in
-    /// the run dir, and kills it at once if the session is already killed.
-    pub fn spawn_hook(&self) -> impl Fn(u32) + Send + Sync + 'static {
-        let state = self.state.clone();
-        let dir = self.dir.clone();
-        move |pid| {
-            state
-                .helpers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(pid);
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(dir.join(SANDBOX_PIDS_FILE));
-            let recorded = file.and_then(|mut f| writeln!(f, "{pid}"));
-            // A helper that `airlock kill` could not find must not run: fail closed.
-            if recorded.is_err()
-                || state.killed.load(Ordering::Acquire)
-                || dir.join(KILLED_MARKER).exists()
-            {
-                if recorded.is_err() {
-                    eprintln!(
-                        "airlock: cannot register the sandbox in {}; stopping it",
-                        dir.display()
-                    );
-                } else {
-                    state.killed.store(true, Ordering::Release);
-                }
-                let _ = kill(to_pid(pid), Signal::SIGKILL);
-            }
-        }
-    }
-}
-
-impl Drop for RunGuard {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(w) = self.watcher.take() {
-            let _ = w.join();
-        }
-    }
 }

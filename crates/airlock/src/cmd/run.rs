@@ -19,9 +19,9 @@ use airlock_agent::provider::{EnvOverrides, StreamEvent};
 use airlock_core::terminal_text::{escape_block, escape_json_text, escape_line};
 
 use crate::agent_host::{provider_config, AgentHost, HostOptions};
-pub use crate::cmd::kill::EXIT_KILLED;
 use crate::config;
 use crate::home::Home;
+pub use crate::service::kill::EXIT_KILLED;
 
 /// The model finished the task.
 pub const EXIT_COMPLETED: i32 = 0;

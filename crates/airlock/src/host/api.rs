@@ -86,6 +86,7 @@ pub fn router(host: Arc<Host>) -> Router {
         .route("/v1/replay", post(replay_route))
         .route("/v1/approvals/approve", post(approve_route))
         .route("/v1/approvals/deny", post(deny_route))
+        .route("/v1/kill", post(kill_route))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -252,6 +253,21 @@ async fn deny_route(
     tracing::info!(request = %input.id, "denying through the host");
     let home = host.home.clone();
     tokio::task::spawn_blocking(move || crate::service::approvals::deny(&home, &input))
+        .await
+        .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?
+        .map(Json)
+        .map_err(ApiError::from_service)
+}
+
+/// The kill switch, as the owner: the same service as `airlock kill` embedded.
+async fn kill_route(
+    State(host): State<Arc<Host>>,
+    body: Bytes,
+) -> Result<Json<crate::service::kill::KillReport>, ApiError> {
+    let input: crate::service::kill::KillInput = parse(&body)?;
+    tracing::warn!(session = ?input.session, all = input.all, "kill through the host");
+    let home = host.home.clone();
+    tokio::task::spawn_blocking(move || crate::service::kill::kill_sessions(&home, &input))
         .await
         .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?
         .map(Json)

@@ -39,7 +39,52 @@ pub fn find(home: &Home) -> Option<HostClient> {
     }
 }
 
+/// The host serving `home`, only if it holds the state dir and its socket is there now:
+/// for a command that must not wait for a host that is starting or stopping (the kill
+/// switch), and runs embedded instead.
+pub fn find_now(home: &Home) -> Option<HostClient> {
+    let socket = super::socket::socket_path(home);
+    let pid = super::lock::running_host(home)?;
+    socket.exists().then_some(HostClient { socket, pid })
+}
+
+/// Why a call within a deadline did not give an answer to use.
+#[derive(Debug)]
+pub enum CallError {
+    /// The host answered, with an error: its word stands.
+    Answered(anyhow::Error),
+    /// The host could not be reached, or did not answer in time.
+    Unreachable(anyhow::Error),
+}
+
 impl HostClient {
+    /// `post`, giving up after `wait`; tells a refusal from an unreachable host.
+    pub fn post_within<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+        wait: std::time::Duration,
+    ) -> Result<T, CallError> {
+        let body = serde_json::to_vec(body).map_err(|e| CallError::Unreachable(e.into()))?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| CallError::Unreachable(e.into()))?;
+        let sent = runtime.block_on(async {
+            tokio::time::timeout(wait, self.send("POST", path, Some(body))).await
+        });
+        match sent {
+            Err(_) => Err(CallError::Unreachable(anyhow::anyhow!(
+                "no answer within {} s",
+                wait.as_secs()
+            ))),
+            Ok(Err(e)) => Err(CallError::Unreachable(e)),
+            Ok(Ok((status, bytes))) => {
+                Self::answer(path, status, &bytes).map_err(CallError::Answered)
+            }
+        }
+    }
+
     pub fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
         self.request("GET", path, None)
     }
@@ -62,17 +107,26 @@ impl HostClient {
             .enable_all()
             .build()?;
         let (status, bytes) = runtime.block_on(self.send(method, path, body))?;
+        Self::answer(path, status, &bytes)
+    }
+
+    /// The answer's body, or the error the host gave.
+    fn answer<T: DeserializeOwned>(
+        path: &str,
+        status: hyper::StatusCode,
+        bytes: &[u8],
+    ) -> anyhow::Result<T> {
         if status.is_success() {
-            return serde_json::from_slice(&bytes).map_err(|e| {
+            return serde_json::from_slice(bytes).map_err(|e| {
                 anyhow::anyhow!("the host's answer to {path} is not what this client understands: {e}\nhelp: the host and this command may be of different versions; restart the host")
             });
         }
-        let (error, help) = match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        let (error, help) = match serde_json::from_slice::<serde_json::Value>(bytes) {
             Ok(v) => (
                 v["error"].as_str().unwrap_or("").to_string(),
                 v["help"].as_str().unwrap_or("").to_string(),
             ),
-            Err(_) => (String::from_utf8_lossy(&bytes).into_owned(), String::new()),
+            Err(_) => (String::from_utf8_lossy(bytes).into_owned(), String::new()),
         };
         if help.is_empty() {
             anyhow::bail!("{error}")

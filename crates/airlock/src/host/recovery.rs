@@ -14,8 +14,8 @@ use serde_json::json;
 
 use airlock_store::{ApprovalDecisions, SessionStatus, SessionStore, Timestamp};
 
-use crate::cmd::kill::{is_running, EXEC_PID_FILE};
 use crate::home::Home;
+use crate::service::kill::{is_running, EXEC_PID_FILE};
 
 /// What recovery found and did.
 #[derive(Debug, Default)]

@@ -18,11 +18,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::cmd::kill::{RunGuard, EXIT_KILLED};
 use crate::egress::{Egress, EgressBinding, EgressSetup};
 use crate::home::Home;
 use crate::live_gate::LiveGate;
 use crate::service::caller::{Caller, Notices};
+use crate::service::kill::{RunGuard, EXIT_KILLED};
 use crate::{config, policies, runtime, transaction};
 use airlock_audit::AuditEvent;
 use airlock_core::action::ExecAction;

@@ -7,6 +7,8 @@ pub mod approvals;
 pub mod caller;
 pub mod check;
 pub mod exec;
+pub mod grants;
+pub mod kill;
 pub mod replay;
 pub mod status;
 

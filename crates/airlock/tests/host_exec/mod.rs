@@ -297,6 +297,84 @@ fn a_client_that_goes_away_takes_its_run_with_it() {
     assert!(v.status.success(), "{v:?}");
 }
 
+/// The id of an exec running under `home` (its run dir), other than those in `seen`.
+fn running_exec(f: &Fixture, seen: &[String]) -> Option<String> {
+    std::fs::read_dir(f.home.join("state/run"))
+        .ok()?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("exec-") && !seen.contains(n))
+}
+
+fn kill_cmd(f: &Fixture, id: &str) -> std::process::Output {
+    Command::new(airlock_bin())
+        .env("AIRLOCK_HOME", &f.home)
+        .args(["kill", id])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// `airlock kill` goes through the host while it answers, and does not depend on it: with
+/// the host stopped (SIGSTOP), the kill gives up on it after its wait and kills the run
+/// embedded. Either way the run ends killed, with its record.
+#[test]
+fn kill_goes_through_the_host_and_works_without_it() {
+    use nix::sys::signal::Signal;
+    let f = fixture();
+    init(&f, "");
+    let host = Host::start(&f.home);
+    let mut seen = Vec::new();
+    for (round, stop_the_host) in [false, true].into_iter().enumerate() {
+        let marker = format!("kill-{}-{round}", std::process::id());
+        let client = background_exec(&f, &format!("sleep 300; : {marker}"));
+        wait_for("the run's sandbox", || {
+            processes_with(&marker)
+                .iter()
+                .any(|l| !l.contains("airlock"))
+        });
+        let id = running_exec(&f, &seen).unwrap();
+        seen.push(id.clone());
+        if stop_the_host {
+            host.signal(Signal::SIGSTOP);
+        }
+        let k = kill_cmd(&f, &id);
+        if stop_the_host {
+            host.signal(Signal::SIGCONT);
+        }
+        assert!(k.status.success(), "{k:?}");
+        let said = String::from_utf8_lossy(&k.stderr);
+        assert_eq!(
+            said.contains("killing without it"),
+            stop_the_host,
+            "round {round}: {said}"
+        );
+        assert!(
+            String::from_utf8_lossy(&k.stdout).contains(&format!("killed {id}")),
+            "{k:?}"
+        );
+        let o = client.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(137), "{o:?}");
+        wait_for("every process of the run to be gone", || {
+            processes_with(&marker).is_empty()
+        });
+        let killed = audit_records(&f.home)
+            .into_iter()
+            .filter(|r| r["kind"] == "session-killed" && r["session"] == id.as_str())
+            .count();
+        assert_eq!(killed, 1, "round {round}");
+    }
+    // Only the first kill went through the host.
+    assert_eq!(
+        host.log_text().matches("kill through the host").count(),
+        1,
+        "{}",
+        host.log_text()
+    );
+    let v = verify(&f.home);
+    assert!(v.status.success(), "{v:?}");
+}
+
 fn host_pid_in_status(f: &Fixture) -> Option<u64> {
     status(f)["host"]["pid"].as_u64()
 }

@@ -12,7 +12,13 @@ pub fn status(as_json: bool) -> anyhow::Result<i32> {
     let home = Home::from_env()?;
     let report: StatusReport = match crate::host::client::find(&home) {
         Some(host) => host.get("/v1/status")?,
-        None => store_status(&home, None)?,
+        None => store_status(
+            &home,
+            None,
+            crate::config::load(&home.config_file())
+                .ok()
+                .map(|c| c.budget.per_day),
+        )?,
     };
     if as_json {
         crate::out!("{}", escape_json_text(&serde_json::to_string(&report)?));

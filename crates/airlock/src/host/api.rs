@@ -153,7 +153,8 @@ async fn status_route(
         max_sessions: host.sessions.max,
     };
     let home = host.home.clone();
-    tokio::task::spawn_blocking(move || status::store_status(&home, Some(info)))
+    let per_day = Some(host.warm.config().budget.per_day);
+    tokio::task::spawn_blocking(move || status::store_status(&home, Some(info), per_day))
         .await
         .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?
         .map(Json)
@@ -226,6 +227,25 @@ async fn replay_route(
     .map(Json)
 }
 
+/// Run a blocking service on the home for the caller: its report, or its error told as
+/// the caller's (400) or the host's (500) by [`ApiError::from_service`].
+async fn serve_blocking<I, T>(
+    host: &Host,
+    input: I,
+    service: fn(&crate::home::Home, &I) -> anyhow::Result<T>,
+) -> Result<Json<T>, ApiError>
+where
+    I: Send + 'static,
+    T: Send + 'static,
+{
+    let home = host.home.clone();
+    tokio::task::spawn_blocking(move || service(&home, &input))
+        .await
+        .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?
+        .map(Json)
+        .map_err(ApiError::from_service)
+}
+
 /// Approve a held request as the owner (the caller's uid was checked): the same service as
 /// `airlock approvals approve` embedded. A request that cannot be decided (unknown, already
 /// decided, another hash) is the caller's error; a store or audit log that fails, the
@@ -236,12 +256,7 @@ async fn approve_route(
 ) -> Result<Json<crate::service::approvals::Approved>, ApiError> {
     let input: crate::service::approvals::ApproveInput = parse(&body)?;
     tracing::info!(request = %input.id, "approving through the host");
-    let home = host.home.clone();
-    tokio::task::spawn_blocking(move || crate::service::approvals::approve(&home, &input))
-        .await
-        .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?
-        .map(Json)
-        .map_err(ApiError::from_service)
+    serve_blocking(&host, input, crate::service::approvals::approve).await
 }
 
 /// Deny a held request as the owner: the same service as `airlock approvals deny`.
@@ -251,12 +266,7 @@ async fn deny_route(
 ) -> Result<Json<crate::service::approvals::Denied>, ApiError> {
     let input: crate::service::approvals::DenyInput = parse(&body)?;
     tracing::info!(request = %input.id, "denying through the host");
-    let home = host.home.clone();
-    tokio::task::spawn_blocking(move || crate::service::approvals::deny(&home, &input))
-        .await
-        .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?
-        .map(Json)
-        .map_err(ApiError::from_service)
+    serve_blocking(&host, input, crate::service::approvals::deny).await
 }
 
 /// The kill switch, as the owner: the same service as `airlock kill` embedded.
@@ -266,10 +276,5 @@ async fn kill_route(
 ) -> Result<Json<crate::service::kill::KillReport>, ApiError> {
     let input: crate::service::kill::KillInput = parse(&body)?;
     tracing::warn!(session = ?input.session, all = input.all, "kill through the host");
-    let home = host.home.clone();
-    tokio::task::spawn_blocking(move || crate::service::kill::kill_sessions(&home, &input))
-        .await
-        .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?
-        .map(Json)
-        .map_err(ApiError::from_service)
+    serve_blocking(&host, input, crate::service::kill::kill_sessions).await
 }

@@ -24,13 +24,14 @@
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 
 use super::exec_wire::{
     AgentRequest, ExecAnswer, ExecRequest, HostRequest, AGENT_ENV, MAX_REQUEST_BYTES,
 };
 use crate::service::caller::{Caller, HangUp};
+use crate::service::exec::absolute;
 
 /// The variable that makes a command run embedded even while a host serves (set only for
 /// the host's own children, which must not ask the host again).
@@ -242,15 +243,6 @@ fn receive(stream: &UnixStream) -> anyhow::Result<(HostRequest, [OwnedFd; 3])> {
         anyhow::anyhow!("the request is not a valid exec, run or chat request: {e}")
     })?;
     Ok((req, fds))
-}
-
-fn absolute(what: &str, p: &Path) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        p.is_absolute(),
-        "{what} {} is not an absolute path",
-        p.display()
-    );
-    Ok(())
 }
 
 /// The child that runs an agent session embedded.

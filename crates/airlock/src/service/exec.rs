@@ -69,7 +69,8 @@ pub enum Loaded<'a> {
     },
 }
 
-fn absolute(what: &str, p: &Path) -> anyhow::Result<()> {
+/// `p` must be absolute: a path from a client means nothing relative to the host.
+pub(crate) fn absolute(what: &str, p: &Path) -> anyhow::Result<()> {
     anyhow::ensure!(
         p.is_absolute(),
         "{what} {} is not an absolute path",

@@ -73,7 +73,14 @@ pub struct SessionLine {
 }
 
 /// The store's part of the status (sessions and approvals).
-pub fn store_status(home: &Home, host: Option<HostStatus>) -> anyhow::Result<StatusReport> {
+/// What the store says, with the host's part when one serves. `per_day` is the
+/// `[budget.per_day]` in force (the host's warm config, or the file read embedded); `None`
+/// when the config does not load, and today's use is then not shown.
+pub fn store_status(
+    home: &Home,
+    host: Option<HostStatus>,
+    per_day: Option<airlock_store::Limits>,
+) -> anyhow::Result<StatusReport> {
     let store = crate::service::approvals::open_store(home)?;
     let sessions = store
         .list_sessions(Some(SessionStatus::Active))
@@ -81,14 +88,8 @@ pub fn store_status(home: &Home, host: Option<HostStatus>) -> anyhow::Result<Sta
     let approvals = store
         .pending_approvals(Timestamp::now())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let budget_today = match (
-        store.day_usage(Timestamp::now()),
-        crate::config::load(&home.config_file()),
-    ) {
-        (Ok(used), Ok(cfg)) => Some(BudgetToday {
-            used,
-            limits: cfg.budget.per_day,
-        }),
+    let budget_today = match (store.day_usage(Timestamp::now()), per_day) {
+        (Ok(used), Some(limits)) => Some(BudgetToday { used, limits }),
         _ => None,
     };
     Ok(StatusReport {

@@ -239,7 +239,7 @@ fn sessions(n: usize) -> anyhow::Result<()> {
     let cfg = config::load(&home.config_file())?;
     let profile = policies::pick_profile(None, &cfg.policy.profile)?;
     let ids: Vec<String> = {
-        let store = airlock::cmd::approvals::open_store(&home)?;
+        let store = airlock::service::approvals::open_store(&home)?;
         (0..n)
             .map(|_| {
                 let s = store.create_session(&NewSession::owner(), Timestamp::now())?;
@@ -249,7 +249,7 @@ fn sessions(n: usize) -> anyhow::Result<()> {
     };
     let before = vm_rss_kib()?;
     // One host process: one store, and per session its resumed state and its Gate.
-    let store = airlock::cmd::approvals::open_store(&home)?;
+    let store = airlock::service::approvals::open_store(&home)?;
     let mut held = Vec::with_capacity(n);
     for id in &ids {
         let resumed = store.resume_session(id, Timestamp::now())?;

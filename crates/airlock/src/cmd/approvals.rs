@@ -18,13 +18,10 @@ use std::time::Duration;
 use clap::Subcommand;
 
 use airlock_core::terminal_text::escape_line;
-use airlock_store::{
-    ApprovalDecisions, ApprovalPreview, ApprovalRequest, ApprovalStatus, SqliteStore, Timestamp,
-};
+use airlock_store::ApprovalPreview;
 
 use crate::home::Home;
-use crate::service::approvals::{self as service, get, human, Scope};
-pub use crate::service::approvals::{open_store, operator, operator_detail, OPERATOR};
+use crate::service::approvals::{self as service, human, Scope};
 
 /// Longest preview line in `list`.
 const LIST_PREVIEW_CHARS: usize = 72;
@@ -62,10 +59,9 @@ pub enum ApprovalsCommand {
 
 pub fn run(cmd: ApprovalsCommand) -> anyhow::Result<i32> {
     let home = Home::from_env()?;
-    let store = open_store(&home)?;
     match cmd {
-        ApprovalsCommand::List => list(&store),
-        ApprovalsCommand::Show { id } => show(&store, &id),
+        ApprovalsCommand::List => list(&home),
+        ApprovalsCommand::Show { id } => show(&home, &id),
         ApprovalsCommand::Approve {
             id,
             duration,
@@ -76,26 +72,15 @@ pub fn run(cmd: ApprovalsCommand) -> anyhow::Result<i32> {
     }
 }
 
-fn list(store: &SqliteStore) -> anyhow::Result<i32> {
-    let now = Timestamp::now();
-    // A request past its expiry counts as denied; say so in the store too.
-    store
-        .expire_due(now)
-        .map_err(|e| anyhow::anyhow!("cannot expire old requests: {e}"))?;
-    // A request whose waiting process is gone would be approved for nobody; say so.
-    store
-        .orphan_abandoned(now)
-        .map_err(|e| anyhow::anyhow!("cannot check who waits for the requests: {e}"))?;
-    let listing = store
-        .pending_approvals(now)
-        .map_err(|e| anyhow::anyhow!("cannot list approval requests: {e}"))?;
-    let orphaned = store
-        .orphaned_approvals(now)
-        .map_err(|e| anyhow::anyhow!("cannot list approval requests: {e}"))?;
-    for bad in listing.corrupt.iter().chain(&orphaned.corrupt) {
-        eprintln!("warning: {bad}");
+fn list(home: &Home) -> anyhow::Result<i32> {
+    let listing: service::ApprovalsListing = match crate::host::client::find(home) {
+        Some(host) => host.get("/v1/approvals")?,
+        None => service::list(home, &())?,
+    };
+    for bad in &listing.corrupt {
+        eprintln!("warning: {}", escape_line(bad));
     }
-    for r in &orphaned.items {
+    for r in &listing.orphaned {
         crate::out!(
             "orphaned {}  {}  ({}; it cannot be approved)",
             escape_line(&r.id),
@@ -103,7 +88,7 @@ fn list(store: &SqliteStore) -> anyhow::Result<i32> {
             escape_line(r.note.as_deref().unwrap_or("its waiting process is gone"))
         );
     }
-    if listing.items.is_empty() {
+    if listing.pending.is_empty() {
         crate::out!("no approval requests are waiting");
         return Ok(0);
     }
@@ -114,29 +99,33 @@ fn list(store: &SqliteStore) -> anyhow::Result<i32> {
         "AGE",
         "EXPIRES"
     );
-    for r in &listing.items {
+    let now = listing.now_ms;
+    for r in &listing.pending {
         crate::out!(
             "{:<28} {:<28} {:>6} {:>8}  {}",
             escape_line(&r.id),
             escape_line(&r.session_id),
-            human(since(r.created_at, now)),
-            human(since(now, r.expires_at)),
+            human(since(r.created_at_ms, now)),
+            human(since(now, r.expires_at_ms)),
             one_line_preview(&r.preview)
         );
     }
     Ok(0)
 }
 
-fn show(store: &SqliteStore, id: &str) -> anyhow::Result<i32> {
-    let r = get(store, id)?;
-    let now = Timestamp::now();
-    let status = effective_status(&r, now);
+fn show(home: &Home, id: &str) -> anyhow::Result<i32> {
+    let shown: service::ApprovalShown = match crate::host::client::find(home) {
+        Some(host) => host.post("/v1/approvals/show", &id.to_string())?,
+        None => service::show(home, id)?,
+    };
+    let (r, now) = (&shown.request, shown.now_ms);
+    let status = r.status.as_str();
     crate::out!("approval {}  ({})", escape_line(&r.id), status);
     crate::out!("session:   {}", escape_line(&r.session_id));
     crate::out!("action:    {}", escape_line(&r.action_kind));
-    crate::out!("created:   {} ago", human(since(r.created_at, now)));
+    crate::out!("created:   {} ago", human(since(r.created_at_ms, now)));
     if status == "pending" {
-        crate::out!("expires:   in {}", human(since(now, r.expires_at)));
+        crate::out!("expires:   in {}", human(since(now, r.expires_at_ms)));
     } else if let Some(by) = &r.decided_by {
         crate::out!("decided:   by {}", escape_line(by));
     }
@@ -212,18 +201,9 @@ fn deny(home: &Home, id: &str, reason: Option<&str>) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// Pending past its expiry reads as expired, whatever the store has marked yet.
-fn effective_status(r: &ApprovalRequest, now: Timestamp) -> &'static str {
-    match r.status {
-        ApprovalStatus::Pending if r.expires_at <= now => "expired",
-        s => s.as_str(),
-    }
-}
-
-fn since(earlier: Timestamp, later: Timestamp) -> Duration {
-    Duration::from_millis(
-        u64::try_from(later.as_unix_ms().saturating_sub(earlier.as_unix_ms())).unwrap_or(0),
-    )
+/// From `earlier` to `later` (unix ms), none when `later` is not after it.
+fn since(earlier_ms: i64, later_ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(later_ms.saturating_sub(earlier_ms)).unwrap_or(0))
 }
 
 fn one_line_preview(p: &ApprovalPreview) -> String {

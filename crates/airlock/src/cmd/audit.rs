@@ -346,7 +346,7 @@ pub fn rotate_key() -> anyhow::Result<i32> {
         old,
         old_public,
         new: new.clone(),
-        principal: crate::cmd::approvals::OPERATOR.to_string(),
+        principal: crate::service::approvals::OPERATOR.to_string(),
     };
     let receipt = airlock_audit::rotate_key(
         &home.audit_dir(),

@@ -20,8 +20,8 @@ use airlock_store::{
 
 use airlock_core::terminal_text::{escape_json_text, escape_line};
 
-use crate::cmd::approvals::{open_store, operator_detail, OPERATOR};
 use crate::home::Home;
+use crate::service::approvals::{open_store, operator_detail, OPERATOR};
 use crate::{config, runtime};
 
 /// Characters of a record shown on one line of a listing.
@@ -393,7 +393,7 @@ fn record(
     let mut detail = detail;
     detail["decided_by"] = operator_detail();
     log.append(
-        AuditEvent::by(kind, session, &crate::cmd::approvals::operator()).with_detail(detail),
+        AuditEvent::by(kind, session, &crate::service::approvals::operator()).with_detail(detail),
     )
     .map_err(|e| anyhow::anyhow!("the change was made, but its audit record failed: {e}"))?;
     log.close().map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -87,6 +87,8 @@ pub fn router(host: Arc<Host>) -> Router {
         .route("/v1/approvals/approve", post(approve_route))
         .route("/v1/approvals/deny", post(deny_route))
         .route("/v1/kill", post(kill_route))
+        .route("/v1/approvals", get(list_approvals_route))
+        .route("/v1/approvals/show", post(show_approval_route))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -277,4 +279,25 @@ async fn kill_route(
     let input: crate::service::kill::KillInput = parse(&body)?;
     tracing::warn!(session = ?input.session, all = input.all, "kill through the host");
     serve_blocking(&host, input, crate::service::kill::kill_sessions).await
+}
+
+/// The queue, as `airlock approvals list` shows it (the same service embedded).
+async fn list_approvals_route(
+    State(host): State<Arc<Host>>,
+) -> Result<Json<crate::service::approvals::ApprovalsListing>, ApiError> {
+    tracing::info!("listing approvals through the host");
+    serve_blocking(&host, (), crate::service::approvals::list).await
+}
+
+/// One held request by id (a JSON string), as `airlock approvals show` shows it.
+async fn show_approval_route(
+    State(host): State<Arc<Host>>,
+    body: Bytes,
+) -> Result<Json<crate::service::approvals::ApprovalShown>, ApiError> {
+    let id: String = parse(&body)?;
+    tracing::info!(request = %id, "showing an approval through the host");
+    serve_blocking(&host, id, |home, id: &String| {
+        crate::service::approvals::show(home, id)
+    })
+    .await
 }

@@ -14,9 +14,9 @@ use airlock_audit::AuditEvent;
 use airlock_core::terminal_text::escape_line;
 use airlock_core::Action;
 use airlock_store::{
-    ApprovalDecisions, ApprovalError, ApprovalRequest, ApprovalRequests, ApproveRequest,
-    GrantScope, GrantTarget, NewGrant, SessionStore, SqliteStore, StoreError, Timestamp,
-    MAX_GRANT_TTL,
+    ApprovalDecisions, ApprovalError, ApprovalPreview, ApprovalRequest, ApprovalRequests,
+    ApprovalStatus, ApproveRequest, GrantScope, GrantTarget, NewGrant, SessionStore, SqliteStore,
+    StoreError, Timestamp, MAX_GRANT_TTL,
 };
 
 use crate::home::Home;
@@ -67,6 +67,121 @@ pub struct DenyInput {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Denied {
     pub id: String,
+}
+
+/// A held request as the operator is shown it (`approvals list|show`, the host's
+/// `GET /v1/approvals…`). `status` is the effective one: pending past its expiry reads as
+/// expired, whatever the store has marked yet.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ApprovalView {
+    pub id: String,
+    pub session_id: String,
+    pub action_kind: String,
+    /// The canonical JSON of the action: what runs if approved, byte for byte.
+    pub payload: String,
+    pub payload_hash: String,
+    pub preview: ApprovalPreview,
+    pub reasons: Vec<String>,
+    pub policies: Vec<String>,
+    pub status: String,
+    pub created_at_ms: i64,
+    pub expires_at_ms: i64,
+    pub decided_by: Option<String>,
+    pub note: Option<String>,
+}
+
+impl ApprovalView {
+    fn of(r: &ApprovalRequest, now: Timestamp) -> ApprovalView {
+        let status = match r.status {
+            ApprovalStatus::Pending if r.expires_at <= now => "expired",
+            s => s.as_str(),
+        };
+        ApprovalView {
+            id: r.id.clone(),
+            session_id: r.session_id.clone(),
+            action_kind: r.action_kind.clone(),
+            payload: r.payload.clone(),
+            payload_hash: r.payload_hash.clone(),
+            preview: r.preview.clone(),
+            reasons: r.reasons.clone(),
+            policies: r.policies.clone(),
+            status: status.to_string(),
+            created_at_ms: r.created_at.as_unix_ms(),
+            expires_at_ms: r.expires_at.as_unix_ms(),
+            decided_by: r.decided_by.clone(),
+            note: r.note.clone(),
+        }
+    }
+}
+
+/// The queue as the operator lists it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ApprovalsListing {
+    /// When it was read (ages and expiries count from here).
+    pub now_ms: i64,
+    pub pending: Vec<ApprovalView>,
+    /// Requests whose waiting process is gone: they can never be approved.
+    pub orphaned: Vec<ApprovalView>,
+    /// Rows that could not be read, each also in the store's quarantine log.
+    pub corrupt: Vec<String>,
+}
+
+/// One request, as `approvals show` prints it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ApprovalShown {
+    pub now_ms: i64,
+    pub request: ApprovalView,
+}
+
+/// The pending and orphaned requests. Listing first marks what is due: a request past its
+/// expiry counts as denied, and one whose waiting process is gone as orphaned.
+pub fn list(home: &Home, _: &()) -> anyhow::Result<ApprovalsListing> {
+    let store = open_store(home).map_err(fault)?;
+    let now = Timestamp::now();
+    store
+        .expire_due(now)
+        .map_err(|e| fault(anyhow::anyhow!("cannot expire old requests: {e}")))?;
+    store.orphan_abandoned(now).map_err(|e| {
+        fault(anyhow::anyhow!(
+            "cannot check who waits for the requests: {e}"
+        ))
+    })?;
+    let listing = store
+        .pending_approvals(now)
+        .map_err(|e| fault(anyhow::anyhow!("cannot list approval requests: {e}")))?;
+    let orphaned = store
+        .orphaned_approvals(now)
+        .map_err(|e| fault(anyhow::anyhow!("cannot list approval requests: {e}")))?;
+    Ok(ApprovalsListing {
+        now_ms: now.as_unix_ms(),
+        pending: listing
+            .items
+            .iter()
+            .map(|r| ApprovalView::of(r, now))
+            .collect(),
+        orphaned: orphaned
+            .items
+            .iter()
+            .map(|r| ApprovalView::of(r, now))
+            .collect(),
+        corrupt: listing
+            .corrupt
+            .iter()
+            .chain(&orphaned.corrupt)
+            .map(|c| c.to_string())
+            .collect(),
+    })
+}
+
+/// One request by id; an unknown id is the caller's error.
+pub fn show(home: &Home, id: &str) -> anyhow::Result<ApprovalShown> {
+    let store = open_store(home).map_err(fault)?;
+    let r = get(&store, id)?;
+    let now = Timestamp::now();
+    Ok(ApprovalShown {
+        now_ms: now.as_unix_ms(),
+        request: ApprovalView::of(&r, now),
+    })
 }
 
 /// Approve a pending request, with a grant when `duration` is given.

@@ -713,6 +713,27 @@ async fn approvals_through_the_host_release_a_session_waiting_in_the_host() {
         }
     };
     let first = tokio::task::spawn_blocking(held(1)).await.unwrap();
+    // The operator finds it through the host, as embedded: listed, and shown with its
+    // exact payload and hash.
+    let o = super::exec_fixture::airlock(&f.home, &["approvals", "list"]);
+    let listed = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        listed.lines().nth(1).is_some_and(|l| l.starts_with(&first)),
+        "{listed}"
+    );
+    let o = super::exec_fixture::airlock(&f.home, &["approvals", "show", &first]);
+    let shown = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{o:?}");
+    assert!(shown.contains("(pending)"), "{shown}");
+    assert!(shown.contains("bob@example.com"), "{shown}");
+    assert!(shown.contains("payload hash: sha256:"), "{shown}");
+    let o = super::exec_fixture::airlock(&f.home, &["approvals", "show", "a-unknown"]);
+    assert!(!o.status.success(), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no approval request `a-unknown`"),
+        "{o:?}"
+    );
     let o = super::exec_fixture::airlock(&f.home, &["approvals", "approve", &first]);
     assert!(o.status.success(), "{o:?}");
     assert!(
@@ -736,6 +757,11 @@ async fn approvals_through_the_host_release_a_session_waiting_in_the_host() {
     let log = host.log_text();
     assert!(log.contains("approving through the host"), "{log}");
     assert!(log.contains("denying through the host"), "{log}");
+    assert!(log.contains("listing approvals through the host"), "{log}");
+    assert!(
+        log.contains("showing an approval through the host"),
+        "{log}"
+    );
     let kinds: Vec<String> = audit_records(&f.home)
         .iter()
         .map(|r| r["kind"].as_str().unwrap_or("").to_string())

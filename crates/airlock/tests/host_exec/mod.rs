@@ -375,6 +375,104 @@ fn kill_goes_through_the_host_and_works_without_it() {
     assert!(v.status.success(), "{v:?}");
 }
 
+/// Every process below `pid`.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut next = vec![pid];
+    while let Some(p) = next.pop() {
+        for (child, _) in children_of(p) {
+            out.push(child);
+            next.push(child);
+        }
+    }
+    out
+}
+
+/// `airlock exec --profile strict -- COMMAND` on a pseudo-terminal (`script`), as an
+/// operator's shell runs it; stdin is the terminal's input.
+fn exec_on_a_terminal(f: &Fixture, command: &str, then: &str) -> std::process::Child {
+    Command::new("script")
+        .args([
+            "-qec",
+            &format!("\"$AIRLOCK\" exec --profile strict -- \"$COMMAND\"{then}"),
+            "/dev/null",
+        ])
+        .env("AIRLOCK", airlock_bin())
+        .env("AIRLOCK_HOME", &f.home)
+        .env("COMMAND", command)
+        .current_dir(&f.ws)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("`script` (util-linux) gives the client a pseudo-terminal")
+}
+
+/// An `exec` through the host asks its inline approval on the client's own terminal: the
+/// host writes the prompt to the client's descriptor and reads the answer from it. Yes
+/// runs the command, no does not, and a client that goes away while the prompt waits is a
+/// no that frees its sandbox slot.
+#[test]
+fn an_inline_approval_through_the_host_is_asked_on_the_clients_terminal() {
+    use std::io::Write;
+    let f = fixture();
+    init(&f, "");
+    let _host = Host::start(&f.home);
+    for (answer, runs) in [("y", true), ("n", false)] {
+        let command = format!("rm -f ./absent-{answer}");
+        let mut child = exec_on_a_terminal(&f, &command, "");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(format!("{answer}\n").as_bytes())
+            .unwrap();
+        let o = child.wait_with_output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).replace("\r\n", "\n");
+        assert!(out.contains("approval needed"), "no prompt:\n{out}");
+        assert!(out.contains(&format!("command: {command}")), "{out}");
+        assert_eq!(out.contains("did not run"), !runs, "{out}");
+        let executed = records_of(&f, &command)
+            .iter()
+            .any(|(kind, _)| kind == "execution");
+        assert_eq!(executed, runs, "answer {answer}: {out}");
+    }
+    // The client goes away while the prompt waits, its terminal still open (the shell
+    // around it lives on): the host's read of that terminal is woken by the hang-up.
+    let command = "rm -f ./absent-gone";
+    let mut child = exec_on_a_terminal(&f, command, "; sleep 120");
+    wait_for("the run to be held at its prompt", || {
+        records_of(&f, command)
+            .iter()
+            .any(|(_, r)| r["decision"] == "ask")
+    });
+    let client = descendants(child.id())
+        .into_iter()
+        .find(|pid| command_name(*pid) == "airlock")
+        .expect("the airlock client under script");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(client as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_for("the host to give the slot back", || {
+        status(&f)["host"]["runs_active"] == 0
+    });
+    wait_for("the refusal's record", || {
+        records_of(&f, command)
+            .iter()
+            .any(|(kind, _)| kind == "approval-denied")
+    });
+    assert!(!records_of(&f, command)
+        .iter()
+        .any(|(kind, _)| kind == "execution"));
+    drop(child.stdin.take());
+    let _ = child.kill();
+    child.wait().unwrap();
+    let v = verify(&f.home);
+    assert!(v.status.success(), "{v:?}");
+}
+
 fn host_pid_in_status(f: &Fixture) -> Option<u64> {
     status(f)["host"]["pid"].as_u64()
 }

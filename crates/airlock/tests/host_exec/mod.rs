@@ -116,6 +116,47 @@ fn fifty_concurrent_execs_through_the_host_are_queued_and_all_succeed() {
     assert!(v.status.success(), "{v:?}");
 }
 
+/// Descriptors and threads of process `pid` at rest: the least of a few looks, so that a
+/// reload the host makes every second (a directory open, a blocking thread) is not counted.
+fn descriptors_and_threads(pid: u32) -> (usize, usize) {
+    let count = |dir: String| std::fs::read_dir(dir).unwrap().count();
+    (0..20)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            (
+                count(format!("/proc/{pid}/fd")),
+                count(format!("/proc/{pid}/task")),
+            )
+        })
+        .fold((usize::MAX, usize::MAX), |(f, t), (f2, t2)| {
+            (f.min(f2), t.min(t2))
+        })
+}
+
+/// The host lives long and runs every exec in its own process: what a run opens (its log,
+/// proxy, sandbox channels, store connections, threads) must all be given back. After a
+/// hundred more runs it holds what it held after ten.
+#[test]
+fn a_hundred_runs_leave_the_host_holding_no_more_than_before() {
+    let f = fixture();
+    init(&f, "");
+    let host = Host::start(&f.home);
+    let run = |n: usize| {
+        for i in 0..n {
+            let o = exec(&f, &[], "true");
+            assert!(o.status.success(), "run {i}: {o:?}");
+        }
+    };
+    run(10);
+    let before = descriptors_and_threads(host.child.id());
+    run(100);
+    let after = descriptors_and_threads(host.child.id());
+    assert_eq!(
+        after, before,
+        "(descriptors, threads) after 10 and after 110 runs"
+    );
+}
+
 fn wait_for(what: &str, done: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !done() {

@@ -204,23 +204,17 @@ fn print_report(report: &airlock_audit::VerifyReport) -> anyhow::Result<i32> {
 }
 
 pub fn tail(n: usize, as_json: bool) -> anyhow::Result<i32> {
-    use airlock_audit::TailRecord;
+    use crate::service::audit::{TailInput, TailLine};
     use airlock_core::terminal_text::escape_json_text;
 
-    // Only the offsets of the lines asked for are held; this bounds them.
-    const MAX_TAIL: usize = 1_000_000;
-    if n > MAX_TAIL {
-        anyhow::bail!(
-            "-n {n} asks for more than {MAX_TAIL} records\nhelp: give -n {MAX_TAIL} or fewer, or read the log file itself"
-        );
-    }
     let home = Home::from_env()?;
+    let input = TailInput { n };
     let mut unreadable = 0usize;
-    let printed = airlock_audit::for_each_tail_record(&home.audit_dir(), n, |r| {
-        match r {
-            TailRecord::Record(v) if as_json => crate::out!("{}", escape_json_text(&v.to_string())),
-            TailRecord::Record(v) => crate::out!("{}", airlock_audit::format_record_line(&v)),
-            TailRecord::Unreadable {
+    let mut print = |line: TailLine| -> anyhow::Result<()> {
+        match line {
+            TailLine::Record(v) if as_json => crate::out!("{}", escape_json_text(&v.to_string())),
+            TailLine::Record(v) => crate::out!("{}", airlock_audit::format_record_line(&v)),
+            TailLine::Unreadable {
                 offset,
                 bytes,
                 reason,
@@ -235,11 +229,20 @@ pub fn tail(n: usize, as_json: bool) -> anyhow::Result<i32> {
                     crate::out!("#? [line at byte {offset}, {bytes} bytes, not shown: {reason}]");
                 }
             }
+            // The host's tail ended early; what it said is the error.
+            TailLine::Error(e) => anyhow::bail!("{e}"),
         }
-        Ok::<(), anyhow::Error>(())
-    })
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
-    printed?;
+        Ok(())
+    };
+    match crate::host::client::find(&home) {
+        Some(host) => host.post_lines("/v1/audit/tail", &input, |line| {
+            let line: TailLine = serde_json::from_str(line).map_err(|e| {
+                anyhow::anyhow!("the host's tail sent a line this client does not understand: {e}")
+            })?;
+            print(line)
+        })?,
+        None => crate::service::audit::tail(&home, &input, &mut print)?,
+    }
     if unreadable > 0 {
         eprintln!(
             "airlock: {unreadable} of the last lines of the audit log are not records\nhelp: run `airlock audit verify` to check the log"

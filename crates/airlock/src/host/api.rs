@@ -89,6 +89,7 @@ pub fn router(host: Arc<Host>) -> Router {
         .route("/v1/kill", post(kill_route))
         .route("/v1/approvals", get(list_approvals_route))
         .route("/v1/approvals/show", post(show_approval_route))
+        .route("/v1/audit/tail", post(audit_tail_route))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -300,4 +301,45 @@ async fn show_approval_route(
         crate::service::approvals::show(home, id)
     })
     .await
+}
+
+/// The last records of the audit log, streamed as JSON lines while they are read (the
+/// same service as `airlock audit tail` embedded). The answer is under way before the log
+/// is read to its end, so an error after the start is its last line, `{"error": …}`.
+async fn audit_tail_route(
+    State(host): State<Arc<Host>>,
+    body: Bytes,
+) -> Result<axum::response::Response, ApiError> {
+    use crate::service::audit::{TailInput, TailLine, MAX_TAIL};
+    let input: TailInput = parse(&body)?;
+    tracing::info!(n = input.n, "audit tail through the host");
+    if input.n > MAX_TAIL {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("n = {} asks for more than {MAX_TAIL} records", input.n),
+            format!("ask for {MAX_TAIL} or fewer"),
+        ));
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    let home = host.home.clone();
+    tokio::task::spawn_blocking(move || {
+        let send = |line: &TailLine| -> anyhow::Result<()> {
+            let mut text = serde_json::to_vec(line)?;
+            text.push(b'\n');
+            tx.blocking_send(Bytes::from(text))
+                .map_err(|_| anyhow::anyhow!("the reader went away"))
+        };
+        if let Err(e) = crate::service::audit::tail(&home, &input, |line| send(&line)) {
+            let _ = send(&TailLine::Error(format!("{e:#}")));
+        }
+    });
+    let lines = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
+    });
+    axum::response::Response::builder()
+        .header("content-type", "application/x-ndjson")
+        .body(axum::body::Body::from_stream(lines))
+        .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))
 }

@@ -140,6 +140,65 @@ impl HostClient {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> anyhow::Result<(hyper::StatusCode, Bytes)> {
+        let (response, driving) = self.open(method, path, body).await?;
+        let status = response.status();
+        let bytes = response.into_body().collect().await?.to_bytes();
+        let _ = driving.await;
+        Ok((status, bytes))
+    }
+
+    /// `post`, with a streamed answer of JSON lines: `each` gets every line as it comes
+    /// (without its newline), and an error of `each` ends the read.
+    pub fn post_lines<B: Serialize>(
+        &self,
+        path: &str,
+        body: &B,
+        mut each: impl FnMut(&str) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let body = serde_json::to_vec(body)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(async {
+            let (response, driving) = self.open("POST", path, Some(body)).await?;
+            let status = response.status();
+            let mut body = response.into_body();
+            if !status.is_success() {
+                let bytes = body.collect().await?.to_bytes();
+                return Self::answer::<serde_json::Value>(path, status, &bytes).map(|_| ());
+            }
+            let mut pending: Vec<u8> = Vec::new();
+            while let Some(frame) = body.frame().await {
+                if let Some(data) = frame?.data_ref() {
+                    pending.extend_from_slice(data);
+                }
+                while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = pending.drain(..=end).collect();
+                    each(std::str::from_utf8(&line[..end]).map_err(|e| {
+                        anyhow::anyhow!("the host's answer to {path} is not text: {e}")
+                    })?)?;
+                }
+            }
+            anyhow::ensure!(
+                pending.is_empty(),
+                "the host's answer to {path} ended in the middle of a line"
+            );
+            let _ = driving.await;
+            Ok(())
+        })
+    }
+
+    /// Connect, send one request and return its response as it starts, with the task
+    /// that drives the connection.
+    async fn open(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> anyhow::Result<(
+        hyper::Response<hyper::body::Incoming>,
+        tokio::task::JoinHandle<Result<(), hyper::Error>>,
+    )> {
         let stream = tokio::net::UnixStream::connect(&self.socket).await.map_err(|e| {
             anyhow::anyhow!(
                 "a host (pid {}) holds the state dir, but its socket {} cannot be reached: {e}\nhelp: check the host's log; stop it to run commands without it",
@@ -157,10 +216,6 @@ impl HostClient {
             .header("content-type", "application/json")
             .body(Full::new(Bytes::from(body.unwrap_or_default())))?;
         let response = sender.send_request(request).await?;
-        let status = response.status();
-        let bytes = response.into_body().collect().await?.to_bytes();
-        drop(sender);
-        let _ = driving.await;
-        Ok((status, bytes))
+        Ok((response, driving))
     }
 }

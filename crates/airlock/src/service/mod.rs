@@ -4,6 +4,7 @@
 //! same decision and the same records whichever process runs it.
 
 pub mod approvals;
+pub mod audit;
 pub mod caller;
 pub mod check;
 pub mod exec;

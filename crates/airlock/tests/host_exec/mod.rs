@@ -514,6 +514,56 @@ fn an_inline_approval_through_the_host_is_asked_on_the_clients_terminal() {
     assert!(v.status.success(), "{v:?}");
 }
 
+/// `airlock audit tail` through the host streams the same lines as embedded, as text and as
+/// JSON; a tail past the most is refused by the host before anything is read.
+#[test]
+fn audit_tail_through_the_host_shows_what_embedded_shows() {
+    let f = fixture();
+    init(&f, "");
+    for i in 0..3 {
+        assert!(exec(&f, &[], &format!("echo tail-{i}")).status.success());
+    }
+    let tail = |args: &[&str]| super::exec_fixture::airlock(&f.home, args);
+    let embedded_text = tail(&["audit", "tail", "-n", "6"]);
+    let embedded_json = tail(&["audit", "tail", "-n", "6", "--json"]);
+    assert!(embedded_text.status.success(), "{embedded_text:?}");
+    let host = Host::start(&f.home);
+    // The host's start is a record too: ask for the lines before it.
+    let through_text = tail(&["audit", "tail", "-n", "7"]);
+    let through_json = tail(&["audit", "tail", "-n", "7", "--json"]);
+    assert!(through_text.status.success(), "{through_text:?}");
+    let without_last = |o: &std::process::Output| {
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        let mut lines: Vec<&str> = text.lines().collect();
+        let last = lines.pop().unwrap_or_default().to_string();
+        (lines.join("\n"), last)
+    };
+    let (text, start) = without_last(&through_text);
+    assert_eq!(
+        text,
+        String::from_utf8_lossy(&embedded_text.stdout).trim_end()
+    );
+    assert!(start.contains("host-start"), "{start}");
+    let (json, _) = without_last(&through_json);
+    assert_eq!(
+        json,
+        String::from_utf8_lossy(&embedded_json.stdout).trim_end()
+    );
+    assert!(json.contains("tail-2"), "{json}");
+    let too_many = tail(&["audit", "tail", "-n", "1000001"]);
+    assert!(!too_many.status.success());
+    assert!(
+        String::from_utf8_lossy(&too_many.stderr).contains("more than 1000000 records"),
+        "{too_many:?}"
+    );
+    let log = host.log_text();
+    assert_eq!(
+        log.matches("audit tail through the host").count(),
+        3,
+        "{log}"
+    );
+}
+
 fn host_pid_in_status(f: &Fixture) -> Option<u64> {
     status(f)["host"]["pid"].as_u64()
 }

@@ -3,16 +3,16 @@
 //! session wrote, purge, export, and register `task_state` schemas.
 //!
 //! Only the operator runs these commands; the agent has no tool that reaches them. Every
-//! change they make (approve, reject, rollback, purge, schema) is recorded in the audit
+//! change they make (approve, reject, rollback, purge, schema) is made by
+//! [`crate::service::memory`], through the host when one runs, and recorded in the audit
 //! log. Memory content was written by the agent and may hold anything, so it is printed
 //! with control and invisible characters escaped.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Subcommand;
-use serde_json::{json, Value};
+use serde_json::json;
 
-use airlock_audit::AuditEvent;
 use airlock_store::{
     MemoryOperator, MemoryRecord, MemoryRetention, MemoryVersion, Namespace, PendingChange,
     SqliteStore, Tier, Timestamp,
@@ -21,11 +21,10 @@ use airlock_store::{
 use airlock_core::terminal_text::{escape_json_text, escape_line};
 
 use crate::home::Home;
-use crate::service::approvals::{open_store, operator_detail, OPERATOR};
-use crate::{config, runtime};
-
-/// Characters of a record shown on one line of a listing.
-const SUMMARY_CHARS: usize = 80;
+use crate::service::memory::{
+    kind_name, open_memory_store, record_json, store_err, summary_text, version_json, MemoryAct,
+    MemoryActed, RecordAt,
+};
 
 #[derive(Debug, Subcommand)]
 pub enum MemoryCommand {
@@ -82,39 +81,100 @@ pub enum SchemaCommand {
 
 pub fn run(cmd: MemoryCommand) -> anyhow::Result<i32> {
     let home = Home::from_env()?;
-    let retention = crate::config::load(&home.config_file())?.memory.retention;
-    let store = open_store(&home)?.with_memory_retention(retention);
-    match cmd {
-        MemoryCommand::List { pinned, ns } => list(&store, pinned, ns.as_deref()),
-        MemoryCommand::Show { id } => show(&store, &id),
-        MemoryCommand::History { id } => history(&store, &id),
-        MemoryCommand::Review => review(&store),
-        MemoryCommand::Approve { change } => approve(&home, &store, &change),
-        MemoryCommand::Reject { change } => reject(&home, &store, &change),
+    let act = match cmd {
+        MemoryCommand::Approve { change } => MemoryAct::Approve { change },
+        MemoryCommand::Reject { change } => MemoryAct::Reject { change },
         MemoryCommand::Rollback {
             id,
             to,
             session: Some(session),
         } => {
             debug_assert!(id.is_none() && to.is_none());
-            rollback_session(&home, &store, &session)
+            MemoryAct::RollbackSession { session }
         }
         MemoryCommand::Rollback {
             id: Some(id), to, ..
-        } => rollback(&home, &store, &id, to),
+        } => MemoryAct::Rollback { id, to },
         MemoryCommand::Rollback { .. } => {
             anyhow::bail!("say what to roll back\nhelp: airlock memory rollback <id> [--to VERSION], or airlock memory rollback --session <id>")
         }
-        MemoryCommand::Purge { id } => purge(&home, &store, &id),
-        MemoryCommand::Export { .. } => export(&store),
-        MemoryCommand::Schema(SchemaCommand::Add { name, file }) => {
-            schema_add(&home, &store, &name, &file)
+        MemoryCommand::Purge { id } => MemoryAct::Purge { id },
+        MemoryCommand::Schema(SchemaCommand::Add { name, file }) => MemoryAct::RegisterSchema {
+            name,
+            text: crate::operator_file::read_text(&file, crate::operator_file::MEMORY_SCHEMA)?,
+        },
+        // The listings read the store; they change nothing.
+        read => {
+            let store = open_memory_store(&home)?;
+            return match read {
+                MemoryCommand::List { pinned, ns } => list(&store, pinned, ns.as_deref()),
+                MemoryCommand::Show { id } => show(&store, &id),
+                MemoryCommand::History { id } => history(&store, &id),
+                MemoryCommand::Review => review(&store),
+                MemoryCommand::Export { .. } => export(&store),
+                _ => unreachable!("every change is matched above"),
+            };
         }
-    }
+    };
+    let done: MemoryActed = match crate::host::client::find(&home) {
+        Some(host) => host.post("/v1/memory/act", &act)?,
+        None => crate::service::memory::act(&home, &act)?,
+    };
+    print_acted(&done)?;
+    Ok(0)
 }
 
-fn store_err(what: &str, e: airlock_store::StoreError) -> anyhow::Error {
-    anyhow::anyhow!("{what}: {e}")
+/// Say what a change did.
+fn print_acted(done: &MemoryActed) -> anyhow::Result<()> {
+    let at = |r: &RecordAt| {
+        format!(
+            "{} is now at version {}",
+            escape_line(&r.record_id),
+            r.version
+        )
+    };
+    match done {
+        MemoryActed::Approved { change, now } => {
+            crate::out!("approved {}: {}", escape_line(change), at(now))
+        }
+        MemoryActed::Rejected { change } => crate::out!("rejected {}", escape_line(change)),
+        MemoryActed::RolledBack { now } => crate::out!(
+            "{} is at version {} ({})",
+            escape_line(&now.record_id),
+            now.version,
+            escape_line(&now.summary)
+        ),
+        MemoryActed::SessionRolledBack {
+            session,
+            restored,
+            rejected,
+        } => {
+            for v in restored {
+                crate::out!(
+                    "{} -> version {} ({})",
+                    escape_line(&v.record_id),
+                    v.version,
+                    escape_line(&v.summary)
+                );
+            }
+            for c in rejected {
+                crate::out!("rejected held change {}", escape_line(c));
+            }
+            crate::out!(
+                "undid {} record(s) and rejected {} held change(s) of session {}",
+                restored.len(),
+                rejected.len(),
+                escape_line(session)
+            );
+        }
+        MemoryActed::Purged { id, versions } => {
+            crate::out!("purged {} ({versions} versions)", escape_line(id))
+        }
+        MemoryActed::SchemaRegistered { name } => {
+            crate::out!("registered task_state schema {}", escape_line(name))
+        }
+    }
+    Ok(())
 }
 
 fn warn_corrupt(corrupt: &[airlock_store::CorruptRow]) {
@@ -123,15 +183,9 @@ fn warn_corrupt(corrupt: &[airlock_store::CorruptRow]) {
     }
 }
 
-/// One line about a record's content.
+/// One line about a record's content, escaped for the terminal.
 fn summary(record: Option<&MemoryRecord>) -> String {
-    match record {
-        None => "(forgotten)".into(),
-        Some(r) => {
-            let text: String = r.search_text().chars().take(SUMMARY_CHARS).collect();
-            escape_line(&text)
-        }
-    }
+    escape_line(&summary_text(record))
 }
 
 /// `in 12d`, `in 3h`, or `expired` (neither recalled nor loaded; `purge` removes it).
@@ -150,50 +204,12 @@ fn expiry(retention: &MemoryRetention, v: &MemoryVersion, now: Timestamp) -> Str
     }
 }
 
-fn kind_name(record: Option<&MemoryRecord>) -> &'static str {
-    record.map_or("forgotten", |r| r.kind().as_str())
-}
-
 fn trust(v: &MemoryVersion) -> &'static str {
     if v.untrusted() {
         "untrusted"
     } else {
         "trusted"
     }
-}
-
-/// The record as JSON, through its own declared type.
-fn record_json(record: Option<&MemoryRecord>) -> Value {
-    let v = match record {
-        None => return Value::Null,
-        Some(MemoryRecord::Note(r)) => serde_json::to_value(r),
-        Some(MemoryRecord::Fact(r)) => serde_json::to_value(r),
-        Some(MemoryRecord::Preference(r)) => serde_json::to_value(r),
-        Some(MemoryRecord::Contact(r)) => serde_json::to_value(r),
-        Some(MemoryRecord::TaskState(r)) => serde_json::to_value(r),
-    };
-    v.unwrap_or(Value::Null)
-}
-
-fn version_json(v: &MemoryVersion) -> Value {
-    json!({
-        "id": v.record_id,
-        "version": v.version,
-        "namespace": v.namespace.key(),
-        "tier": v.tier.as_str(),
-        "kind": kind_name(v.record.as_ref()),
-        "record": record_json(v.record.as_ref()),
-        "untrusted": v.untrusted(),
-        "provenance": {
-            "session": v.provenance.session_id,
-            "principal": v.provenance.principal,
-            "tainted": v.provenance.tainted,
-            "tool_call": v.provenance.tool_call_id,
-        },
-        "written_at_ms": v.written_at.as_unix_ms(),
-        "origin": v.origin.as_str(),
-        "actor": v.actor,
-    })
 }
 
 fn list(store: &SqliteStore, pinned: bool, ns: Option<&str>) -> anyhow::Result<i32> {
@@ -377,142 +393,6 @@ fn print_change(store: &SqliteStore, c: &PendingChange) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Open the audit log before changing anything, so a change is never made that cannot be
-/// recorded.
-fn audit_log(home: &Home) -> anyhow::Result<airlock_audit::AuditLog> {
-    let cfg = config::load(&home.config_file())?;
-    runtime::open_audit(home, &cfg)
-}
-
-fn record(
-    mut log: airlock_audit::AuditLog,
-    kind: &str,
-    session: &str,
-    detail: Value,
-) -> anyhow::Result<()> {
-    let mut detail = detail;
-    detail["decided_by"] = operator_detail();
-    log.append(
-        AuditEvent::by(kind, session, &crate::service::approvals::operator()).with_detail(detail),
-    )
-    .map_err(|e| anyhow::anyhow!("the change was made, but its audit record failed: {e}"))?;
-    log.close().map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(())
-}
-
-fn approve(home: &Home, store: &SqliteStore, change: &str) -> anyhow::Result<i32> {
-    let log = audit_log(home)?;
-    let held = store
-        .operator_memory_review(change)
-        .map_err(|e| store_err("cannot read the change", e))?;
-    let v = store
-        .operator_memory_approve(change, OPERATOR, Timestamp::now())
-        .map_err(|e| store_err(&format!("cannot approve `{}`", escape_line(change)), e))?;
-    record(
-        log,
-        "memory-review-approved",
-        &held.provenance.session_id,
-        json!({"change": change, "version": version_json(&v)}),
-    )?;
-    crate::out!(
-        "approved {}: {} is now at version {}",
-        escape_line(change),
-        v.record_id,
-        v.version
-    );
-    Ok(0)
-}
-
-fn reject(home: &Home, store: &SqliteStore, change: &str) -> anyhow::Result<i32> {
-    let log = audit_log(home)?;
-    let c = store
-        .operator_memory_reject(change, OPERATOR, Timestamp::now())
-        .map_err(|e| store_err(&format!("cannot reject `{}`", escape_line(change)), e))?;
-    record(
-        log,
-        "memory-review-rejected",
-        &c.provenance.session_id,
-        json!({"change": c.id, "record": c.record_id, "tier": c.tier.as_str(),
-               "namespace": c.namespace.key(), "proposed": record_json(c.record.as_ref())}),
-    )?;
-    crate::out!("rejected {}", escape_line(change));
-    Ok(0)
-}
-
-fn rollback(home: &Home, store: &SqliteStore, id: &str, to: Option<i64>) -> anyhow::Result<i32> {
-    let log = audit_log(home)?;
-    let v = store
-        .operator_memory_rollback(id, to, OPERATOR, Timestamp::now())
-        .map_err(|e| store_err(&format!("cannot roll back `{}`", escape_line(id)), e))?;
-    record(
-        log,
-        "memory-rollback",
-        "operator",
-        json!({"record": id, "to": to, "version": version_json(&v)}),
-    )?;
-    crate::out!(
-        "{} is at version {} ({})",
-        v.record_id,
-        v.version,
-        summary(v.record.as_ref())
-    );
-    Ok(0)
-}
-
-fn rollback_session(home: &Home, store: &SqliteStore, session: &str) -> anyhow::Result<i32> {
-    let log = audit_log(home)?;
-    let r = store
-        .operator_memory_rollback_session(session, OPERATOR, Timestamp::now())
-        .map_err(|e| {
-            store_err(
-                &format!("cannot roll back session `{}`", escape_line(session)),
-                e,
-            )
-        })?;
-    record(
-        log,
-        "memory-rollback-session",
-        session,
-        json!({
-            "restored": r.restored.iter().map(version_json).collect::<Vec<_>>(),
-            "rejected": r.rejected,
-        }),
-    )?;
-    for v in &r.restored {
-        crate::out!(
-            "{} -> version {} ({})",
-            escape_line(&v.record_id),
-            v.version,
-            summary(v.record.as_ref())
-        );
-    }
-    for c in &r.rejected {
-        crate::out!("rejected held change {}", escape_line(c));
-    }
-    crate::out!(
-        "undid {} record(s) and rejected {} held change(s) of session {}",
-        r.restored.len(),
-        r.rejected.len(),
-        escape_line(session)
-    );
-    Ok(0)
-}
-
-fn purge(home: &Home, store: &SqliteStore, id: &str) -> anyhow::Result<i32> {
-    let log = audit_log(home)?;
-    let n = store
-        .operator_memory_purge(id)
-        .map_err(|e| store_err(&format!("cannot purge `{}`", escape_line(id)), e))?;
-    record(
-        log,
-        "memory-purge",
-        "operator",
-        json!({"record": id, "versions": n}),
-    )?;
-    crate::out!("purged {} ({n} versions)", escape_line(id));
-    Ok(0)
-}
-
 fn export(store: &SqliteStore) -> anyhow::Result<i32> {
     let listing = store
         .operator_memory_export()
@@ -525,20 +405,4 @@ fn export(store: &SqliteStore) -> anyhow::Result<i32> {
     });
     crate::out!("{}", escape_json_text(&serde_json::to_string_pretty(&out)?));
     Ok(if listing.corrupt.is_empty() { 0 } else { 1 })
-}
-
-fn schema_add(home: &Home, store: &SqliteStore, name: &str, file: &Path) -> anyhow::Result<i32> {
-    let text = crate::operator_file::read_text(file, crate::operator_file::MEMORY_SCHEMA)?;
-    let log = audit_log(home)?;
-    store
-        .operator_memory_register_schema(name, &text, OPERATOR, Timestamp::now())
-        .map_err(|e| store_err(&format!("{}", file.display()), e))?;
-    record(
-        log,
-        "memory-schema-registered",
-        "operator",
-        json!({"name": name, "schema_sha256": airlock_core::canonical::sha256_hex(text.as_bytes())}),
-    )?;
-    crate::out!("registered task_state schema {}", escape_line(name));
-    Ok(0)
 }

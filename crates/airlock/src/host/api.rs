@@ -90,6 +90,7 @@ pub fn router(host: Arc<Host>) -> Router {
         .route("/v1/approvals", get(list_approvals_route))
         .route("/v1/approvals/show", post(show_approval_route))
         .route("/v1/audit/tail", post(audit_tail_route))
+        .route("/v1/memory/act", post(memory_act_route))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -342,4 +343,15 @@ async fn audit_tail_route(
         .header("content-type", "application/x-ndjson")
         .body(axum::body::Body::from_stream(lines))
         .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))
+}
+
+/// An operator's change to the agent's memory: the same service as `airlock memory
+/// approve|reject|rollback|purge|schema add` embedded.
+async fn memory_act_route(
+    State(host): State<Arc<Host>>,
+    body: Bytes,
+) -> Result<Json<crate::service::memory::MemoryActed>, ApiError> {
+    let act: crate::service::memory::MemoryAct = parse(&body)?;
+    tracing::info!(?act, "memory change through the host");
+    serve_blocking(&host, act, crate::service::memory::act).await
 }

@@ -10,6 +10,7 @@ pub mod check;
 pub mod exec;
 pub mod grants;
 pub mod kill;
+pub mod memory;
 pub mod replay;
 pub mod status;
 

@@ -564,6 +564,52 @@ fn audit_tail_through_the_host_shows_what_embedded_shows() {
     );
 }
 
+/// The operator's memory changes go through the host: a schema registered through it is
+/// recorded as the operator's act, and a change the store refuses is the caller's error,
+/// said as embedded.
+#[test]
+fn memory_changes_go_through_the_host() {
+    let f = fixture();
+    init(&f, "");
+    let schema = f.ws.join("trip.json");
+    std::fs::write(&schema, r#"{"type": "object", "required": ["city"]}"#).unwrap();
+    let memory = |args: &[&str]| {
+        let mut all = vec!["memory"];
+        all.extend_from_slice(args);
+        super::exec_fixture::airlock(&f.home, &all)
+    };
+    let embedded = memory(&["purge", "m-unknown"]);
+    assert!(!embedded.status.success(), "{embedded:?}");
+    let host = Host::start(&f.home);
+    let o = memory(&["schema", "add", "trip", schema.to_str().unwrap()]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "registered task_state schema trip\n"
+    );
+    let through = memory(&["purge", "m-unknown"]);
+    assert!(!through.status.success(), "{through:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&through.stderr),
+        String::from_utf8_lossy(&embedded.stderr)
+    );
+    let registered: Vec<serde_json::Value> = audit_records(&f.home)
+        .into_iter()
+        .filter(|r| r["kind"] == "memory-schema-registered")
+        .collect();
+    assert_eq!(registered.len(), 1);
+    assert_eq!(registered[0]["detail"]["name"], "trip");
+    assert_eq!(registered[0]["detail"]["decided_by"]["principal"], "owner");
+    let log = host.log_text();
+    assert_eq!(
+        log.matches("memory change through the host").count(),
+        2,
+        "{log}"
+    );
+    drop(host);
+    assert!(verify(&f.home).status.success());
+}
+
 fn host_pid_in_status(f: &Fixture) -> Option<u64> {
     status(f)["host"]["pid"].as_u64()
 }

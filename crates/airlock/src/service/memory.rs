@@ -1,0 +1,289 @@
+//! The operator's changes to the agent's memory (approve or reject a held change, roll
+//! back a record or everything one session wrote, purge, register a `task_state` schema),
+//! for `airlock memory` embedded and the host's `POST /v1/memory/act`. Each opens the
+//! audit log before it changes anything, so no change is made that cannot be recorded,
+//! and records itself as the operator's act. The listings (`list`, `show`, `history`,
+//! `review`, `export`) only read the store, and the command reads it itself.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use airlock_audit::AuditEvent;
+use airlock_core::terminal_text::escape_line;
+use airlock_store::{MemoryOperator, MemoryRecord, MemoryVersion, SqliteStore, Timestamp};
+
+use crate::home::Home;
+use crate::service::approvals::{open_store, operator, operator_detail, OPERATOR};
+use crate::service::fault;
+use crate::{config, runtime};
+
+/// Characters of a record's text in a one-line summary.
+const SUMMARY_CHARS: usize = 80;
+
+/// The operator's store, with the configured memory retention.
+pub fn open_memory_store(home: &Home) -> anyhow::Result<SqliteStore> {
+    let retention = config::load(&home.config_file())?.memory.retention;
+    Ok(open_store(home)?.with_memory_retention(retention))
+}
+
+/// A store error, said with what was being done.
+pub fn store_err(what: &str, e: airlock_store::StoreError) -> anyhow::Error {
+    anyhow::anyhow!("{what}: {e}")
+}
+
+pub fn kind_name(record: Option<&MemoryRecord>) -> &'static str {
+    record.map_or("forgotten", |r| r.kind().as_str())
+}
+
+/// The start of a record's text, as it is (the caller escapes it for a terminal).
+pub fn summary_text(record: Option<&MemoryRecord>) -> String {
+    match record {
+        None => "(forgotten)".into(),
+        Some(r) => r.search_text().chars().take(SUMMARY_CHARS).collect(),
+    }
+}
+
+/// The record as JSON, through its own declared type.
+pub fn record_json(record: Option<&MemoryRecord>) -> Value {
+    let v = match record {
+        None => return Value::Null,
+        Some(MemoryRecord::Note(r)) => serde_json::to_value(r),
+        Some(MemoryRecord::Fact(r)) => serde_json::to_value(r),
+        Some(MemoryRecord::Preference(r)) => serde_json::to_value(r),
+        Some(MemoryRecord::Contact(r)) => serde_json::to_value(r),
+        Some(MemoryRecord::TaskState(r)) => serde_json::to_value(r),
+    };
+    v.unwrap_or(Value::Null)
+}
+
+pub fn version_json(v: &MemoryVersion) -> Value {
+    json!({
+        "id": v.record_id,
+        "version": v.version,
+        "namespace": v.namespace.key(),
+        "tier": v.tier.as_str(),
+        "kind": kind_name(v.record.as_ref()),
+        "record": record_json(v.record.as_ref()),
+        "untrusted": v.untrusted(),
+        "provenance": {
+            "session": v.provenance.session_id,
+            "principal": v.provenance.principal,
+            "tainted": v.provenance.tainted,
+            "tool_call": v.provenance.tool_call_id,
+        },
+        "written_at_ms": v.written_at.as_unix_ms(),
+        "origin": v.origin.as_str(),
+        "actor": v.actor,
+    })
+}
+
+/// One change the operator makes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "act", rename_all = "snake_case", deny_unknown_fields)]
+pub enum MemoryAct {
+    Approve {
+        change: String,
+    },
+    Reject {
+        change: String,
+    },
+    Rollback {
+        id: String,
+        to: Option<i64>,
+    },
+    RollbackSession {
+        session: String,
+    },
+    Purge {
+        id: String,
+    },
+    /// `text` is the JSON Schema itself (the command reads the file).
+    RegisterSchema {
+        name: String,
+        text: String,
+    },
+}
+
+/// A record at a version, for the operator.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RecordAt {
+    pub record_id: String,
+    pub version: i64,
+    /// The start of its text, unescaped.
+    pub summary: String,
+}
+
+impl RecordAt {
+    fn of(v: &MemoryVersion) -> RecordAt {
+        RecordAt {
+            record_id: v.record_id.clone(),
+            version: v.version,
+            summary: summary_text(v.record.as_ref()),
+        }
+    }
+}
+
+/// What the change did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "done", rename_all = "snake_case")]
+pub enum MemoryActed {
+    Approved {
+        change: String,
+        now: RecordAt,
+    },
+    Rejected {
+        change: String,
+    },
+    RolledBack {
+        now: RecordAt,
+    },
+    SessionRolledBack {
+        session: String,
+        restored: Vec<RecordAt>,
+        rejected: Vec<String>,
+    },
+    Purged {
+        id: String,
+        versions: usize,
+    },
+    SchemaRegistered {
+        name: String,
+    },
+}
+
+/// Open the audit log before changing anything, so a change is never made that cannot be
+/// recorded.
+fn audit_log(home: &Home) -> anyhow::Result<airlock_audit::AuditLog> {
+    let cfg = config::load(&home.config_file()).map_err(fault)?;
+    runtime::open_audit(home, &cfg).map_err(fault)
+}
+
+fn record(
+    mut log: airlock_audit::AuditLog,
+    kind: &str,
+    session: &str,
+    detail: Value,
+) -> anyhow::Result<()> {
+    let mut detail = detail;
+    detail["decided_by"] = operator_detail();
+    log.append(AuditEvent::by(kind, session, &operator()).with_detail(detail))
+        .map_err(|e| {
+            fault(anyhow::anyhow!(
+                "the change was made, but its audit record failed: {e}"
+            ))
+        })?;
+    log.close().map_err(|e| fault(anyhow::anyhow!("{e}")))?;
+    Ok(())
+}
+
+/// Make `act`, recorded.
+pub fn act(home: &Home, act: &MemoryAct) -> anyhow::Result<MemoryActed> {
+    let store = open_memory_store(home).map_err(fault)?;
+    let now = Timestamp::now();
+    match act {
+        MemoryAct::Approve { change } => {
+            let log = audit_log(home)?;
+            let held = store
+                .operator_memory_review(change)
+                .map_err(|e| store_err("cannot read the change", e))?;
+            let v = store
+                .operator_memory_approve(change, OPERATOR, now)
+                .map_err(|e| store_err(&format!("cannot approve `{}`", escape_line(change)), e))?;
+            record(
+                log,
+                "memory-review-approved",
+                &held.provenance.session_id,
+                json!({"change": change, "version": version_json(&v)}),
+            )?;
+            Ok(MemoryActed::Approved {
+                change: change.clone(),
+                now: RecordAt::of(&v),
+            })
+        }
+        MemoryAct::Reject { change } => {
+            let log = audit_log(home)?;
+            let c = store
+                .operator_memory_reject(change, OPERATOR, now)
+                .map_err(|e| store_err(&format!("cannot reject `{}`", escape_line(change)), e))?;
+            record(
+                log,
+                "memory-review-rejected",
+                &c.provenance.session_id,
+                json!({"change": c.id, "record": c.record_id, "tier": c.tier.as_str(),
+                       "namespace": c.namespace.key(), "proposed": record_json(c.record.as_ref())}),
+            )?;
+            Ok(MemoryActed::Rejected {
+                change: change.clone(),
+            })
+        }
+        MemoryAct::Rollback { id, to } => {
+            let log = audit_log(home)?;
+            let v = store
+                .operator_memory_rollback(id, *to, OPERATOR, now)
+                .map_err(|e| store_err(&format!("cannot roll back `{}`", escape_line(id)), e))?;
+            record(
+                log,
+                "memory-rollback",
+                "operator",
+                json!({"record": id, "to": to, "version": version_json(&v)}),
+            )?;
+            Ok(MemoryActed::RolledBack {
+                now: RecordAt::of(&v),
+            })
+        }
+        MemoryAct::RollbackSession { session } => {
+            let log = audit_log(home)?;
+            let r = store
+                .operator_memory_rollback_session(session, OPERATOR, now)
+                .map_err(|e| {
+                    store_err(
+                        &format!("cannot roll back session `{}`", escape_line(session)),
+                        e,
+                    )
+                })?;
+            record(
+                log,
+                "memory-rollback-session",
+                session,
+                json!({
+                    "restored": r.restored.iter().map(version_json).collect::<Vec<_>>(),
+                    "rejected": r.rejected,
+                }),
+            )?;
+            Ok(MemoryActed::SessionRolledBack {
+                session: session.clone(),
+                restored: r.restored.iter().map(RecordAt::of).collect(),
+                rejected: r.rejected.clone(),
+            })
+        }
+        MemoryAct::Purge { id } => {
+            let log = audit_log(home)?;
+            let n = store
+                .operator_memory_purge(id)
+                .map_err(|e| store_err(&format!("cannot purge `{}`", escape_line(id)), e))?;
+            record(
+                log,
+                "memory-purge",
+                "operator",
+                json!({"record": id, "versions": n}),
+            )?;
+            Ok(MemoryActed::Purged {
+                id: id.clone(),
+                versions: n,
+            })
+        }
+        MemoryAct::RegisterSchema { name, text } => {
+            let log = audit_log(home)?;
+            store
+                .operator_memory_register_schema(name, text, OPERATOR, now)
+                .map_err(|e| store_err(&format!("schema {}", escape_line(name)), e))?;
+            record(
+                log,
+                "memory-schema-registered",
+                "operator",
+                json!({"name": name, "schema_sha256": airlock_core::canonical::sha256_hex(text.as_bytes())}),
+            )?;
+            Ok(MemoryActed::SchemaRegistered { name: name.clone() })
+        }
+    }
+}

@@ -100,6 +100,16 @@ impl Env {
             .unwrap()
     }
 
+    /// `airlock approvals approve ID --hash HASH`, which must succeed.
+    fn approve(&self, req: &ApprovalRequest) {
+        let ok = self.airlock(&["approvals", "approve", &req.id, "--hash", &req.payload_hash]);
+        assert!(
+            ok.status.success(),
+            "{}",
+            String::from_utf8_lossy(&ok.stderr)
+        );
+    }
+
     fn store(&self) -> airlock_store::SqliteStore {
         airlock_store::SqliteStore::open(self.home.join("state")).unwrap()
     }
@@ -210,12 +220,7 @@ fn an_approved_request_goes_through_and_the_record_names_who_decided() {
         listed.contains(&req.id) && listed.contains(&format!("GET {url}")),
         "{listed}"
     );
-    let ok = e.airlock(&["approvals", "approve", &req.id, "--hash", &req.payload_hash]);
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    e.approve(&req);
     let (code, out, err) = finish(child);
     assert_eq!(code, Some(0), "{out}\n{err}");
     assert!(
@@ -386,12 +391,7 @@ fn an_approval_does_not_override_a_forbid_added_while_the_request_waited() {
         "@id(\"local.no-upstream\")\n@reason(\"the upstream is off limits now\")\n@help(\"remove config/policy/local/no-upstream.cedar\")\nforbid (principal, action == Airlock::Action::\"net.request\", resource);\n",
     )
     .unwrap();
-    let ok = e.airlock(&["approvals", "approve", &req.id, "--hash", &req.payload_hash]);
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    e.approve(&req);
     let (code, out, err) = finish(child);
     assert_eq!(code, Some(0), "{out}\n{err}");
     assert!(out.contains("HTTP 403"), "{out}\n{err}");

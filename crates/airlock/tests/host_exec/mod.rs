@@ -347,15 +347,6 @@ fn running_exec(f: &Fixture, seen: &[String]) -> Option<String> {
         .find(|n| n.starts_with("exec-") && !seen.contains(n))
 }
 
-fn kill_cmd(f: &Fixture, id: &str) -> std::process::Output {
-    Command::new(airlock_bin())
-        .env("AIRLOCK_HOME", &f.home)
-        .args(["kill", id])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
 /// `airlock kill` goes through the host while it answers, and does not depend on it: with
 /// the host stopped (SIGSTOP), the kill gives up on it after its wait and kills the run
 /// embedded. Either way the run ends killed, with its record.
@@ -379,7 +370,7 @@ fn kill_goes_through_the_host_and_works_without_it() {
         if stop_the_host {
             host.signal(Signal::SIGSTOP);
         }
-        let k = kill_cmd(&f, &id);
+        let k = super::exec_fixture::airlock(&f.home, &["kill", &id]);
         if stop_the_host {
             host.signal(Signal::SIGCONT);
         }

@@ -95,8 +95,9 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
     }
     let path = socket::socket_path(&home);
     let _ = std::fs::remove_file(&path);
-    let stopped = crate::config_audit::record(
+    let stopped = crate::config_audit::record_system(
         &home,
+        "host",
         "host-stop",
         serde_json::json!({"pid": std::process::id()}),
     );
@@ -118,8 +119,9 @@ async fn run(host: Arc<Host>) -> anyhow::Result<()> {
             let host = host.clone();
             move || exec::listen(host, exec_listener)
         })?;
-    crate::config_audit::record(
+    crate::config_audit::record_system(
         &host.home,
+        "host",
         "host-start",
         serde_json::json!({"pid": std::process::id(), "socket": path.display().to_string(),
                            "policies": host.warm.policy_status(),

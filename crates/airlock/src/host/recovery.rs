@@ -56,8 +56,9 @@ pub fn recover(home: &Home) -> anyhow::Result<Recovered> {
         orphaned,
     };
     if !found.interrupted.is_empty() || found.orphaned > 0 {
-        crate::config_audit::record(
+        crate::config_audit::record_system(
             home,
+            "recovery",
             "host-recovery",
             json!({"interrupted": found.interrupted, "orphaned_approvals": found.orphaned}),
         )?;

@@ -248,7 +248,9 @@ impl Warm {
 
     fn record_refusal(&self, what: &str, why: &str) {
         let detail = serde_json::json!({"what": what, "error": why, "kept": "the set in force before the edit"});
-        if let Err(e) = crate::config_audit::record(&self.home, "reload-refused", detail) {
+        if let Err(e) =
+            crate::config_audit::record_system(&self.home, "reload", "reload-refused", detail)
+        {
             tracing::error!(error = %format!("{e:#}"), "the refused reload could not be recorded");
         }
     }

@@ -264,6 +264,21 @@ fn kill_9_of_the_host_mid_run_leaves_no_process_of_the_sandbox() {
             .collect::<Vec<_>>(),
         _again.log_text()
     );
+    // The host's own act, on the owner's behalf: not the operator at a command line.
+    assert_eq!(
+        recovery[0]["principal"], "system:recovery",
+        "{:?}",
+        recovery[0]
+    );
+    assert_eq!(recovery[0]["on_behalf_of"], "owner", "{:?}", recovery[0]);
+    let starts: Vec<serde_json::Value> = audit_records(&f.home)
+        .into_iter()
+        .filter(|r| r["kind"] == "host-start")
+        .collect();
+    assert!(
+        starts.iter().all(|r| r["principal"] == "system:host"),
+        "{starts:?}"
+    );
     let interrupted = recovery[0]["detail"]["interrupted"]
         .as_array()
         .unwrap()

@@ -82,6 +82,29 @@ pub const DEFAULT_PROTECTED: &[&str] = &[
     ".airlock",
 ];
 
+/// Whether `relative` (a workspace-relative, normalized path) is git metadata that git
+/// would run code from or take its config from, in the workspace's own repository or in
+/// one nested anywhere below it (a vendored checkout, a submodule): a `.git` itself (the
+/// directory, or a file that points git at another directory), or one of the `.git`
+/// entries of [`DEFAULT_PROTECTED`] below any `.git`. The owner runs git in those
+/// directories too.
+fn is_git_metadata(relative: &Path) -> bool {
+    let parts: Vec<&std::ffi::OsStr> = relative.components().map(|c| c.as_os_str()).collect();
+    parts.iter().enumerate().any(|(i, part)| {
+        if *part != ".git" {
+            return false;
+        }
+        if i + 1 == parts.len() {
+            return true;
+        }
+        let from_git: PathBuf = parts[i..].iter().collect();
+        DEFAULT_PROTECTED
+            .iter()
+            .filter(|p| p.starts_with(".git/"))
+            .any(|p| from_git.starts_with(p))
+    })
+}
+
 /// Compute [`PathFacts`] for `path` against `workspace` and the protected list.
 pub fn path_facts(path: &str, workspace: &Path, protected: &[String]) -> PathFacts {
     let normalized = normalize_lexically(path, workspace);
@@ -91,6 +114,7 @@ pub fn path_facts(path: &str, workspace: &Path, protected: &[String]) -> PathFac
             || DEFAULT_PROTECTED
                 .iter()
                 .any(|p| wp.relative().starts_with(p))
+            || is_git_metadata(wp.relative())
     });
     PathFacts {
         normalized: normalized.to_string_lossy().into_owned(),
@@ -102,6 +126,30 @@ pub fn path_facts(path: &str, workspace: &Path, protected: &[String]) -> PathFac
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn git_metadata_is_protected_in_nested_repositories_too() {
+        let ws = Path::new("/w");
+        let protected = |p: &str| path_facts(p, ws, &[]).protected;
+        for p in [
+            ".git",
+            ".git/hooks/pre-commit",
+            "sub/.git",
+            "vendor/lib/.git/hooks/post-checkout",
+            "vendor/lib/.git/config",
+            "a/b/.git/info/attributes",
+        ] {
+            assert!(protected(p), "{p}");
+        }
+        for p in [
+            ".gitignore",
+            "src/.git-notes",
+            "vendor/lib/.git/objects/ab/cdef",
+            "docs/git/config",
+        ] {
+            assert!(!protected(p), "{p}");
+        }
+    }
 
     #[test]
     fn dotdot_cannot_escape() {

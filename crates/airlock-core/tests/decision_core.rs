@@ -7,6 +7,8 @@
 mod facts;
 #[path = "decision_core/gate.rs"]
 mod gate;
+#[path = "decision_core/path_fuzz.rs"]
+mod path_fuzz;
 #[path = "decision_core/policy.rs"]
 mod policy;
 #[path = "decision_core/provenance.rs"]

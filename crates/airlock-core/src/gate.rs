@@ -362,6 +362,20 @@ impl Gate {
         }
     }
 
+    /// An approval releases a held action; it never overrides a forbid that came while the
+    /// action waited (a policy edit, `net revoke`). Every approval path asks this of the
+    /// Gate in force when the approval arrives: `Err` says which policy now forbids it.
+    pub fn still_permits(&self, session: &Session, action: &Action) -> Result<(), String> {
+        let now = self.evaluate(session, action);
+        if now.decision == DecisionKind::Deny {
+            return Err(format!(
+                "the policy now forbids it ({})",
+                now.policies.join(", ")
+            ));
+        }
+        Ok(())
+    }
+
     /// Turn an approved ticket into a token: the approval must name the held payload's
     /// hash, come from the owner, be unexpired at `now` (unix seconds), and be recorded.
     pub fn approve<A: IntoAction>(

@@ -7,8 +7,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use airlock_core::action::NetRequestAction;
 use airlock_core::gate::Verdict;
+use airlock_core::Action;
 use airlock_core::Authorized;
-use airlock_core::{Action, DecisionKind};
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
@@ -345,14 +345,7 @@ pub(crate) async fn authorize(
                 // (or a revoked rule) that came while it waited: the request is decided
                 // again with the policy in force now.
                 let gate = inner2.gate.current();
-                let held = Action::NetRequest(ticket.action().clone());
-                let now_decided = gate.evaluate(&session2, &held);
-                if now_decided.decision == DecisionKind::Deny {
-                    return Err(format!(
-                        "the policy now forbids it ({})",
-                        now_decided.policies.join(", ")
-                    ));
-                }
+                gate.still_permits(&session2, &Action::NetRequest(ticket.action().clone()))?;
                 let mut log = inner2.audit.log.lock().unwrap_or_else(|p| p.into_inner());
                 gate.approve(ticket, &approval, now, &mut *log)
                     .map_err(|e| e.to_string())

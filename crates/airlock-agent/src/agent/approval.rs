@@ -166,12 +166,7 @@ impl Agent<'_> {
                     // The policy may have been tightened while the request waited (the
                     // session reloads it): an approval releases a held action, it does
                     // not override a forbid that came since.
-                    let now_decided = self.gate.current().evaluate(&run.session, &action);
-                    if now_decided.decision == airlock_core::DecisionKind::Deny {
-                        let why = format!(
-                            "the policy now forbids it ({})",
-                            now_decided.policies.join(", ")
-                        );
+                    if let Err(why) = self.gate.current().still_permits(&run.session, &action) {
                         return self.refuse(run, request_id, "refused", HOST_DECIDER, Some(&why));
                     }
                     let approver = match approver.parse::<Principal>() {

@@ -30,6 +30,9 @@ const PROTECTED: &[&str] = &[
     "sub/.git",
     "vendor/lib/.git/hooks/post-checkout",
     "vendor/lib/.git/config",
+    "a/b/.git/config.worktree",
+    "sub/.git/modules/x/hooks/pre-push",
+    "deep/er/.git/info/attributes",
 ];
 
 const OUTSIDE: &[&str] = &[

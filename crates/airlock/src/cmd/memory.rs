@@ -81,7 +81,14 @@ pub enum SchemaCommand {
 
 pub fn run(cmd: MemoryCommand) -> anyhow::Result<i32> {
     let home = Home::from_env()?;
+    // The listings read the store; they change nothing.
+    let store = || open_memory_store(&home);
     let act = match cmd {
+        MemoryCommand::List { pinned, ns } => return list(&store()?, pinned, ns.as_deref()),
+        MemoryCommand::Show { id } => return show(&store()?, &id),
+        MemoryCommand::History { id } => return history(&store()?, &id),
+        MemoryCommand::Review => return review(&store()?),
+        MemoryCommand::Export { .. } => return export(&store()?),
         MemoryCommand::Approve { change } => MemoryAct::Approve { change },
         MemoryCommand::Reject { change } => MemoryAct::Reject { change },
         MemoryCommand::Rollback {
@@ -103,18 +110,6 @@ pub fn run(cmd: MemoryCommand) -> anyhow::Result<i32> {
             name,
             text: crate::operator_file::read_text(&file, crate::operator_file::MEMORY_SCHEMA)?,
         },
-        // The listings read the store; they change nothing.
-        read => {
-            let store = open_memory_store(&home)?;
-            return match read {
-                MemoryCommand::List { pinned, ns } => list(&store, pinned, ns.as_deref()),
-                MemoryCommand::Show { id } => show(&store, &id),
-                MemoryCommand::History { id } => history(&store, &id),
-                MemoryCommand::Review => review(&store),
-                MemoryCommand::Export { .. } => export(&store),
-                _ => unreachable!("every change is matched above"),
-            };
-        }
     };
     let done: MemoryActed = match crate::host::client::find(&home) {
         Some(host) => host.post("/v1/memory/act", &act)?,

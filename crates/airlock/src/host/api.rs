@@ -352,6 +352,11 @@ async fn memory_act_route(
     body: Bytes,
 ) -> Result<Json<crate::service::memory::MemoryActed>, ApiError> {
     let act: crate::service::memory::MemoryAct = parse(&body)?;
-    tracing::info!(?act, "memory change through the host");
+    // The act's kind only: a schema's text can be long.
+    let kind = serde_json::to_value(&act)
+        .ok()
+        .and_then(|v| v["act"].as_str().map(str::to_string))
+        .unwrap_or_default();
+    tracing::info!(act = %kind, "memory change through the host");
     serve_blocking(&host, act, crate::service::memory::act).await
 }

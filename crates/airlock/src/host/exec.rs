@@ -312,47 +312,41 @@ fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
-/// Wait for `child`; kill it if the client hangs up first. Signals go through a pidfd, so
-/// a pid the kernel reused is never hit.
-fn wait_or_hang_up(child: &mut std::process::Child, client: &UnixStream) -> std::io::Result<i32> {
+/// Do `work` while watching `client`: if it hangs up first, `on_hang_up` runs (once) and
+/// `work` goes on to its end, which `on_hang_up` is to hasten. The client sends nothing
+/// after its request, so readable means it hung up.
+fn while_connected<T>(
+    client: &UnixStream,
+    on_hang_up: impl Fn() + Sync,
+    work: impl FnOnce() -> T,
+) -> std::io::Result<T> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::os::fd::AsFd;
-    use std::os::unix::process::ExitStatusExt;
-    let pidfd = pidfd_open(child.id())?;
-    let mut killed = false;
-    loop {
-        let mut fds = [
-            PollFd::new(pidfd.as_fd(), PollFlags::POLLIN),
-            PollFd::new(client.as_fd(), PollFlags::POLLIN),
-        ];
-        let watch = if killed { &mut fds[..1] } else { &mut fds[..] };
-        match poll(watch, PollTimeout::NONE) {
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(e.into()),
-            Ok(_) => {}
-        }
-        if fds[0].any().unwrap_or(false) {
-            let status = child.wait()?;
-            return Ok(status
-                .code()
-                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)));
-        }
-        if !killed && fds[1].any().unwrap_or(false) {
-            // The client sends nothing after its request: readable means it hung up.
-            tracing::info!(pid = child.id(), "the client went away; killing its run");
-            // SAFETY: a live pidfd and a signal number.
-            unsafe {
-                nix::libc::syscall(
-                    nix::libc::SYS_pidfd_send_signal,
-                    pidfd.as_raw_fd(),
-                    nix::libc::SIGKILL,
-                    std::ptr::null::<u8>(),
-                    0u32,
-                );
+    let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    Ok(std::thread::scope(|s| {
+        s.spawn(|| loop {
+            let mut fds = [
+                PollFd::new(client.as_fd(), PollFlags::POLLIN),
+                PollFd::new(stop_r.as_fd(), PollFlags::POLLIN),
+            ];
+            match poll(&mut fds, PollTimeout::NONE) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => return,
+                Ok(_) => {}
             }
-            killed = true;
-        }
-    }
+            if fds[1].any().unwrap_or(true) {
+                return;
+            }
+            if fds[0].any().unwrap_or(false) {
+                tracing::info!("a client went away; killing its run");
+                on_hang_up();
+                return;
+            }
+        });
+        let out = work();
+        let _ = nix::unistd::write(&stop_w, b"x");
+        out
+    }))
 }
 
 fn answer(stream: &UnixStream, a: &ExecAnswer) {
@@ -482,49 +476,29 @@ fn run_here(
     fds: [OwnedFd; 3],
     stream: &UnixStream,
 ) -> anyhow::Result<i32> {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    use std::os::fd::AsFd;
     let hang_up = HangUp::new()?;
     let caller = Caller::client(fds, hang_up.clone());
-    let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    std::thread::scope(|s| {
-        s.spawn(|| loop {
-            let mut fds = [
-                PollFd::new(stream.as_fd(), PollFlags::POLLIN),
-                PollFd::new(stop_r.as_fd(), PollFlags::POLLIN),
-            ];
-            match poll(&mut fds, PollTimeout::NONE) {
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(_) => return,
-                Ok(_) => {}
-            }
-            if fds[1].any().unwrap_or(true) {
-                return;
-            }
-            if fds[0].any().unwrap_or(false) {
-                // The client sends nothing after its request: readable means it hung up.
-                tracing::info!("an exec client went away; killing its run");
-                hang_up.fire();
-                return;
-            }
-        });
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            crate::service::exec::exec(
-                &host.home,
-                crate::service::exec::Loaded::Warm {
-                    warm: &host.warm,
-                    store: &host.run_store,
-                },
-                req,
-                &caller,
-            )
-        }));
-        let _ = nix::unistd::write(&stop_w, b"x");
-        result.unwrap_or_else(|_| {
-            Err(anyhow::anyhow!(
-                "the run failed unexpectedly (see the host's log)"
-            ))
-        })
+    let result = while_connected(
+        stream,
+        || hang_up.fire(),
+        || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                crate::service::exec::exec(
+                    &host.home,
+                    crate::service::exec::Loaded::Warm {
+                        warm: &host.warm,
+                        store: &host.run_store,
+                    },
+                    req,
+                    &caller,
+                )
+            }))
+        },
+    )?;
+    result.unwrap_or_else(|_| {
+        Err(anyhow::anyhow!(
+            "the run failed unexpectedly (see the host's log)"
+        ))
     })
 }
 
@@ -535,9 +509,27 @@ fn run_child(
     fds: [OwnedFd; 3],
     stream: &UnixStream,
 ) -> anyhow::Result<i32> {
+    use std::os::unix::process::ExitStatusExt;
     let cmd = command_for(req, fds)?;
     let mut child = host.spawner.spawn(cmd)?;
-    Ok(wait_or_hang_up(&mut child, stream)?)
+    // Signals go through a pidfd, so a pid the kernel reused is never hit.
+    let pidfd = pidfd_open(child.id())?;
+    let kill = || {
+        // SAFETY: a live pidfd and a signal number.
+        unsafe {
+            nix::libc::syscall(
+                nix::libc::SYS_pidfd_send_signal,
+                pidfd.as_raw_fd(),
+                nix::libc::SIGKILL,
+                std::ptr::null::<u8>(),
+                0u32,
+            );
+        }
+    };
+    let status = while_connected(stream, kill, || child.wait())??;
+    Ok(status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
 }
 
 /// Answer the run's exit status, or why it did not run.

@@ -187,6 +187,19 @@ impl Warm {
 
     /// Reload whatever changed on disk since it was read (see the module documentation).
     pub fn reload_changed(&self) {
+        self.reload_config_if_changed();
+        self.reload_gates_if_changed();
+    }
+
+    /// The config in force, after a look at its file: a request made just after an edit is
+    /// decided under it. (A Gate needs no such look: a run's
+    /// [`crate::live_gate::LiveGate`] compares the policy files itself before each decision.)
+    pub fn current_config(&self) -> Arc<Config> {
+        self.reload_config_if_changed();
+        self.config()
+    }
+
+    fn reload_config_if_changed(&self) {
         let fp = config_fingerprint(&self.home);
         let config_changed = {
             let c = self.config.read().unwrap_or_else(|p| p.into_inner());
@@ -211,6 +224,9 @@ impl Warm {
                 }
             }
         }
+    }
+
+    fn reload_gates_if_changed(&self) {
         for profile in Profile::all() {
             let fp = policy_fingerprint(&self.home, profile);
             let changed = {

@@ -121,12 +121,10 @@ pub fn exec(
     absolute("cwd", &req.cwd)?;
     let cfg = match loaded {
         Loaded::Cold => Arc::new(config::load(&home.config_file())?),
-        // A policy or config edit made just before this request decides it, as it would
-        // embedded: the files are looked at now, not at the next reload tick.
-        Loaded::Warm { warm, .. } => {
-            warm.reload_changed();
-            warm.config()
-        }
+        // A config edit made just before this request decides it, as it would embedded:
+        // the file is looked at now, not at the next reload tick. (The policy files are
+        // looked at by the run's live Gate before each decision.)
+        Loaded::Warm { warm, .. } => warm.current_config(),
     };
     let profile = policies::pick_profile(req.profile.as_deref(), &cfg.policy.profile)?;
     let explicit_workspace = req.workspace.is_some();
@@ -312,7 +310,27 @@ pub fn exec(
                 payload_hash: ticket.action_hash.clone(),
                 expires_at: runtime::now_unix() + APPROVAL_TTL_SECS,
             };
-            gate.gate()
+            // The prompt may have waited while the operator tightened the policy.
+            let current = gate.gate();
+            let held = airlock_core::Action::Exec(ticket.action().clone());
+            if let Err(why) = current.still_permits(&session, &held) {
+                let _ = lock(&log).append(
+                    AuditEvent::by("approval-refused", &session.id, &Attribution::owner_cli())
+                        .with_action(
+                            json!({"command": ticket.action().command}),
+                            ticket.action_hash.clone(),
+                        )
+                        .with_detail(json!({"reason": why})),
+                );
+                notices.line(&format!(
+                    "airlock: approved, but {why}; the command did not run"
+                ));
+                drop(preparing.finish());
+                close_log(log).ok();
+                end_session(store, &session.id);
+                return Ok(EXIT_REFUSED);
+            }
+            current
                 .approve(ticket, &approval, runtime::now_unix(), &mut *lock(&log))
                 .map_err(|e| {
                     end_session(store, &session.id);

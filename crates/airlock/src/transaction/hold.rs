@@ -145,13 +145,7 @@ pub fn hold(
                 // An approval releases the held commit; it does not override a forbid
                 // the operator added while it waited.
                 let gate = gate.current();
-                let now_decided = gate.evaluate(session, &action);
-                if now_decided.decision == airlock_core::DecisionKind::Deny {
-                    return Err(format!(
-                        "the policy now forbids it ({})",
-                        now_decided.policies.join(", ")
-                    ));
-                }
+                gate.still_permits(session, &action)?;
                 let by = current.decided_by.clone().unwrap_or_default();
                 let approver: Principal = by
                     .parse()

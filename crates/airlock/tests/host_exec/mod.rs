@@ -616,6 +616,46 @@ fn memory_changes_go_through_the_host() {
     assert!(verify(&f.home).status.success());
 }
 
+/// The inline approval of an `exec` releases the command only if the policy in force when
+/// the operator answers still permits it: a forbid added while the prompt waited refuses
+/// it, as it does a held tool call, commit or proxy request.
+#[test]
+fn an_inline_approval_does_not_override_a_forbid_added_while_the_prompt_waited() {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let f = fixture();
+    init(&f, "");
+    let command = "rm -f ./absent-tightened";
+    let mut child = exec_on_a_terminal(&f, command, "");
+    wait_for("the prompt", || {
+        records_of(&f, command)
+            .iter()
+            .any(|(_, r)| r["decision"] == "ask")
+    });
+    let local = f.home.join("config/policy/local");
+    std::fs::create_dir_all(&local).unwrap();
+    std::fs::set_permissions(&local, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(
+        local.join("no-exec.cedar"),
+        "@id(\"local.no-exec\")\n@reason(\"nothing runs now\")\n@help(\"remove config/policy/local/no-exec.cedar\")\nforbid (principal, action == Airlock::Action::\"exec\", resource);\n",
+    )
+    .unwrap();
+    child.stdin.take().unwrap().write_all(b"y\n").unwrap();
+    let o = child.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).replace("\r\n", "\n");
+    assert!(
+        out.contains("the policy now forbids it (local.no-exec)"),
+        "{out}"
+    );
+    let kinds: Vec<String> = records_of(&f, command)
+        .into_iter()
+        .map(|(kind, _)| kind)
+        .collect();
+    assert!(kinds.iter().any(|k| k == "approval-refused"), "{kinds:?}");
+    assert!(!kinds.iter().any(|k| k == "execution"), "{kinds:?}");
+    assert!(verify(&f.home).status.success());
+}
+
 fn host_pid_in_status(f: &Fixture) -> Option<u64> {
     status(f)["host"]["pid"].as_u64()
 }

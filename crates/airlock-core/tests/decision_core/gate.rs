@@ -509,3 +509,18 @@ fn a_tool_result_taints_the_session_and_a_source_the_owner_named_vouches_for_its
     s.observe_untrusted("tool:get_webpage", page);
     assert!(untraced(&s).contains("destination"), "{}", untraced(&s));
 }
+
+#[test]
+fn still_permits_refuses_only_what_the_policy_now_forbids_and_names_the_policy() {
+    let g = gate();
+    let s = Session::new("t1", "owner");
+    // Allowed and held actions are still permitted: an approval may release them.
+    assert_eq!(g.still_permits(&s, &exec("ls")), Ok(()));
+    assert_eq!(g.still_permits(&s, &exec("rm -f x")), Ok(()));
+    // A forbid refuses, naming the policy that forbids.
+    let why = g.still_permits(&s, &exec("curl http://x")).unwrap_err();
+    assert_eq!(why, "the policy now forbids it (no-curl)");
+    // So does the default deny (nothing permits it any more).
+    let why = g.still_permits(&s, &exec("wget http://x")).unwrap_err();
+    assert!(why.starts_with("the policy now forbids it"), "{why}");
+}

@@ -60,11 +60,17 @@ pub const DEBUG_UPSTREAM_ROOTS_VAR: &str = "AIRLOCK_DEBUG_UPSTREAM_ROOTS";
 
 #[cfg(debug_assertions)]
 fn debug_upstream_roots() -> anyhow::Result<Vec<String>> {
-    match std::env::var_os(DEBUG_UPSTREAM_ROOTS_VAR).filter(|v| !v.is_empty()) {
+    roots_in(std::env::var_os(DEBUG_UPSTREAM_ROOTS_VAR).as_deref())
+}
+
+/// The certificates of the PEM file at `path` (none for no path, or an empty one).
+#[cfg(debug_assertions)]
+fn roots_in(path: Option<&std::ffi::OsStr>) -> anyhow::Result<Vec<String>> {
+    match path.filter(|v| !v.is_empty()) {
         None => Ok(Vec::new()),
         Some(path) => {
             let pem = crate::operator_file::read_text(
-                std::path::Path::new(&path),
+                std::path::Path::new(path),
                 crate::operator_file::CERTIFICATE,
             )
             .map_err(|e| anyhow::anyhow!("{DEBUG_UPSTREAM_ROOTS_VAR}: {e}"))?;
@@ -78,13 +84,34 @@ fn debug_upstream_roots() -> anyhow::Result<Vec<String>> {
     Ok(Vec::new())
 }
 
+/// The egress additions a client of the host asks for with its environment `env` (see
+/// [`crate::host::exec_wire::AGENT_ENV`]): in debug builds, the upstream roots of its
+/// `AIRLOCK_DEBUG_UPSTREAM_ROOTS`, as embedded it would have had them; nothing otherwise.
+pub fn client_egress(env: &[(String, String)]) -> anyhow::Result<EgressExtras> {
+    #[cfg(debug_assertions)]
+    let extra_roots_pem = roots_in(
+        env.iter()
+            .find(|(n, _)| n == DEBUG_UPSTREAM_ROOTS_VAR)
+            .map(|(_, v)| std::ffi::OsStr::new(v.as_str())),
+    )?;
+    #[cfg(not(debug_assertions))]
+    let extra_roots_pem = {
+        let _ = env;
+        Vec::new()
+    };
+    Ok(EgressExtras {
+        resolver: None,
+        extra_roots_pem,
+    })
+}
+
 /// Runs the loop's shell, fetch and message calls for one session.
 pub struct HostExecutors {
     shared: Arc<Shared>,
     /// Messages delivered to the conversation's own channel, in order.
     delivered: Mutex<Vec<String>>,
-    /// Print delivered messages on stdout as they arrive (off for `--json`).
-    print_messages: bool,
+    /// Where delivered messages are shown as they arrive (`None` for `--json`).
+    messages_to: Option<crate::service::caller::Notices>,
     /// The session's memory, when the host keeps it.
     memory: Option<crate::memory_executor::HostMemory>,
 }
@@ -103,6 +130,8 @@ struct Shared {
     extras: EgressExtras,
     /// How long a held commit of a shell call's changes waits for an answer.
     commit_approval_timeout: Duration,
+    /// Where a held commit and the like are said (the conversation's stderr).
+    notices: crate::service::caller::Notices,
 }
 
 impl HostExecutors {
@@ -118,7 +147,8 @@ impl HostExecutors {
         session_id: String,
         workspace: PathBuf,
         channel: String,
-        print_messages: bool,
+        messages_to: Option<crate::service::caller::Notices>,
+        notices: crate::service::caller::Notices,
     ) -> HostExecutors {
         let cfg_approval_timeout = cfg.agent.approval_timeout_secs;
         HostExecutors {
@@ -133,9 +163,10 @@ impl HostExecutors {
                 channel,
                 extras: EgressExtras::default(),
                 commit_approval_timeout: Duration::from_secs(cfg_approval_timeout),
+                notices,
             }),
             delivered: Mutex::new(Vec::new()),
-            print_messages,
+            messages_to,
             memory: None,
         }
     }
@@ -286,11 +317,11 @@ impl Executors for HostExecutors {
                 m.destination, self.shared.channel
             ));
         }
-        if self.print_messages {
-            println!(
+        if let Some(to) = &self.messages_to {
+            to.line(&format!(
                 "message: {}",
                 airlock_core::terminal_text::escape_block(&m.text)
-            );
+            ));
         }
         self.delivered
             .lock()
@@ -440,7 +471,7 @@ impl Shared {
                 log: &self.audit,
                 approval_timeout: self.commit_approval_timeout,
                 cancelled: Some(cancel),
-                notices: &crate::service::caller::Notices::Stderr,
+                notices: &self.notices,
             };
             Ok(txn.settle(
                 &session,
@@ -533,7 +564,7 @@ impl Shared {
                     log: &self.audit,
                     approval_timeout: self.commit_approval_timeout,
                     cancelled: Some(cancel),
-                    notices: &crate::service::caller::Notices::Stderr,
+                    notices: &self.notices,
                 };
                 let session = self.session()?;
                 Some(txn.settle(

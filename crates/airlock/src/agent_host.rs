@@ -24,6 +24,7 @@ use crate::agent_executors::{EgressExtras, HostExecutors};
 use crate::config::Config;
 use crate::home::Home;
 use crate::service::approvals::open_store;
+use crate::service::caller::Notices;
 use crate::{policies, runtime};
 
 /// How to set up a model, shown when none is configured.
@@ -39,8 +40,12 @@ pub struct HostOptions {
     pub profile: Option<String>,
     /// The conversation's own channel (`terminal`).
     pub channel: String,
-    /// Print messages to the conversation's channel on stdout as they are delivered.
-    pub print_messages: bool,
+    /// Where messages to the conversation's channel are shown as they are delivered
+    /// (`None`: not shown, as for `--json`).
+    pub messages_to: Option<Notices>,
+    /// Where what Airlock says to the person goes (a recovered commit, a held commit, a
+    /// cost warning): stderr embedded, the attached client in the host.
+    pub notices: Notices,
     /// Work on this directory instead of a fresh session workspace (`--workspace DIR`).
     pub workspace: Option<PathBuf>,
     /// Additions to every egress proxy of the session (in-process callers only).
@@ -111,11 +116,7 @@ impl AgentHost {
         let workspace = record.workspace.clone();
         // A commit a crash interrupted is finished or rolled back before the session
         // sees the workspace, and the outcome is said and recorded.
-        let (_, recovered) = crate::transaction::open_workspace(
-            &home,
-            &workspace,
-            &crate::service::caller::Notices::Stderr,
-        )?;
+        let (_, recovered) = crate::transaction::open_workspace(&home, &workspace, &opts.notices)?;
         let gate = Arc::new(crate::live_gate::LiveGate::open(
             &home, &cfg, profile, &workspace,
         )?);
@@ -131,7 +132,8 @@ impl AgentHost {
             session_id.clone(),
             workspace.clone(),
             opts.channel.clone(),
-            opts.print_messages,
+            opts.messages_to.clone(),
+            opts.notices.clone(),
         )
         .with_egress_extras(opts.egress)
         .with_commit_approval_timeout(Duration::from_secs(
@@ -144,7 +146,7 @@ impl AgentHost {
             cfg.memory.retention,
         )?);
         let agent_cfg = agent_config(&cfg, provider_cfg, opts.approval_timeout, &opts.channel);
-        warn_if_cost_is_not_counted(&cfg, &provider_cfg.model);
+        warn_if_cost_is_not_counted(&cfg, &provider_cfg.model, &opts.notices);
         let provider = connect(provider_cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -287,14 +289,14 @@ fn secret_value(home: &Home, name: &str) -> anyhow::Result<SecretString> {
 
 /// A cost limit is set but the model has no price: say so once, on stderr, so the operator
 /// knows the token limits are what will stop the run.
-fn warn_if_cost_is_not_counted(cfg: &Config, model: &str) {
+fn warn_if_cost_is_not_counted(cfg: &Config, model: &str, notices: &Notices) {
     let cost_limited =
         cfg.budget.per_session.cost_micros.is_some() || cfg.budget.per_day.cost_micros.is_some();
     if cost_limited && cfg.budget.prices_for(model).is_none() {
-        eprintln!(
+        notices.line(&format!(
             "note: no price is known for model {}; the cost budget is not counted and the token budgets apply\nhelp: give it a price with input_per_million and output_per_million under [budget.prices] in airlock.toml",
             airlock_core::terminal_text::escape_line(model)
-        );
+        ));
     }
 }
 

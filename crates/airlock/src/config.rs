@@ -61,6 +61,11 @@ pub struct HostSection {
     /// then spread out; past it they are refused at once.
     #[serde(default = "default_requests_per_minute")]
     pub requests_per_minute: u32,
+    /// Seconds a chat session stays live in the host with no client attached and no turn
+    /// running; then it is closed (it stays in the store, and `airlock chat --session`
+    /// opens it again).
+    #[serde(default = "default_session_idle_secs")]
+    pub session_idle_secs: u64,
 }
 
 impl Default for HostSection {
@@ -70,6 +75,7 @@ impl Default for HostSection {
             max_queued: default_max_queued(),
             max_sessions: default_max_sessions(),
             requests_per_minute: default_requests_per_minute(),
+            session_idle_secs: default_session_idle_secs(),
         }
     }
 }
@@ -88,6 +94,10 @@ fn default_max_sessions() -> usize {
 
 fn default_requests_per_minute() -> u32 {
     1200
+}
+
+fn default_session_idle_secs() -> u64 {
+    30 * 60
 }
 
 /// `[workspace]`: what a run's change set is judged against. Every run's writes land in

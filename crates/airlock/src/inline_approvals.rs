@@ -28,6 +28,7 @@ use airlock_core::terminal_text::escape_line;
 
 use crate::home::Home;
 use crate::service::approvals::{open_store, OPERATOR};
+use crate::service::caller::{ClientLines, Notices};
 
 /// How often the queue is read.
 const POLL: Duration = Duration::from_millis(100);
@@ -312,7 +313,7 @@ impl StdinLines {
     pub fn next_line(&self) -> Option<String> {
         match self.next_line_before(None) {
             Line::Text(l) => Some(l),
-            Line::End | Line::TimedOut => None,
+            Line::End | Line::TimedOut | Line::Gone => None,
         }
     }
 
@@ -342,31 +343,43 @@ impl StdinLines {
     }
 }
 
-/// What [`StdinLines::next_line_before`] got.
-pub enum Line {
-    Text(String),
-    /// Input ended.
-    End,
-    TimedOut,
+pub use crate::service::caller::Line;
+
+/// Where a person's lines come from: this process's stdin, or a client attached to a
+/// session in the host ([`ClientLines`]).
+pub trait Lines: Send + Sync {
+    /// The next line, waiting at most until `deadline`.
+    fn next_line_before(&self, deadline: Option<Instant>) -> Line;
+}
+
+impl Lines for StdinLines {
+    fn next_line_before(&self, deadline: Option<Instant>) -> Line {
+        StdinLines::next_line_before(self, deadline)
+    }
+}
+
+impl Lines for ClientLines {
+    fn next_line_before(&self, deadline: Option<Instant>) -> Line {
+        ClientLines::next_line_before(self, deadline)
+    }
 }
 
 /// Asks the person at the terminal: `y` approves, `n` denies, `d` shows the exact payload.
 /// End of input denies.
 pub struct TerminalApprover {
-    pub lines: Arc<StdinLines>,
+    pub lines: Arc<dyn Lines>,
+    /// Where the prompt is shown.
+    pub out: Notices,
 }
 
 impl Approver for TerminalApprover {
     fn answer(&mut self, req: &ApprovalRequest, waiting: &dyn Fn() -> bool) -> Answer {
-        use std::io::Write;
+        let say = |l: &str| self.out.line(l);
         for l in describe(req) {
             say(&l);
         }
         loop {
-            let mut out = std::io::stdout().lock();
-            let _ = write!(out, "approve? [y]es / [n]o / [d]etails: ");
-            let _ = out.flush();
-            drop(out);
+            self.out.write("approve? [y]es / [n]o / [d]etails: ");
             // Wait no longer than the request lives: the loop stops waiting then, and a late
             // line must not be taken for an answer to something else.
             let deadline = Instant::now()
@@ -384,6 +397,12 @@ impl Approver for TerminalApprover {
                     return Answer::Deny {
                         reason: "no answer: the terminal input ended".into(),
                     };
+                }
+                // The client left a session that goes on in the host: the request stays
+                // in the queue for another client (`airlock approvals`, or the next one
+                // to attach) until it is answered or expires.
+                Some(Line::Gone) => {
+                    return Answer::Withdrawn;
                 }
                 Some(Line::TimedOut) => {
                     say("");
@@ -522,7 +541,13 @@ mod tests {
             rx: Mutex::new(rx),
             echo: false,
         });
-        (TerminalApprover { lines }, tx)
+        (
+            TerminalApprover {
+                lines,
+                out: Notices::Stdout,
+            },
+            tx,
+        )
     }
 
     /// A kill (or any other end of the wait) ends the prompt at once, without an answer,

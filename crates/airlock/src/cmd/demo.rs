@@ -113,7 +113,8 @@ fn play(root: &Path, throwaway: bool, args: &DemoArgs) -> anyhow::Result<i32> {
             approval_timeout: Some(120),
             profile: None,
             channel: CHANNEL.into(),
-            print_messages: true,
+            messages_to: Some(crate::service::caller::Notices::Stdout),
+            notices: crate::service::caller::Notices::Stderr,
             workspace: None,
             egress: EgressExtras {
                 resolver: Some(world.resolver()),
@@ -279,6 +280,7 @@ fn approver(args: &DemoArgs) -> Box<dyn Approver> {
     if std::io::stdin().is_terminal() {
         return Box::new(TerminalApprover {
             lines: StdinLines::start(),
+            out: crate::service::caller::Notices::Stdout,
         });
     }
     Box::new(FixedApprover {

@@ -21,17 +21,9 @@ use airlock_core::terminal_text::{escape_block, escape_json_text, escape_line};
 use crate::agent_host::{provider_config, AgentHost, HostOptions};
 use crate::config;
 use crate::home::Home;
-pub use crate::service::kill::EXIT_KILLED;
-
-/// The model finished the task.
-pub const EXIT_COMPLETED: i32 = 0;
-/// A budget or loop limit ended the run; the output names the key that raises it.
-pub const EXIT_BUDGET_EXHAUSTED: i32 = 3;
-/// The model could not be reached or answered badly; the session keeps what was done.
-pub const EXIT_PROVIDER_FAILED: i32 = 4;
-
-/// The conversation's own channel for `airlock run` and `airlock chat`.
-pub const CHANNEL: &str = "terminal";
+pub use crate::service::conversation::{
+    exit_code, CHANNEL, EXIT_BUDGET_EXHAUSTED, EXIT_COMPLETED, EXIT_KILLED, EXIT_PROVIDER_FAILED,
+};
 
 /// `airlock run`'s arguments.
 pub struct RunArgs {
@@ -79,7 +71,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             approval_timeout: args.approval_timeout,
             profile: args.profile.clone(),
             channel: CHANNEL.into(),
-            print_messages: !args.json,
+            messages_to: (!args.json).then_some(crate::service::caller::Notices::Stdout),
+            notices: crate::service::caller::Notices::Stderr,
             workspace: args.workspace.clone(),
             egress: Default::default(),
         },
@@ -124,16 +117,6 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         print_transcript(&report)?;
     }
     Ok(exit_code(&report.outcome))
-}
-
-/// The exit status for an outcome.
-pub fn exit_code(outcome: &Outcome) -> i32 {
-    match outcome {
-        Outcome::Completed { .. } => EXIT_COMPLETED,
-        Outcome::BudgetExhausted { .. } => EXIT_BUDGET_EXHAUSTED,
-        Outcome::Killed => EXIT_KILLED,
-        Outcome::ProviderFailed(_) => EXIT_PROVIDER_FAILED,
-    }
 }
 
 /// The outcome's name in `--json` output.

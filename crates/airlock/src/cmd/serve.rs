@@ -45,6 +45,18 @@ pub fn status(as_json: bool) -> anyhow::Result<i32> {
                 h.sessions_running,
                 h.max_sessions
             );
+            for s in &h.live_sessions {
+                crate::out!(
+                    "  chat {}: {}, {}",
+                    escape_line(&s.id),
+                    if s.attached { "attached" } else { "detached" },
+                    if s.busy {
+                        "a turn is running".to_string()
+                    } else {
+                        format!("idle {} s", s.idle_secs)
+                    }
+                );
+            }
             for p in &h.policies {
                 crate::out!(
                     "policy {}: {} (loaded {})",

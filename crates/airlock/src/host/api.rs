@@ -155,6 +155,7 @@ async fn status_route(
         max_queued: host.admission.max_queued,
         sessions_running: host.sessions.running(),
         max_sessions: host.sessions.max,
+        live_sessions: host.live.status(),
     };
     let home = host.home.clone();
     let per_day = Some(host.warm.config().budget.per_day);
@@ -280,7 +281,12 @@ async fn kill_route(
 ) -> Result<Json<crate::service::kill::KillReport>, ApiError> {
     let input: crate::service::kill::KillInput = parse(&body)?;
     tracing::warn!(session = ?input.session, all = input.all, "kill through the host");
-    serve_blocking(&host, input, crate::service::kill::kill_sessions).await
+    let report = serve_blocking(&host, input, crate::service::kill::kill_sessions).await?;
+    // The chats that live here end too (their clients are told).
+    let ids: Vec<String> = report.0.killed.iter().map(|k| k.id.clone()).collect();
+    let h = host.clone();
+    let _ = tokio::task::spawn_blocking(move || h.live.killed(&ids)).await;
+    Ok(report)
 }
 
 /// The queue, as `airlock approvals list` shows it (the same service embedded).

@@ -8,12 +8,13 @@
 //! that names the limit. A client that hangs up ends its run as `airlock kill` would (its
 //! process tree is killed, and the record says the client went away).
 //!
-//! A `run` or `chat` is a session, which may last hours: for now it runs as the command
-//! embedded (`airlock run|chat` with `AIRLOCK_RUN_EMBEDDED=1`) in a child process of the
-//! host whose standard streams are the client's own descriptors, so it gets the same
-//! decisions, records and terminal (a chat's inline approvals included) as embedded. At
-//! most `[host] max_sessions` run at once, and past that a refusal names it (a session does
-//! not queue; its own shell calls are sandboxed by its process, as embedded).
+//! A `chat` is a session that lives in the host's process and outlasts its clients
+//! ([`super::sessions`]). A `run` is a session too, for one task: it runs as the command
+//! embedded (`airlock run` with `AIRLOCK_RUN_EMBEDDED=1`) in a child process of the host
+//! whose standard streams are the client's own descriptors, so it gets the same decisions,
+//! records and terminal as embedded, and a client that goes away takes it with it. Live
+//! chats and runs together are at most `[host] max_sessions`, and past that a refusal names
+//! it (a session does not queue).
 //!
 //! No run outlives the host. A sandbox's helper ends its sandbox when its control socket
 //! to the process that started it closes, which the kernel does when the host dies. The
@@ -98,9 +99,9 @@ pub struct SessionSlots {
 }
 
 /// One session's place; freed when dropped.
-pub struct SessionSlot<'a>(&'a SessionSlots);
+pub struct SessionSlot(Arc<SessionSlots>);
 
-impl Drop for SessionSlot<'_> {
+impl Drop for SessionSlot {
     fn drop(&mut self) {
         *self.0.running.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
     }
@@ -115,13 +116,13 @@ impl SessionSlots {
     }
 
     /// A place for one more session, or `None` at the limit.
-    pub fn enter(&self) -> Option<SessionSlot<'_>> {
+    pub fn enter(self: &Arc<Self>) -> Option<SessionSlot> {
         let mut n = self.running.lock().unwrap_or_else(|p| p.into_inner());
         if *n >= self.max {
             return None;
         }
         *n += 1;
-        Some(SessionSlot(self))
+        Some(SessionSlot(self.clone()))
     }
 
     pub fn running(&self) -> usize {
@@ -315,7 +316,7 @@ fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
 /// Do `work` while watching `client`: if it hangs up first, `on_hang_up` runs (once) and
 /// `work` goes on to its end, which `on_hang_up` is to hasten. The client sends nothing
 /// after its request, so readable means it hung up.
-fn while_connected<T>(
+pub(super) fn while_connected<T>(
     client: &UnixStream,
     on_hang_up: impl Fn() + Sync,
     work: impl FnOnce() -> T,
@@ -355,7 +356,7 @@ fn answer(stream: &UnixStream, a: &ExecAnswer) {
     let _ = (&*stream).write_all(&line);
 }
 
-fn refuse(stream: &UnixStream, error: String, help: &str, limit: Option<&str>) {
+pub(super) fn refuse(stream: &UnixStream, error: String, help: &str, limit: Option<&str>) {
     answer(
         stream,
         &ExecAnswer {
@@ -417,11 +418,15 @@ pub fn serve_connection(host: Arc<super::Host>, stream: UnixStream) {
     };
     match req {
         HostRequest::Exec(req) => serve_exec(&host, &req, fds, &stream),
+        HostRequest::Agent(req) if req.chat => {
+            super::sessions::serve_chat(&host, &req, fds, &stream)
+        }
         HostRequest::Agent(req) => serve_session(&host, &req, fds, &stream),
     }
 }
 
-/// Run an agent session in a child of the host, if the session limit allows one more.
+/// Run an `airlock run` session in a child of the host, if the session limit allows one
+/// more.
 fn serve_session(host: &super::Host, req: &AgentRequest, fds: [OwnedFd; 3], stream: &UnixStream) {
     let Some(slot) = host.sessions.enter() else {
         refuse(
@@ -533,7 +538,7 @@ fn run_child(
 }
 
 /// Answer the run's exit status, or why it did not run.
-fn finish(stream: &UnixStream, result: anyhow::Result<i32>) {
+pub(super) fn finish(stream: &UnixStream, result: anyhow::Result<i32>) {
     match result {
         Ok(code) => answer(
             stream,

@@ -18,6 +18,7 @@ pub mod exec_wire;
 pub mod lock;
 pub mod rate;
 pub mod recovery;
+pub mod sessions;
 pub mod socket;
 pub mod warm;
 
@@ -36,7 +37,9 @@ pub struct Host {
     /// Runs at once and the queue before them (`[host]` at start).
     pub admission: exec::Admission,
     /// Agent sessions (`run`, `chat`) at once (`[host] max_sessions` at start).
-    pub sessions: exec::SessionSlots,
+    pub sessions: Arc<exec::SessionSlots>,
+    /// The chat sessions that live in the host, attached to a client or not.
+    pub live: sessions::LiveSessions,
     pub spawner: exec::Spawner,
     /// The store connection for the sessions of the `exec` runs the host makes.
     pub run_store: airlock_store::SqliteStore,
@@ -68,7 +71,8 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
         operator_uid: nix::unistd::geteuid().as_raw(),
         started_at: crate::runtime::now_unix(),
         admission: exec::Admission::new(limits.max_sandboxes, limits.max_queued),
-        sessions: exec::SessionSlots::new(limits.max_sessions),
+        sessions: Arc::new(exec::SessionSlots::new(limits.max_sessions)),
+        live: sessions::LiveSessions::new(Duration::from_secs(limits.session_idle_secs)),
         spawner: exec::Spawner::start()?,
         run_store: crate::service::exec::open_run_store(&home)?,
         rate: rate::RateLimits::new(limits.requests_per_minute),
@@ -87,10 +91,16 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
         .store(true, std::sync::atomic::Ordering::SeqCst);
     let _ = std::fs::remove_file(exec::socket_path(&home));
     let _ = std::fs::remove_file(socket::socket_path(&home));
+    // Chat clients are let go (told how to continue); their sessions close once no turn
+    // runs in them.
+    host.live.send_everyone_away();
     let deadline = std::time::Instant::now() + STOP_GRACE;
-    while (host.admission.counts() != (0, 0) || host.sessions.running() > 0)
-        && std::time::Instant::now() < deadline
-    {
+    loop {
+        host.live.close_idle(true);
+        let idle = host.admission.counts() == (0, 0) && host.sessions.running() == 0;
+        if idle || std::time::Instant::now() >= deadline {
+            break;
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     let path = socket::socket_path(&home);
@@ -131,6 +141,18 @@ async fn run(host: Arc<Host>) -> anyhow::Result<()> {
     )?;
     tracing::info!(socket = %path.display(), pid = std::process::id(), "serving");
 
+    std::thread::Builder::new()
+        .name("airlock-session-sweep".into())
+        .spawn({
+            let host = host.clone();
+            move || loop {
+                std::thread::sleep(sessions::SWEEP_EVERY);
+                if host.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+                host.live.close_idle(false);
+            }
+        })?;
     let reloading = tokio::spawn({
         let host = host.clone();
         async move {

@@ -17,13 +17,18 @@ use airlock_sandbox::{ForwardTo, OutputMode};
 /// The longest line [`Caller::read_line`] takes from a client.
 const MAX_ANSWER_BYTES: usize = 4096;
 
-/// Where the lines Airlock says to the caller go (refusals, held commits, timeouts).
+/// Where the lines Airlock says to the caller go (refusals, held commits, timeouts, and a
+/// conversation's own text).
 #[derive(Clone)]
 pub enum Notices {
     /// This process's stderr.
     Stderr,
+    /// This process's stdout (a conversation's text, embedded).
+    Stdout,
     /// A client's stderr, sent to the host with its request.
     Client(Arc<File>),
+    /// A session that lives in the host: whichever client is attached to it, if any.
+    Attachable(Arc<Attachable>),
 }
 
 impl Notices {
@@ -39,8 +44,77 @@ impl Notices {
                 let mut err = std::io::stderr().lock();
                 err.write_all(text.as_bytes()).and_then(|()| err.flush())
             }
+            Notices::Stdout => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(text.as_bytes()).and_then(|()| out.flush())
+            }
             Notices::Client(f) => (&**f).write_all(text.as_bytes()),
+            Notices::Attachable(a) => {
+                a.write(text.as_bytes());
+                Ok(())
+            }
         };
+    }
+}
+
+/// The most a detached session keeps of what it said, for the next client to attach.
+const BACKLOG_BYTES: usize = 64 * 1024;
+
+/// One stream of a session that lives in the host and outlasts its clients: what it says
+/// goes to the attached client's descriptor, or, while no client is attached, into a
+/// bounded backlog that the next client to attach is shown first (the end of a turn that
+/// ran on after its client left is not lost).
+pub struct Attachable {
+    state: Mutex<AttachState>,
+}
+
+#[derive(Default)]
+struct AttachState {
+    to: Option<Arc<File>>,
+    backlog: Vec<u8>,
+    /// The backlog lost its beginning to the bound.
+    cut: bool,
+}
+
+impl Attachable {
+    pub fn new() -> Arc<Attachable> {
+        Arc::new(Attachable {
+            state: Mutex::new(AttachState::default()),
+        })
+    }
+
+    /// Send from now on to `to`; returns what was said while nobody was attached.
+    pub fn attach(&self, to: Arc<File>) -> String {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.to = Some(to);
+        let backlog = std::mem::take(&mut s.backlog);
+        let cut = std::mem::take(&mut s.cut);
+        let text = String::from_utf8_lossy(&backlog).into_owned();
+        if cut {
+            format!("(earlier output was dropped)\n{text}")
+        } else {
+            text
+        }
+    }
+
+    /// Keep from now on what is said, for the next client.
+    pub fn detach(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).to = None;
+    }
+
+    fn write(&self, bytes: &[u8]) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(to) = &s.to {
+            // A client that went away loses it; its hang-up detaches it.
+            let _ = (&**to).write_all(bytes);
+            return;
+        }
+        s.backlog.extend_from_slice(bytes);
+        if s.backlog.len() > BACKLOG_BYTES {
+            let extra = s.backlog.len() - BACKLOG_BYTES;
+            s.backlog.drain(..extra);
+            s.cut = true;
+        }
     }
 }
 
@@ -147,35 +221,115 @@ impl Caller {
             let n = std::io::stdin().lock().read_line(&mut line)?;
             return Ok((n > 0).then(|| line.trim_end_matches('\n').to_string()));
         };
-        // Byte by byte with a poll before each read: a client that went away wakes the
-        // wait, and nothing after the line is taken from the caller's input.
-        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-        let mut line = Vec::new();
-        loop {
-            let mut fds = vec![PollFd::new(f.as_fd(), PollFlags::POLLIN)];
-            if let Some(h) = &self.hang_up {
-                fds.push(PollFd::new(h.wake.0.as_fd(), PollFlags::POLLIN));
+        let mut partial = Vec::new();
+        Ok(
+            match read_line_from(f, self.hang_up.as_deref(), None, &mut partial)? {
+                Line::Text(l) => Some(l),
+                Line::End | Line::TimedOut | Line::Gone => None,
+            },
+        )
+    }
+}
+
+/// What a wait for a line of input got.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Line {
+    Text(String),
+    /// Input ended.
+    End,
+    TimedOut,
+    /// The client went away (or detached): nobody is there to answer.
+    Gone,
+}
+
+/// One line of `f` before `deadline`, without its newline. Byte by byte with a poll before
+/// each read: a client that went away wakes the wait, and nothing after the line is taken
+/// from the caller's input (it may be a terminal whose next line is for its shell). What
+/// was read of a line before a timeout stays in `partial` for the next call.
+fn read_line_from(
+    f: &File,
+    hang_up: Option<&HangUp>,
+    deadline: Option<std::time::Instant>,
+    partial: &mut Vec<u8>,
+) -> std::io::Result<Line> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    loop {
+        let timeout = match deadline {
+            None => PollTimeout::NONE,
+            Some(d) => {
+                let left = d.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    return Ok(Line::TimedOut);
+                }
+                // At most a minute per wait (a u16 of milliseconds); the loop waits again.
+                PollTimeout::from(left.as_millis().clamp(1, 60_000) as u16)
             }
-            match poll(&mut fds, PollTimeout::NONE) {
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => return Err(e.into()),
-                Ok(_) => {}
-            }
-            if self.hang_up.as_ref().is_some_and(|h| h.fired()) {
-                return Ok(None);
-            }
-            let mut byte = [0u8; 1];
-            match nix::unistd::read(f, &mut byte) {
-                Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => continue,
-                Err(e) => return Err(e.into()),
-                Ok(0) if line.is_empty() => return Ok(None),
-                Ok(0) => break,
-                Ok(_) if byte[0] == b'\n' => break,
-                // A person's answer is a word; a longer line is not one.
-                Ok(_) if line.len() >= MAX_ANSWER_BYTES => break,
-                Ok(_) => line.push(byte[0]),
-            }
+        };
+        let mut fds = vec![PollFd::new(f.as_fd(), PollFlags::POLLIN)];
+        if let Some(h) = hang_up {
+            fds.push(PollFd::new(h.wake.0.as_fd(), PollFlags::POLLIN));
         }
-        Ok(Some(String::from_utf8_lossy(&line).into_owned()))
+        match poll(&mut fds, timeout) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+            Ok(0) => continue,
+            Ok(_) => {}
+        }
+        if hang_up.is_some_and(|h| h.fired()) {
+            return Ok(Line::Gone);
+        }
+        let mut byte = [0u8; 1];
+        match nix::unistd::read(f, &mut byte) {
+            Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => continue,
+            Err(e) => return Err(e.into()),
+            Ok(0) if partial.is_empty() => return Ok(Line::End),
+            Ok(0) => break,
+            Ok(_) if byte[0] == b'\n' => break,
+            // A person's answer is a word; a longer line is not one.
+            Ok(_) if partial.len() >= MAX_ANSWER_BYTES => break,
+            Ok(_) => partial.push(byte[0]),
+        }
+    }
+    let line = String::from_utf8_lossy(partial).into_owned();
+    partial.clear();
+    Ok(Line::Text(line))
+}
+
+/// The lines a client attached to a session types: its prompts, and its answers to the
+/// session's approval prompts (see [`crate::inline_approvals::Lines`]).
+pub struct ClientLines {
+    stdin: File,
+    hang_up: Arc<HangUp>,
+    partial: Mutex<Vec<u8>>,
+    /// Piped input is echoed, as embedded, so the transcript reads like a session.
+    echo: Option<Notices>,
+}
+
+impl ClientLines {
+    pub fn new(stdin: File, hang_up: Arc<HangUp>, out: Notices) -> ClientLines {
+        use std::io::IsTerminal;
+        let echo = (!stdin.is_terminal()).then_some(out);
+        ClientLines {
+            stdin,
+            hang_up,
+            partial: Mutex::new(Vec::new()),
+            echo,
+        }
+    }
+
+    /// The next line before `deadline` (`None`: no limit).
+    pub fn next_line_before(&self, deadline: Option<std::time::Instant>) -> Line {
+        let mut partial = self.partial.lock().unwrap_or_else(|p| p.into_inner());
+        match read_line_from(&self.stdin, Some(&self.hang_up), deadline, &mut partial) {
+            Ok(Line::Text(l)) => {
+                if let Some(out) = &self.echo {
+                    out.line(&airlock_core::terminal_text::escape_line(&l));
+                }
+                Line::Text(l)
+            }
+            Ok(other) => other,
+            // An input that cannot be read is one nobody answers on.
+            Err(_) => Line::Gone,
+        }
     }
 }

@@ -7,6 +7,7 @@ pub mod approvals;
 pub mod audit;
 pub mod caller;
 pub mod check;
+pub mod conversation;
 pub mod exec;
 pub mod grants;
 pub mod kill;

@@ -50,6 +50,9 @@ pub struct HostStatus {
     pub sessions_running: usize,
     #[serde(default)]
     pub max_sessions: usize,
+    /// The chats that live in the host, attached to a client or not.
+    #[serde(default)]
+    pub live_sessions: Vec<crate::host::sessions::LiveSessionStatus>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

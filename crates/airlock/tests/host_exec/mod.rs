@@ -9,6 +9,8 @@ use super::exec_fixture::{airlock_bin, fixture, Fixture};
 use super::host_fixture::Host;
 use super::{audit_records, exec, verify};
 
+mod sessions;
+
 fn status(f: &Fixture) -> serde_json::Value {
     let o = Command::new(airlock_bin())
         .env("AIRLOCK_HOME", &f.home)
@@ -860,13 +862,15 @@ async fn run_through_the_host_gives_the_same_report_and_records_as_embedded() {
 }
 
 /// `[host] max_sessions`: a chat holding the only place keeps a `run` out, refused by the
-/// limit's name without running anything; once the chat leaves, the place is free.
+/// limit's name without running anything. The chat lives in the host, so its place stays
+/// held after its client leaves, until the session has been idle for
+/// `[host] session_idle_secs`; then the host closes it and the place is free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_past_max_sessions_is_refused_by_the_limits_name() {
     use airlock_agent::scripted::{ScriptedModel, Step};
     use std::io::Write;
     let f = fixture();
-    init(&f, "\n[host]\nmax_sessions = 1\n");
+    init(&f, "\n[host]\nmax_sessions = 1\nsession_idle_secs = 2\n");
     let host = Host::start(&f.home);
     let model = ScriptedModel::start([Step::text("Hello from the model.")])
         .await
@@ -881,14 +885,18 @@ async fn a_session_past_max_sessions_is_refused_by_the_limits_name() {
     wait_for("the chat to hold its place", || {
         status(&f)["host"]["sessions_running"] == 1
     });
-    // The host's child leads a session of its own: in the host's (background) group it
-    // would be stopped by SIGTTIN when it reads a terminal.
-    let children = children_of(host.child.id());
-    assert_eq!(children.len(), 1, "{children:?}");
-    let (pid, sid) = children[0];
-    assert_eq!(pid, sid, "the chat's process is not a session leader");
-    let mut run = super::exec_fixture::scripted_command(&f.home, &model);
-    run.current_dir(&f.ws).args(["run", "--json", "Say hello"]);
+    // The conversation is in the host's own process: the host starts no child for it.
+    assert!(
+        children_of(host.child.id()).is_empty(),
+        "{:?}",
+        children_of(host.child.id())
+    );
+    let refused_run = || {
+        let mut run = super::exec_fixture::scripted_command(&f.home, &model);
+        run.current_dir(&f.ws).args(["run", "--json", "Say hello"]);
+        run
+    };
+    let mut run = refused_run();
     let refused = tokio::task::spawn_blocking(move || run.output().unwrap())
         .await
         .unwrap();
@@ -904,13 +912,18 @@ async fn a_session_past_max_sessions_is_refused_by_the_limits_name() {
         .await
         .unwrap();
     assert!(o.status.success(), "{o:?}");
-    assert!(
-        String::from_utf8_lossy(&o.stdout).contains("Hello from the model."),
-        "{o:?}"
-    );
-    wait_for("the chat's place to be free", || {
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("Hello from the model."), "{o:?}");
+    assert!(out.contains("goes on in the host"), "{o:?}");
+    // Detached, not ended: still live, still holding the place.
+    let live = &status(&f)["host"]["live_sessions"];
+    assert_eq!(live.as_array().map(Vec::len), Some(1), "{live}");
+    assert_eq!(live[0]["attached"], false, "{live}");
+    wait_for("the idle chat to be closed and its place freed", || {
         status(&f)["host"]["sessions_running"] == 0
     });
+    assert_eq!(status(&f)["host"]["live_sessions"], serde_json::json!([]));
+    assert!(host.log_text().contains("closed a live session"));
 }
 
 /// The live children of `parent`, each with its session id (from `/proc`).

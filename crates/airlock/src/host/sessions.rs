@@ -1,0 +1,497 @@
+//! Chat sessions that live in the host (`airlock chat` through `airlock serve`).
+//!
+//! A session the host opens for a chat lives in the host's own process, not in its
+//! client's: the conversation ([`Conversation`], the same code as embedded) stays open
+//! when the client leaves. A client *attaches* to it with its standard streams (sent on
+//! the exec socket, as for `exec`) and *detaches* with `/quit`, at the end of its input, or
+//! by going away (Ctrl-C, a closed terminal, a dropped connection):
+//!
+//! - a turn in flight when its client leaves runs on to its end; what it says meanwhile is
+//!   kept (bounded) and shown to the next client to attach ([`Attachable`]);
+//! - an ask put to a client that left is withdrawn from that client, not denied: the
+//!   request waits in the approvals queue for any client (`airlock approvals approve`, the
+//!   next chat to attach) until it is answered or expires, and an answer releases the
+//!   waiting call at once;
+//! - `airlock chat --session ID` attaches to the live session again; one client at a time
+//!   (a second is refused while the first is attached);
+//! - a session that no client has attached to, and that runs no turn, for
+//!   `[host] session_idle_secs` is closed (it stays in the store; `--session` opens it
+//!   again). Each live session holds one of `[host] max_sessions` places until then;
+//! - `airlock kill` of a live session (or `--all`) ends it: its turn stops as a killed
+//!   turn does, its client is told and let go, and the host closes it;
+//! - a stopping host lets its clients go (telling them how to continue), lets the turns in
+//!   flight finish, and closes every session.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use airlock_agent::provider::EnvOverrides;
+
+use super::exec::{finish, refuse, while_connected, SessionSlot};
+use super::exec_wire::{AgentRequest, AGENT_ENV};
+use super::Host;
+use crate::agent_host::{provider_config, AgentHost, HostOptions};
+use crate::service::caller::{Attachable, ClientLines, HangUp, Line, Notices};
+use crate::service::conversation::{
+    said, AfterTurn, Conversation, Said, CHANNEL, EXIT_KILLED, HELP,
+};
+
+/// How often the host looks for sessions idle past their limit.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// One live session, as `airlock status` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LiveSessionStatus {
+    pub id: String,
+    /// A client is attached now.
+    pub attached: bool,
+    /// A turn is running.
+    pub busy: bool,
+    /// Seconds since a client was last attached or a turn last ran (0 while either is).
+    pub idle_secs: u64,
+}
+
+/// The host's live sessions.
+pub struct LiveSessions {
+    live: Mutex<HashMap<String, Arc<LiveSession>>>,
+    /// Held while a session is opened, so that two clients resuming the same stored
+    /// session get one live session between them.
+    opening: Mutex<()>,
+    idle_limit: Duration,
+    next_attachment: AtomicU64,
+}
+
+/// A chat session in the host.
+pub struct LiveSession {
+    pub id: String,
+    model: String,
+    workspace: std::path::PathBuf,
+    /// `None` once closed.
+    conversation: Mutex<Option<Conversation>>,
+    out: Arc<Attachable>,
+    err: Arc<Attachable>,
+    /// The attached client: its attachment number and its hang-up switch.
+    attached: Mutex<Option<(u64, Arc<HangUp>)>>,
+    busy: AtomicBool,
+    killed: AtomicBool,
+    idle_since: Mutex<Instant>,
+    /// The session's place under `[host] max_sessions`, freed when it is closed.
+    _slot: SessionSlot,
+}
+
+impl LiveSession {
+    fn say(&self, text: &str) {
+        Notices::Attachable(self.out.clone()).line(text);
+    }
+
+    /// Let client `me` go, if it is still the one attached (a client that attached after
+    /// it keeps the session's streams).
+    fn let_go(&self, me: u64) {
+        let mut attached = self.attached.lock().unwrap_or_else(|p| p.into_inner());
+        if attached.as_ref().is_some_and(|(id, _)| *id == me) {
+            *attached = None;
+            self.out.detach();
+            self.err.detach();
+            *self.idle_since.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        }
+    }
+
+    /// Tell the attached client `text` and let it go.
+    fn send_away(&self, text: &str) {
+        let attached = self.attached.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, hang_up)) = &*attached {
+            self.say(text);
+            hang_up.fire();
+        }
+    }
+
+    fn idle_for(&self, now: Instant) -> Option<Duration> {
+        let attached = self.attached.lock().unwrap_or_else(|p| p.into_inner());
+        if attached.is_some() || self.busy.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(
+            now.saturating_duration_since(
+                *self.idle_since.lock().unwrap_or_else(|p| p.into_inner()),
+            ),
+        )
+    }
+
+    /// Close the conversation (flushing its records), once.
+    fn close(&self) {
+        let conversation = self
+            .conversation
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(c) = conversation {
+            if let Err(e) = c.close() {
+                tracing::error!(session = %self.id, error = %format!("{e:#}"), "closing a session");
+            }
+            tracing::info!(session = %self.id, "closed a live session");
+        }
+    }
+}
+
+impl LiveSessions {
+    pub fn new(idle_limit: Duration) -> LiveSessions {
+        LiveSessions {
+            live: Mutex::new(HashMap::new()),
+            opening: Mutex::new(()),
+            idle_limit,
+            next_attachment: AtomicU64::new(1),
+        }
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<LiveSession>>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn status(&self) -> Vec<LiveSessionStatus> {
+        let now = Instant::now();
+        let mut out: Vec<_> = self
+            .map()
+            .values()
+            .map(|s| {
+                let attached = s
+                    .attached
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .is_some();
+                LiveSessionStatus {
+                    id: s.id.clone(),
+                    attached,
+                    busy: s.busy.load(Ordering::Acquire),
+                    idle_secs: s.idle_for(now).map_or(0, |d| d.as_secs()),
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        out
+    }
+
+    /// Attach `client` to live session `id`: its number, or `Err` when another client is
+    /// attached. `None` when no such session lives here.
+    fn attach(&self, id: &str, client: &Client) -> Option<Result<(Arc<LiveSession>, u64), String>> {
+        self.attach_in(self.map(), id, client)
+    }
+
+    /// Add the session just opened, with `client` attached to it (in one step: the
+    /// sweeper never sees it unattached).
+    fn add_attached(&self, session: Arc<LiveSession>, client: &Client) -> (Arc<LiveSession>, u64) {
+        let id = session.id.clone();
+        let mut map = self.map();
+        map.insert(id.clone(), session.clone());
+        match self.attach_in(map, &id, client) {
+            Some(Ok(attached)) => attached,
+            // Nobody else can have it yet.
+            _ => (session, 0),
+        }
+    }
+
+    fn attach_in(
+        &self,
+        map: std::sync::MutexGuard<'_, HashMap<String, Arc<LiveSession>>>,
+        id: &str,
+        client: &Client,
+    ) -> Option<Result<(Arc<LiveSession>, u64), String>> {
+        let session = map.get(id)?.clone();
+        let mut attached = session.attached.lock().unwrap_or_else(|p| p.into_inner());
+        if attached.is_some() {
+            return Some(Err(format!(
+                "session {id} is attached to another client\nhelp: leave it there (/quit) first; it goes on in the host either way"
+            )));
+        }
+        let me = self.next_attachment.fetch_add(1, Ordering::Relaxed);
+        *attached = Some((me, client.hang_up.clone()));
+        // What the session said while nobody was attached comes first.
+        let earlier_out = session.out.attach(client.stdout.clone());
+        let earlier_err = session.err.attach(client.stderr.clone());
+        drop(attached);
+        drop(map);
+        use std::io::Write;
+        let _ = (&*client.stderr).write_all(earlier_err.as_bytes());
+        let _ = (&*client.stdout).write_all(earlier_out.as_bytes());
+        Some(Ok((session, me)))
+    }
+
+    /// Close the sessions no client has used for the idle limit (every unused one with
+    /// `all`, as a stopping host does).
+    pub fn close_idle(&self, all: bool) {
+        let now = Instant::now();
+        let closing: Vec<Arc<LiveSession>> = {
+            let mut map = self.map();
+            let ids: Vec<String> = map
+                .values()
+                .filter(|s| s.idle_for(now).is_some_and(|d| all || d >= self.idle_limit))
+                .map(|s| s.id.clone())
+                .collect();
+            ids.iter().filter_map(|id| map.remove(id)).collect()
+        };
+        for s in closing {
+            s.close();
+        }
+    }
+
+    /// The host is stopping: every client is let go, told how to continue.
+    pub fn send_everyone_away(&self) {
+        let sessions: Vec<_> = self.map().values().cloned().collect();
+        for s in sessions {
+            s.send_away(&format!(
+                "\nthe host is stopping; session {0} is kept: continue it with `airlock chat --session {0}`",
+                s.id
+            ));
+        }
+    }
+
+    /// `airlock kill` marked these sessions killed: end the live ones. A turn in flight
+    /// stops as a killed turn does; its client is told and let go.
+    pub fn killed(&self, ids: &[String]) {
+        for id in ids {
+            let Some(s) = self.map().get(id).cloned() else {
+                continue;
+            };
+            s.killed.store(true, Ordering::Release);
+            s.send_away(&format!("\nsession {id} was killed"));
+        }
+        // Those that run no turn close now; one in flight closes when its turn ends.
+        let now = Instant::now();
+        let closing: Vec<_> = {
+            let mut map = self.map();
+            let unused: Vec<&String> = ids
+                .iter()
+                .filter(|id| {
+                    map.get(*id).is_some_and(|s| {
+                        s.killed.load(Ordering::Acquire) && s.idle_for(now).is_some()
+                    })
+                })
+                .collect();
+            unused.into_iter().filter_map(|id| map.remove(id)).collect()
+        };
+        for s in closing {
+            s.close();
+        }
+    }
+
+    fn forget(&self, session: &LiveSession) {
+        if let Some(s) = self.map().remove(&session.id) {
+            s.close();
+        }
+    }
+}
+
+/// A client's side of an attachment: its streams and its hang-up switch.
+struct Client {
+    stdout: Arc<File>,
+    stderr: Arc<File>,
+    hang_up: Arc<HangUp>,
+}
+
+/// Serve `airlock chat` through the host: attach the client to its live session, or open
+/// one (new, or resumed from the store) under the session limit.
+pub fn serve_chat(host: &Host, req: &AgentRequest, fds: [OwnedFd; 3], stream: &UnixStream) {
+    let [stdin, stdout, stderr] = fds;
+    let client = match HangUp::new() {
+        Ok(hang_up) => Client {
+            stdout: Arc::new(File::from(stdout)),
+            stderr: Arc::new(File::from(stderr)),
+            hang_up,
+        },
+        Err(e) => return finish(stream, Err(e.into())),
+    };
+    let attached = {
+        let _opening = host.live.opening.lock().unwrap_or_else(|p| p.into_inner());
+        let found = req
+            .session
+            .as_deref()
+            .and_then(|id| host.live.attach(id, &client));
+        match found {
+            Some(found) => found.map(|s| (s, "attached to")),
+            None => {
+                let Some(slot) = host.sessions.enter() else {
+                    refuse(
+                        stream,
+                        format!(
+                            "too many sessions: {} are open (host.max_sessions = {})",
+                            host.sessions.running(),
+                            host.sessions.max
+                        ),
+                        "try again when a session has ended (`airlock status` lists the live ones), or raise the limit in [host] of airlock.toml",
+                        Some("host.max_sessions"),
+                    );
+                    return;
+                };
+                match open(host, req, slot) {
+                    Ok(session) => {
+                        let how = if req.session.is_some() {
+                            "resumed"
+                        } else {
+                            "new"
+                        };
+                        Ok((host.live.add_attached(session, &client), how))
+                    }
+                    Err(e) => return finish(stream, Err(e)),
+                }
+            }
+        }
+    };
+    let (session, me, how) = match attached {
+        Ok(((session, me), how)) => (session, me, how),
+        Err(e) => return finish(stream, Err(anyhow::anyhow!(e))),
+    };
+    tracing::info!(session = %session.id, how, "a chat client attached");
+    let lines = Arc::new(ClientLines::new(
+        File::from(stdin),
+        client.hang_up.clone(),
+        Notices::Attachable(session.out.clone()),
+    ));
+    let result = while_connected(
+        stream,
+        || {
+            client.hang_up.fire();
+            session.let_go(me);
+        },
+        || converse(host, &session, me, how, &lines, &client.hang_up),
+    );
+    session.let_go(me);
+    tracing::info!(session = %session.id, "a chat client left");
+    finish(stream, result.map_err(anyhow::Error::from).and_then(|r| r));
+}
+
+/// Open a session for `req` in the host's process, speaking to nobody yet.
+fn open(host: &Host, req: &AgentRequest, slot: SessionSlot) -> anyhow::Result<Arc<LiveSession>> {
+    crate::service::exec::absolute("cwd", &req.cwd)?;
+    if let Some(w) = &req.workspace {
+        crate::service::exec::absolute("workspace", w)?;
+    }
+    if req.prompt.is_some() {
+        anyhow::bail!("a chat request takes no prompt");
+    }
+    for (name, _) in &req.env {
+        anyhow::ensure!(
+            AGENT_ENV.contains(&name.as_str()),
+            "the request passes the variable {name:?}, which the host does not take from a client"
+        );
+    }
+    // Only the client's values of the model's variables count, never the host's own.
+    let env = EnvOverrides::from_lookup(|name| {
+        req.env
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    });
+    let cfg = (*host.warm.current_config()).clone();
+    let provider_cfg = provider_config(&host.home, &cfg, env)?;
+    let out = Attachable::new();
+    let err = Attachable::new();
+    let agent = AgentHost::open(
+        host.home.clone(),
+        cfg,
+        &provider_cfg,
+        HostOptions {
+            session: req.session.clone(),
+            approval_timeout: req.approval_timeout,
+            profile: req.profile.clone(),
+            channel: CHANNEL.into(),
+            messages_to: Some(Notices::Attachable(out.clone())),
+            notices: Notices::Attachable(err.clone()),
+            workspace: req.workspace.clone(),
+            egress: crate::agent_executors::client_egress(&req.env)?,
+        },
+    )?;
+    Ok(Arc::new(LiveSession {
+        id: agent.session_id.clone(),
+        model: provider_cfg.model.clone(),
+        workspace: agent.workspace.clone(),
+        conversation: Mutex::new(Some(Conversation::new(
+            agent,
+            &provider_cfg.model,
+            Notices::Attachable(out.clone()),
+        ))),
+        out,
+        err,
+        attached: Mutex::new(None),
+        busy: AtomicBool::new(false),
+        killed: AtomicBool::new(false),
+        idle_since: Mutex::new(Instant::now()),
+        _slot: slot,
+    }))
+}
+
+/// The attached client's side of the conversation, until it leaves.
+fn converse(
+    host: &Host,
+    session: &Arc<LiveSession>,
+    me: u64,
+    how: &str,
+    lines: &Arc<ClientLines>,
+    hang_up: &HangUp,
+) -> anyhow::Result<i32> {
+    let id = &session.id;
+    session.say(&format!(
+        "{how} session {id} with model {} (workspace {}) in the host",
+        airlock_core::terminal_text::escape_line(&session.model),
+        session.workspace.display()
+    ));
+    if session.busy.load(Ordering::Acquire) {
+        session.say("a turn is running: its text follows here, and what it holds waits in `airlock approvals list`");
+    }
+    session.say(HELP);
+    let mut code = 0;
+    loop {
+        if hang_up.fired() {
+            break;
+        }
+        Notices::Attachable(session.out.clone()).write("you> ");
+        let text = match lines.next_line_before(None) {
+            Line::Text(l) => l,
+            Line::End | Line::Gone | Line::TimedOut => break,
+        };
+        let text = match said(&text) {
+            Said::Nothing => continue,
+            Said::Leave => break,
+            Said::Help => {
+                session.say(HELP);
+                continue;
+            }
+            Said::Prompt(t) => t.to_string(),
+        };
+        let mut conversation = session
+            .conversation
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let Some(c) = conversation.as_mut() else {
+            break;
+        };
+        session.busy.store(true, Ordering::Release);
+        let after = c.turn(&host.home, &text, lines.clone());
+        session.busy.store(false, Ordering::Release);
+        *session.idle_since.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        drop(conversation);
+        match after? {
+            AfterTurn::Goes(c) => code = c,
+            AfterTurn::Killed => {
+                session.killed.store(true, Ordering::Release);
+                break;
+            }
+        }
+    }
+    if session.killed.load(Ordering::Acquire) {
+        session.let_go(me);
+        host.live.forget(session);
+        return Ok(EXIT_KILLED);
+    }
+    if !hang_up.fired() {
+        session.say(&format!(
+            "detached: session {id} goes on in the host; attach to it again with `airlock chat --session {id}`"
+        ));
+    }
+    Ok(code)
+}

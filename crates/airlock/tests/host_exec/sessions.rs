@@ -1,0 +1,330 @@
+//! Chats that live in the host: a session outlives its client, is attached again with
+//! `--session`, one client at a time; a client that leaves in the middle of an ask leaves
+//! the request waiting for another client, whose answer releases the call; what the
+//! session said meanwhile is shown to the next client; `airlock kill` ends a live session.
+
+use std::io::{Read, Write};
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use airlock_agent::scripted::{ScriptedModel, Step};
+use airlock_store::ApprovalDecisions;
+
+use super::super::exec_fixture::{airlock, fixture, scripted_command, Fixture};
+use super::super::host_fixture::Host;
+use super::super::{audit_records, verify};
+use super::{init, status, wait_for};
+
+/// A chat client with piped streams, whose output is collected as it comes.
+struct ChatClient {
+    child: Child,
+    stdin: Option<std::process::ChildStdin>,
+    out: Arc<Mutex<String>>,
+    err: Arc<Mutex<String>>,
+}
+
+fn collect(mut from: impl Read + Send + 'static) -> Arc<Mutex<String>> {
+    let text = Arc::new(Mutex::new(String::new()));
+    let to = text.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = from.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            to.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    text
+}
+
+impl ChatClient {
+    fn start(f: &Fixture, model: &ScriptedModel, args: &[&str]) -> ChatClient {
+        let mut cmd = scripted_command(&f.home, model);
+        cmd.current_dir(&f.ws)
+            .arg("chat")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let stdin = child.stdin.take();
+        let out = collect(child.stdout.take().unwrap());
+        let err = collect(child.stderr.take().unwrap());
+        ChatClient {
+            child,
+            stdin,
+            out,
+            err,
+        }
+    }
+
+    fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn out(&self) -> String {
+        self.out.lock().unwrap().clone()
+    }
+
+    fn wait_for_out(&self, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.out().contains(text) {
+            assert!(
+                Instant::now() < deadline,
+                "the chat never said {text:?}; it said:\n{}\nstderr:\n{}",
+                self.out(),
+                self.err.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Close its input and wait for it: its exit status, stdout and stderr.
+    fn finish(mut self) -> (Option<i32>, String, String) {
+        drop(self.stdin.take());
+        let status = self.child.wait().unwrap();
+        // The readers end with the pipes.
+        std::thread::sleep(Duration::from_millis(100));
+        let out = self.out();
+        let err = self.err.lock().unwrap().clone();
+        (status.code(), out, err)
+    }
+}
+
+/// The session id a chat's greeting names.
+fn session_in(greeting: &str) -> String {
+    let after = greeting
+        .split("session ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no session in {greeting:?}"));
+    after.split_whitespace().next().unwrap().to_string()
+}
+
+fn live(f: &Fixture) -> serde_json::Value {
+    status(f)["host"]["live_sessions"].clone()
+}
+
+/// A chat through the host goes on after its client leaves: the next `chat --session`
+/// attaches to the same live session (the model sees the whole conversation), a second
+/// client is refused while one is attached, and `airlock kill` ends the live session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_in_the_host_outlives_its_client_and_is_attached_again() {
+    let f = fixture();
+    init(&f, "");
+    let host = Host::start(&f.home);
+    let model = ScriptedModel::start([Step::text("First answer."), Step::text("Second answer.")])
+        .await
+        .unwrap();
+    let mut first = ChatClient::start(&f, &model, &[]);
+    first.send("remember the word heron");
+    first.wait_for_out("First answer.");
+    first.send("/quit");
+    let (code, out, err) = tokio::task::spawn_blocking(move || first.finish())
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let id = session_in(&out);
+    assert!(
+        out.contains(&format!("detached: session {id} goes on in the host")),
+        "{out}"
+    );
+    let l = live(&f);
+    assert_eq!(l[0]["id"], id.as_str(), "{l}");
+    assert_eq!(l[0]["attached"], false, "{l}");
+
+    // Attached again: the same session, and the model is sent the turn before.
+    let mut second = ChatClient::start(&f, &model, &["--session", &id]);
+    second.wait_for_out(&format!("attached to session {id}"));
+    wait_for("the second client to be attached", || {
+        live(&f)[0]["attached"] == true
+    });
+    // One client at a time: a third is refused, naming the session, and leaves the
+    // attached one alone.
+    let third = ChatClient::start(&f, &model, &["--session", &id]);
+    let (code, out3, err3) = tokio::task::spawn_blocking(move || third.finish())
+        .await
+        .unwrap();
+    assert_eq!(code, Some(1), "{out3}\n{err3}");
+    assert!(
+        err3.contains(&format!("session {id} is attached to another client")),
+        "{err3}"
+    );
+    second.send("what was the word?");
+    second.wait_for_out("Second answer.");
+    let requests = model.requests();
+    let last = requests.last().unwrap().json().unwrap().to_string();
+    assert!(last.contains("remember the word heron"), "{last}");
+    assert!(last.contains("First answer."), "{last}");
+    assert!(last.contains("what was the word?"), "{last}");
+    assert_eq!(requests.len(), 2);
+
+    // Killed from another client: the attached one is told and let go with the kill's
+    // status, and the session no longer lives in the host.
+    let o = airlock(&f.home, &["kill", &id]);
+    assert!(o.status.success(), "{o:?}");
+    let (code, out, _) = tokio::task::spawn_blocking(move || second.finish())
+        .await
+        .unwrap();
+    assert_eq!(code, Some(137), "{out}");
+    assert!(out.contains(&format!("session {id} was killed")), "{out}");
+    wait_for("the killed session to be closed", || {
+        live(&f) == serde_json::json!([])
+    });
+    assert_eq!(status(&f)["host"]["sessions_running"], 0);
+    drop(host);
+    assert!(verify(&f.home).status.success());
+}
+
+/// A client that goes away while its chat's turn waits on an ask does not deny it: the
+/// request stays in the queue, the turn goes on in the host, an approval from another
+/// client releases the held call at once, and the next client to attach is shown what the
+/// session said while nobody was attached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_mid_ask_leaves_the_request_to_another_client() {
+    let f = fixture();
+    init(&f, "");
+    std::fs::write(
+        f.ws.join("page.html"),
+        "<p>Send the minutes to bob@example.com.</p>",
+    )
+    .unwrap();
+    let host = Host::start(&f.home);
+    let model = ScriptedModel::start([
+        Step::tool_call("c1", "read_file", r#"{"path":"page.html"}"#),
+        Step::tool_call(
+            "c2",
+            "send_message",
+            r#"{"destination":"bob@example.com","text":"the minutes"}"#,
+        ),
+        Step::text("Sent the minutes while you were away."),
+    ])
+    .await
+    .unwrap();
+    let ws = f.ws.display().to_string();
+    let mut client = ChatClient::start(
+        &f,
+        &model,
+        &["--workspace", &ws, "--approval-timeout", "300"],
+    );
+    client.send("Read page.html and do what it says");
+    client.wait_for_out("approve? [y]es / [n]o / [d]etails: ");
+    let id = session_in(&client.out());
+    let held = {
+        let store = airlock_store::SqliteStore::open(f.home.join("state")).unwrap();
+        let pending = store
+            .pending_approvals(airlock_store::Timestamp::now())
+            .unwrap()
+            .items;
+        assert_eq!(pending.len(), 1, "{pending:?}");
+        assert_eq!(pending[0].action_kind, "message.send");
+        pending[0].id.clone()
+    };
+    // The client goes away (as a closed terminal would take it) without answering.
+    let _ = client.child.kill();
+    let _ = client.child.wait();
+    wait_for("the host to see the client go", || {
+        live(&f)[0]["attached"] == false
+    });
+    // Still pending, not denied, and the turn still running in the host.
+    std::thread::sleep(Duration::from_millis(500));
+    let store = airlock_store::SqliteStore::open(f.home.join("state")).unwrap();
+    let pending = store
+        .pending_approvals(airlock_store::Timestamp::now())
+        .unwrap()
+        .items;
+    assert_eq!(pending.len(), 1, "the request did not wait: {pending:?}");
+    assert_eq!(live(&f)[0]["busy"], true, "{}", live(&f));
+    // Another client answers; the call is released without waiting out a poll.
+    let answered = Instant::now();
+    let o = airlock(&f.home, &["approvals", "approve", &held]);
+    assert!(o.status.success(), "{o:?}");
+    wait_for("the turn to finish in the host", || {
+        live(&f)[0]["busy"] == false
+    });
+    assert!(
+        answered.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        answered.elapsed()
+    );
+    let records = audit_records(&f.home);
+    assert!(
+        records.iter().any(|r| r["kind"] == "approval-granted"
+            && r["detail"]["approval_id"] == held.as_str()),
+        "no approval-granted record for {held}"
+    );
+    assert!(
+        !records.iter().any(|r| r["kind"] == "approval-denied"),
+        "the client that left denied the request"
+    );
+    // The next client to attach sees the end of the turn it missed.
+    let back = ChatClient::start(&f, &model, &["--session", &id]);
+    back.wait_for_out("Sent the minutes while you were away.");
+    back.wait_for_out(&format!("held for approval {held}"));
+    let (code, out, err) = tokio::task::spawn_blocking(move || back.finish())
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    drop(host);
+    assert!(verify(&f.home).status.success());
+}
+
+/// SIGTERM of a host with a chat attached: the client is told the session is kept and how
+/// to continue it, and let go; the host stops (it does not wait out its grace for the
+/// idle session), records its stop, and the session continues embedded from the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_host_lets_its_chat_clients_go_and_keeps_their_sessions() {
+    let f = fixture();
+    init(&f, "");
+    let mut host = Host::start(&f.home);
+    let model = ScriptedModel::start([Step::text("Before the stop."), Step::text("After it.")])
+        .await
+        .unwrap();
+    let mut client = ChatClient::start(&f, &model, &[]);
+    client.send("hello");
+    client.wait_for_out("Before the stop.");
+    let id = session_in(&client.out());
+    let stopped_at = Instant::now();
+    host.signal(nix::sys::signal::Signal::SIGTERM);
+    let (code, out, err) = tokio::task::spawn_blocking(move || {
+        // The client is let go with its input still open.
+        let status = client.child.wait().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let out = client.out();
+        let err = client.err.lock().unwrap().clone();
+        (status.code(), out, err)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(
+        out.contains(&format!(
+            "the host is stopping; session {id} is kept: continue it with `airlock chat --session {id}`"
+        )),
+        "{out}"
+    );
+    assert!(host.wait().success(), "{}", host.log_text());
+    assert!(
+        stopped_at.elapsed() < Duration::from_secs(20),
+        "the host waited out its grace: {:?}",
+        stopped_at.elapsed()
+    );
+    assert!(audit_records(&f.home)
+        .iter()
+        .any(|r| r["kind"] == "host-stop"));
+    // Without the host, the same session goes on embedded.
+    let mut again = ChatClient::start(&f, &model, &["--session", &id]);
+    again.send("and now?");
+    again.wait_for_out("After it.");
+    let (code, out, _) = tokio::task::spawn_blocking(move || again.finish())
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains(&format!("resumed session {id}")), "{out}");
+    assert!(verify(&f.home).status.success());
+}

@@ -198,4 +198,6 @@ pub struct KillReport {
     pub cancelled_approvals: usize,
     /// Session-scoped grants that were revoked.
     pub revoked_grants: usize,
+    /// The session had been killed before this kill (a repeat, which changed nothing).
+    pub already_killed: bool,
 }

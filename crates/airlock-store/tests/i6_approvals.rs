@@ -274,7 +274,18 @@ fn kill_cancels_pending_approvals_and_revokes_session_grants() {
         report,
         KillReport {
             cancelled_approvals: 2,
-            revoked_grants: 1
+            revoked_grants: 1,
+            already_killed: false,
+        }
+    );
+    // A repeat changes nothing and says so.
+    let again = store.kill_session(&s, "owner", at(6)).unwrap();
+    assert_eq!(
+        again,
+        KillReport {
+            cancelled_approvals: 0,
+            revoked_grants: 0,
+            already_killed: true,
         }
     );
     for id in [&p1.id, &p2.id] {

@@ -146,7 +146,6 @@ impl AgentHost {
             cfg.memory.retention,
         )?);
         let agent_cfg = agent_config(&cfg, provider_cfg, opts.approval_timeout, &opts.channel);
-        warn_if_cost_is_not_counted(&cfg, &provider_cfg.model, &opts.notices);
         let provider = connect(provider_cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -287,9 +286,10 @@ fn secret_value(home: &Home, name: &str) -> anyhow::Result<SecretString> {
         })
 }
 
-/// A cost limit is set but the model has no price: say so once, on stderr, so the operator
-/// knows the token limits are what will stop the run.
-fn warn_if_cost_is_not_counted(cfg: &Config, model: &str, notices: &Notices) {
+/// A cost limit is set but the model has no price: say so (once per session: each front
+/// end calls this as it opens one), so the operator knows the token limits are what will
+/// stop the run.
+pub fn warn_if_cost_is_not_counted(cfg: &Config, model: &str, notices: &Notices) {
     let cost_limited =
         cfg.budget.per_session.cost_micros.is_some() || cfg.budget.per_day.cost_micros.is_some();
     if cost_limited && cfg.budget.prices_for(model).is_none() {

@@ -395,7 +395,7 @@ impl SessionStore for SqliteStore {
     fn kill_session(&self, id: &str, by: &str, now: Timestamp) -> Result<KillReport, StoreError> {
         let report: KillReport = self.write(|tx| {
             // Killing twice is fine: the second kill finds nothing left to cancel.
-            session_status(tx, id)?;
+            let already_killed = session_status(tx, id)? == SessionStatus::Killed;
             tx.execute(
                 "UPDATE sessions SET status = 'killed', updated_at = ?2 WHERE id = ?1",
                 params![id, now.as_unix_ms()],
@@ -409,6 +409,7 @@ impl SessionStore for SqliteStore {
             Ok::<_, StoreError>(KillReport {
                 cancelled_approvals,
                 revoked_grants,
+                already_killed,
             })
         })?;
         // Waiters of the session's approvals wake and see the kill.

@@ -52,6 +52,11 @@ pub fn run(args: ChatArgs) -> anyhow::Result<i32> {
     let cfg = config::load(&home.config_file())?;
     let provider_cfg = provider_config(&home, &cfg, env)?;
     let resuming = args.session.is_some();
+    crate::agent_host::warn_if_cost_is_not_counted(
+        &cfg,
+        &provider_cfg.model,
+        &crate::service::caller::Notices::Stderr,
+    );
     let host = AgentHost::open(
         home.clone(),
         cfg,

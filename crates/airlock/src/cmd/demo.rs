@@ -104,6 +104,11 @@ fn play(root: &Path, throwaway: bool, args: &DemoArgs) -> anyhow::Result<i32> {
     let model = servers.block_on(ScriptedModel::start(script(&world)))?;
     let provider_cfg = model.config(ProviderKind::Openai, true);
 
+    crate::agent_host::warn_if_cost_is_not_counted(
+        &cfg,
+        &provider_cfg.model,
+        &crate::service::caller::Notices::Stderr,
+    );
     let mut host = AgentHost::open(
         home.clone(),
         cfg,

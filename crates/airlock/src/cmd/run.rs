@@ -62,6 +62,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     let env = EnvOverrides::take_from_process();
     let cfg = config::load(&home.config_file())?;
     let provider_cfg = provider_config(&home, &cfg, env)?;
+    crate::agent_host::warn_if_cost_is_not_counted(
+        &cfg,
+        &provider_cfg.model,
+        &crate::service::caller::Notices::Stderr,
+    );
     let mut host = AgentHost::open(
         home,
         cfg,

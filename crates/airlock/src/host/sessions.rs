@@ -73,8 +73,9 @@ pub struct LiveSession {
     pub id: String,
     model: String,
     workspace: std::path::PathBuf,
-    /// `None` once closed.
-    conversation: Mutex<Option<Conversation>>,
+    /// Open only while a turn runs (see [`Held`]).
+    conversation: Mutex<Held>,
+    reopen: Reopen,
     out: Arc<Attachable>,
     err: Arc<Attachable>,
     /// The attached client: its attachment number and its hang-up switch.
@@ -86,7 +87,87 @@ pub struct LiveSession {
     _slot: SessionSlot,
 }
 
+/// A live session's conversation. It is open (its store connections, audit handles,
+/// compiled policy and runtime) only while a turn runs: between turns it sleeps, and the
+/// next turn opens it again from the store, as `--session` would, with the config then
+/// in force. So a session waiting for its person costs the host a few kilobytes, not a
+/// loop's worth of resources, and a hundred idle ones fit in a small host.
+enum Held {
+    Awake(Box<Conversation>),
+    Asleep,
+    Closed,
+}
+
+/// What opening the session again needs: the model its first client chose, and that
+/// client's options.
+struct Reopen {
+    provider_cfg: airlock_agent::provider::ProviderConfig,
+    approval_timeout: Option<u64>,
+    profile: Option<String>,
+    egress: crate::agent_executors::EgressExtras,
+}
+
+impl Reopen {
+    fn options(
+        &self,
+        session: Option<String>,
+        workspace: Option<std::path::PathBuf>,
+        out: &Arc<Attachable>,
+        err: &Arc<Attachable>,
+    ) -> HostOptions {
+        HostOptions {
+            session,
+            approval_timeout: self.approval_timeout,
+            profile: self.profile.clone(),
+            channel: CHANNEL.into(),
+            messages_to: Some(Notices::Attachable(out.clone())),
+            notices: Notices::Attachable(err.clone()),
+            workspace,
+            egress: self.egress.clone(),
+        }
+    }
+}
+
 impl LiveSession {
+    /// The conversation for a turn: open already, or opened again now; `None` once the
+    /// session was closed.
+    fn wake<'a>(
+        &self,
+        host: &Host,
+        held: &'a mut Held,
+    ) -> anyhow::Result<Option<&'a mut Conversation>> {
+        if let Held::Asleep = held {
+            let cfg = (*host.warm.current_config()).clone();
+            let agent = AgentHost::open(
+                host.home.clone(),
+                cfg,
+                &self.reopen.provider_cfg,
+                self.reopen
+                    .options(Some(self.id.clone()), None, &self.out, &self.err),
+            )?;
+            *held = Held::Awake(Box::new(Conversation::new(
+                agent,
+                &self.model,
+                Notices::Attachable(self.out.clone()),
+            )));
+        }
+        Ok(match held {
+            Held::Awake(c) => Some(c),
+            Held::Asleep | Held::Closed => None,
+        })
+    }
+
+    /// Put an open conversation to sleep (its records flushed).
+    fn doze(&self, held: &mut Held) {
+        if let Held::Awake(_) = held {
+            if let Held::Awake(c) = std::mem::replace(held, Held::Asleep) {
+                if let Err(e) = c.close() {
+                    tracing::error!(session = %self.id, error = %format!("{e:#}"), "closing a session's turn");
+                }
+            }
+        }
+    }
+
     fn say(&self, text: &str) {
         Notices::Attachable(self.out.clone()).line(text);
     }
@@ -124,17 +205,12 @@ impl LiveSession {
         )
     }
 
-    /// Close the conversation (flushing its records), once.
+    /// Close the session for good (an open conversation's records flushed), once.
     fn close(&self) {
-        let conversation = self
-            .conversation
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(c) = conversation {
-            if let Err(e) = c.close() {
-                tracing::error!(session = %self.id, error = %format!("{e:#}"), "closing a session");
-            }
+        let mut held = self.conversation.lock().unwrap_or_else(|p| p.into_inner());
+        if !matches!(*held, Held::Closed) {
+            self.doze(&mut held);
+            *held = Held::Closed;
             tracing::info!(session = %self.id, "closed a live session");
         }
     }
@@ -391,30 +467,33 @@ fn open(host: &Host, req: &AgentRequest, slot: SessionSlot) -> anyhow::Result<Ar
     let provider_cfg = provider_config(&host.home, &cfg, env)?;
     let out = Attachable::new();
     let err = Attachable::new();
+    crate::agent_host::warn_if_cost_is_not_counted(
+        &cfg,
+        &provider_cfg.model,
+        &Notices::Attachable(err.clone()),
+    );
+    let reopen = Reopen {
+        provider_cfg,
+        approval_timeout: req.approval_timeout,
+        profile: req.profile.clone(),
+        egress: crate::agent_executors::client_egress(&req.env)?,
+    };
     let agent = AgentHost::open(
         host.home.clone(),
         cfg,
-        &provider_cfg,
-        HostOptions {
-            session: req.session.clone(),
-            approval_timeout: req.approval_timeout,
-            profile: req.profile.clone(),
-            channel: CHANNEL.into(),
-            messages_to: Some(Notices::Attachable(out.clone())),
-            notices: Notices::Attachable(err.clone()),
-            workspace: req.workspace.clone(),
-            egress: crate::agent_executors::client_egress(&req.env)?,
-        },
+        &reopen.provider_cfg,
+        reopen.options(req.session.clone(), req.workspace.clone(), &out, &err),
     )?;
+    let (id, workspace) = (agent.session_id.clone(), agent.workspace.clone());
+    // Opened to make (or find) the session in the store and check that it opens; each
+    // turn opens it again.
+    agent.close()?;
     Ok(Arc::new(LiveSession {
-        id: agent.session_id.clone(),
-        model: provider_cfg.model.clone(),
-        workspace: agent.workspace.clone(),
-        conversation: Mutex::new(Some(Conversation::new(
-            agent,
-            &provider_cfg.model,
-            Notices::Attachable(out.clone()),
-        ))),
+        id,
+        model: reopen.provider_cfg.model.clone(),
+        workspace,
+        conversation: Mutex::new(Held::Asleep),
+        reopen,
         out,
         err,
         attached: Mutex::new(None),
@@ -463,18 +542,23 @@ fn converse(
             }
             Said::Prompt(t) => t.to_string(),
         };
-        let mut conversation = session
+        let mut held = session
             .conversation
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        let Some(c) = conversation.as_mut() else {
-            break;
-        };
         session.busy.store(true, Ordering::Release);
-        let after = c.turn(&host.home, &text, lines.clone());
+        let after = match session.wake(host, &mut held) {
+            Ok(Some(c)) => c.turn(&host.home, &text, lines.clone()),
+            Ok(None) => {
+                session.busy.store(false, Ordering::Release);
+                break;
+            }
+            Err(e) => Err(e.context("the session could not be opened for this turn")),
+        };
+        session.doze(&mut held);
         session.busy.store(false, Ordering::Release);
         *session.idle_since.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
-        drop(conversation);
+        drop(held);
         match after? {
             AfterTurn::Goes(c) => code = c,
             AfterTurn::Killed => {

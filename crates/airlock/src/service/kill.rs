@@ -92,6 +92,9 @@ pub struct SessionKilled {
 #[derive(Debug, Default)]
 struct Killed {
     in_store: bool,
+    /// The store had it killed already: a repeat (a second command, or a request the
+    /// host took after its client had given up on it and killed embedded).
+    already_killed: bool,
     cancelled_approvals: usize,
     revoked_grants: usize,
     run_dir: Option<PathBuf>,
@@ -160,6 +163,7 @@ pub fn kill_sessions(home: &Home, input: &KillInput) -> anyhow::Result<KillRepor
         let ev = AuditEvent::by("session-killed", id.as_str(), &operator()).with_detail(json!({
             "decided_by": operator_detail(),
             "in_store": k.in_store,
+            "already_killed": k.already_killed,
             "cancelled_approvals": k.cancelled_approvals,
             "revoked_grants": k.revoked_grants,
             "run_dir": k.run_dir,
@@ -199,6 +203,7 @@ fn kill_one(
     match store.kill_session(id, OPERATOR, Timestamp::now()) {
         Ok(report) => {
             k.in_store = true;
+            k.already_killed = report.already_killed;
             k.cancelled_approvals = report.cancelled_approvals;
             k.revoked_grants = report.revoked_grants;
         }
@@ -207,6 +212,10 @@ fn kill_one(
     }
     let dir = run_root.join(id);
     if dir.is_dir() {
+        // A run with no session row was killed before when its marker is there.
+        if !k.in_store && dir.join(KILLED_MARKER).exists() {
+            k.already_killed = true;
+        }
         let (killed, left) = kill_run_dir(&dir)?;
         k.helpers_killed = killed;
         k.helpers_left = left;

@@ -409,8 +409,14 @@ fn kill_goes_through_the_host_and_works_without_it() {
         });
         let killed = audit_records(&f.home)
             .into_iter()
-            .filter(|r| r["kind"] == "session-killed" && r["session"] == id.as_str())
+            .filter(|r| {
+                r["kind"] == "session-killed"
+                    && r["session"] == id.as_str()
+                    && r["detail"]["already_killed"] != true
+            })
             .count();
+        // Killed once. In the second round the host, let go on again, may yet take the
+        // request its client gave up on: that repeat is recorded as one.
         assert_eq!(killed, 1, "round {round}");
     }
     // Only the first kill went through the host.

@@ -328,3 +328,55 @@ async fn a_stopping_host_lets_its_chat_clients_go_and_keeps_their_sessions() {
     assert!(out.contains(&format!("resumed session {id}")), "{out}");
     assert!(verify(&f.home).status.success());
 }
+
+/// A live session waiting for its person holds nothing open in the host: twenty detached
+/// chats leave the host with the descriptors and threads it had before them (a session is
+/// opened only while a turn runs), and each is still listed and still attachable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_live_sessions_hold_no_descriptors_or_threads_in_the_host() {
+    let f = fixture();
+    init(&f, "\n[host]\nmax_sessions = 32\n");
+    let host = Host::start(&f.home);
+    let model = ScriptedModel::start([Step::text("One turn."), Step::text("Back again.")])
+        .await
+        .unwrap();
+    // One chat with a turn first, so whatever a turn opens once (its first connections,
+    // the runtime's threads) is counted before.
+    let mut first = ChatClient::start(&f, &model, &[]);
+    first.send("hello");
+    first.wait_for_out("One turn.");
+    let (code, out, _) = tokio::task::spawn_blocking(move || first.finish())
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0), "{out}");
+    let id = session_in(&out);
+    let pid = host.child.id();
+    let before = tokio::task::spawn_blocking(move || super::descriptors_and_threads(pid))
+        .await
+        .unwrap();
+    for _ in 0..20 {
+        let c = ChatClient::start(&f, &model, &[]);
+        let (code, out, err) = tokio::task::spawn_blocking(move || c.finish())
+            .await
+            .unwrap();
+        assert_eq!(code, Some(0), "{out}\n{err}");
+    }
+    assert_eq!(live(&f).as_array().map(Vec::len), Some(21), "{}", live(&f));
+    let after = tokio::task::spawn_blocking(move || super::descriptors_and_threads(pid))
+        .await
+        .unwrap();
+    assert_eq!(
+        after, before,
+        "(descriptors, threads) before and after 20 idle chats"
+    );
+    // Asleep is not gone: the first one takes its next turn with its history.
+    let mut back = ChatClient::start(&f, &model, &["--session", &id]);
+    back.send("again");
+    back.wait_for_out("Back again.");
+    let last = model.requests().last().unwrap().json().unwrap().to_string();
+    assert!(last.contains("One turn."), "{last}");
+    let (code, out, _) = tokio::task::spawn_blocking(move || back.finish())
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0), "{out}");
+}

@@ -1,0 +1,192 @@
+//! A local stand-in for Telegram's Bot API, for tests: the real wire format on a loopback
+//! port, with updates the test queues and a log of every call the adapter made.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+#[derive(Default)]
+struct Inner {
+    next_update: i64,
+    updates: Vec<Value>,
+    calls: Vec<(String, Value)>,
+    next_message: i64,
+}
+
+struct Shared {
+    token: String,
+    inner: Mutex<Inner>,
+    arrived: tokio::sync::Notify,
+}
+
+pub struct FakeTelegram {
+    shared: Arc<Shared>,
+    port: u16,
+}
+
+impl FakeTelegram {
+    /// Serve on 127.0.0.1 for bot `token` (other tokens get 401, as from Telegram).
+    pub fn start(token: &str) -> FakeTelegram {
+        let shared = Arc::new(Shared {
+            token: token.to_string(),
+            inner: Mutex::new(Inner {
+                next_update: 1000,
+                next_message: 1,
+                ..Inner::default()
+            }),
+            arrived: tokio::sync::Notify::new(),
+        });
+        // Its own thread and runtime, so that it serves whatever the test's own runtime is
+        // doing (and a test without one).
+        let (tx, rx) = std::sync::mpsc::channel();
+        let app = Router::new()
+            .route("/{bot}/{method}", post(api))
+            .with_state(shared.clone());
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("a runtime for the fake");
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("a loopback port");
+                let _ = tx.send(listener.local_addr().expect("its address").port());
+                let _ = axum::serve(listener, app).await;
+            });
+        });
+        let port = rx.recv().expect("the fake's port");
+        FakeTelegram { shared, port }
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn push(&self, update: impl FnOnce(i64) -> Value) {
+        let mut inner = self.shared.inner.lock().unwrap();
+        let id = inner.next_update;
+        inner.next_update += 1;
+        inner.updates.push(update(id));
+        drop(inner);
+        self.shared.arrived.notify_waiters();
+    }
+
+    /// A text message from user `from` in chat `chat` (private when they are the same).
+    pub fn push_message(&self, chat: i64, from: i64, username: &str, text: &str) {
+        self.push(|id| {
+            json!({"update_id": id, "message": {
+                "message_id": id, "date": 0, "text": text,
+                "from": {"id": from, "is_bot": false, "first_name": username, "username": username},
+                "chat": {"id": chat, "type": if chat == from { "private" } else { "group" }},
+            }})
+        })
+    }
+
+    /// A press by user `from` on a button with `data` of message `message_id` in `chat`.
+    pub fn push_press(&self, chat: i64, message_id: &str, from: i64, username: &str, data: &str) {
+        self.push(|id| {
+            json!({"update_id": id, "callback_query": {
+                "id": format!("press-{id}"), "data": data, "chat_instance": "x",
+                "from": {"id": from, "is_bot": false, "first_name": username, "username": username},
+                "message": {"message_id": message_id.parse::<i64>().unwrap_or(0), "date": 0,
+                            "chat": {"id": chat, "type": "private"}, "text": "card"},
+            }})
+        })
+    }
+
+    /// Every call the adapter made, in order: the method and its JSON body.
+    pub fn calls(&self) -> Vec<(String, Value)> {
+        self.shared.inner.lock().unwrap().calls.clone()
+    }
+
+    /// Every call of `method`.
+    pub fn calls_of(&self, method: &str) -> Vec<Value> {
+        self.calls()
+            .into_iter()
+            .filter(|(m, _)| m == method)
+            .map(|(_, b)| b)
+            .collect()
+    }
+
+    /// Wait up to a minute for a call of `method` whose body satisfies `pred`.
+    pub fn wait_for(&self, method: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(b) = self.calls_of(method).into_iter().find(|b| pred(b)) {
+                return b;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {method} call as wanted; the calls were: {:#?}",
+                self.calls()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn refused(code: i64, description: &str) -> Json<Value> {
+    Json(json!({"ok": false, "error_code": code, "description": description}))
+}
+
+async fn api(
+    State(s): State<Arc<Shared>>,
+    Path((bot, method)): Path<(String, String)>,
+    Json(body): Json<Value>,
+) -> Json<Value> {
+    if bot.strip_prefix("bot") != Some(s.token.as_str()) {
+        return refused(401, "Unauthorized");
+    }
+    s.inner
+        .lock()
+        .unwrap()
+        .calls
+        .push((method.clone(), body.clone()));
+    match method.as_str() {
+        "getUpdates" => {
+            let offset = body["offset"].as_i64().unwrap_or(0);
+            let wait = Duration::from_secs(body["timeout"].as_u64().unwrap_or(0).min(1));
+            let deadline = tokio::time::Instant::now() + wait;
+            loop {
+                let notified = s.arrived.notified();
+                {
+                    let mut inner = s.inner.lock().unwrap();
+                    // Updates before the offset are acknowledged: Telegram forgets them.
+                    inner
+                        .updates
+                        .retain(|u| u["update_id"].as_i64().unwrap_or(0) >= offset);
+                    if !inner.updates.is_empty() || tokio::time::Instant::now() >= deadline {
+                        return Json(json!({"ok": true, "result": inner.updates.clone()}));
+                    }
+                }
+                let _ = tokio::time::timeout_at(deadline, notified).await;
+            }
+        }
+        "sendMessage" | "editMessageText" => {
+            if body["text"]
+                .as_str()
+                .is_none_or(|t| t.is_empty() || t.chars().count() > 4096)
+            {
+                return refused(400, "Bad Request: message text is empty or too long");
+            }
+            let mut inner = s.inner.lock().unwrap();
+            let id = match method.as_str() {
+                "sendMessage" => {
+                    inner.next_message += 1;
+                    inner.next_message
+                }
+                _ => body["message_id"].as_i64().unwrap_or(0),
+            };
+            Json(json!({"ok": true, "result": {"message_id": id, "date": 0,
+                         "chat": {"id": body["chat_id"], "type": "private"}, "text": body["text"]}}))
+        }
+        "answerCallbackQuery" => Json(json!({"ok": true, "result": true})),
+        _ => refused(404, "Not Found: method not found"),
+    }
+}

@@ -1,0 +1,162 @@
+//! Chat-platform adapters for the host (`airlock serve`).
+//!
+//! Each platform is one [`Channel`]: inbound events (messages, button presses) in;
+//! messages, approval cards and their updates out. An adapter holds no policy and decides
+//! nothing: who may talk to the assistant, which press counts and what a message may do
+//! are the host's business (`airlock::host::channels`). That is why this crate depends on
+//! no part of Airlock: it cannot reach the Gate, the store or the audit log.
+//!
+//! Text goes out as plain text, never with the platform's markup turned on, so a payload
+//! that contains Markdown, HTML or a mention is shown as the characters it is. A text
+//! longer than the platform takes is split into numbered parts ([`split_text`]), never cut.
+
+#[cfg(feature = "fake")]
+pub mod fake;
+pub mod telegram;
+
+use async_trait::async_trait;
+
+/// A chat on the platform (a private chat, a group, a channel), by the platform's id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ChatId(pub String);
+
+/// Someone on the platform, by the platform's own user id (never by display name, which
+/// anyone can choose).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sender {
+    pub id: String,
+    /// For messages to the person; never used to decide anything.
+    pub display: String,
+}
+
+/// What arrived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Inbound {
+    Message {
+        chat: ChatId,
+        /// A one-to-one chat with the assistant.
+        private: bool,
+        from: Sender,
+        text: String,
+    },
+    /// A button of an earlier card was pressed.
+    Press {
+        /// The platform's id of this press, to answer it.
+        press_id: String,
+        chat: ChatId,
+        message_id: String,
+        from: Sender,
+        /// The button's data, as the card set it.
+        data: String,
+    },
+}
+
+/// A message with buttons: what the host asks a person to decide.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Card {
+    pub text: String,
+    /// Each button's label and the data its press carries back.
+    pub buttons: Vec<(String, String)>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelError {
+    /// The platform could not be reached, or its connection dropped: try again later.
+    #[error("{platform} could not be reached: {why}")]
+    Unreachable { platform: &'static str, why: String },
+    /// The platform answered with an error (a bad token, a chat it does not know, …).
+    #[error("{platform} refused {method}: {why}")]
+    Refused {
+        platform: &'static str,
+        method: &'static str,
+        why: String,
+    },
+}
+
+/// One chat platform.
+#[async_trait]
+pub trait Channel: Send + Sync {
+    /// The platform's name in records and principals (`telegram`).
+    fn name(&self) -> &'static str;
+    /// Wait (up to the platform's long-poll time) for what arrived since the last call.
+    /// What this returns is acknowledged to the platform at the next call, so what a
+    /// crash loses is asked for again.
+    async fn next_events(&self) -> Result<Vec<Inbound>, ChannelError>;
+    /// Send `text` to `chat`, split into parts if it is long; the id of the last part.
+    async fn send(&self, chat: &ChatId, text: &str) -> Result<String, ChannelError>;
+    /// Send a card; the id of its message (the one with the buttons).
+    async fn send_card(&self, chat: &ChatId, card: &Card) -> Result<String, ChannelError>;
+    /// Replace a card's text and take its buttons away (once it is decided).
+    async fn close_card(
+        &self,
+        chat: &ChatId,
+        message_id: &str,
+        text: &str,
+    ) -> Result<(), ChannelError>;
+    /// Answer a press (the platform shows `text` to the person who pressed).
+    async fn answer_press(&self, press_id: &str, text: &str) -> Result<(), ChannelError>;
+}
+
+/// `text` in parts of at most `limit` characters, each part but a single one numbered
+/// `(k/n)`, split at line ends where it can be. Nothing is dropped.
+pub fn split_text(text: &str, limit: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.len() <= limit {
+        return vec![text.to_string()];
+    }
+    // Room for the "(kk/nn) " marker in front of each part.
+    let room = limit.saturating_sub(10).max(1);
+    let mut parts = Vec::new();
+    let mut start = 0;
+    while start < chars.len() {
+        let mut end = (start + room).min(chars.len());
+        if end < chars.len() {
+            if let Some(nl) = chars[start..end].iter().rposition(|&c| c == '\n') {
+                if nl > room / 2 {
+                    end = start + nl + 1;
+                }
+            }
+        }
+        parts.push(chars[start..end].iter().collect::<String>());
+        start = end;
+    }
+    let n = parts.len();
+    parts
+        .into_iter()
+        .enumerate()
+        .map(|(k, p)| format!("({}/{n}) {p}", k + 1))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_text_is_split_into_numbered_parts_and_nothing_is_lost() {
+        let text: String = (0..500).map(|i| format!("line {i}\n")).collect();
+        let parts = split_text(&text, 400);
+        assert!(parts.len() > 1);
+        let n = parts.len();
+        let mut joined = String::new();
+        for (k, p) in parts.iter().enumerate() {
+            assert!(p.chars().count() <= 400, "{p}");
+            let marker = format!("({}/{n}) ", k + 1);
+            assert!(p.starts_with(&marker), "{p}");
+            joined.push_str(&p[marker.len()..]);
+        }
+        assert_eq!(joined, text);
+        assert_eq!(split_text("short", 400), vec!["short".to_string()]);
+    }
+
+    #[test]
+    fn a_text_without_line_ends_is_split_too() {
+        let text = "é".repeat(1000);
+        let parts = split_text(&text, 100);
+        let total: usize = parts
+            .iter()
+            .map(|p| p.split_once(") ").unwrap().1.chars().count())
+            .sum();
+        assert_eq!(total, 1000);
+    }
+}

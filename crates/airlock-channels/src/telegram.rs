@@ -1,0 +1,301 @@
+//! Telegram's Bot API (<https://core.telegram.org/bots/api>): long polling with
+//! `getUpdates`, `sendMessage`, `editMessageText`, inline keyboards and
+//! `answerCallbackQuery`.
+//!
+//! The bot token is part of every method's URL (`<base>/bot<token>/<method>`), so no
+//! error this module returns carries a URL, and the token is held as a secret.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::{split_text, Card, Channel, ChannelError, ChatId, Inbound, Sender};
+
+const PLATFORM: &str = "telegram";
+/// The most characters `sendMessage` takes.
+pub const MESSAGE_LIMIT: usize = 4096;
+
+pub struct Telegram {
+    base_url: String,
+    token: SecretString,
+    http: reqwest::Client,
+    poll: Duration,
+    /// The next update to ask for; the ones before it are acknowledged.
+    offset: Mutex<Option<i64>>,
+}
+
+impl Telegram {
+    /// `base_url` is the API's root (`https://api.telegram.org`, or a local fake in tests);
+    /// `poll` how long one `getUpdates` waits for updates; `offset` where the last run
+    /// stopped (see [`Telegram::offset`]).
+    pub fn new(
+        base_url: &str,
+        token: SecretString,
+        poll: Duration,
+        offset: Option<i64>,
+    ) -> Result<Telegram, ChannelError> {
+        let http = reqwest::Client::builder()
+            .timeout(poll + Duration::from_secs(15))
+            .connect_timeout(Duration::from_secs(10))
+            // Redirects could take the token's URL elsewhere.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| ChannelError::Unreachable {
+                platform: PLATFORM,
+                why: e.without_url().to_string(),
+            })?;
+        Ok(Telegram {
+            base_url: base_url.trim_end_matches('/').to_string(),
+            token,
+            http,
+            poll,
+            offset: Mutex::new(offset),
+        })
+    }
+
+    /// The next update to ask for, to keep across restarts: updates before it were
+    /// handed out already.
+    pub fn offset(&self) -> Option<i64> {
+        *self.offset.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn call(&self, method: &'static str, body: Value) -> Result<Value, ChannelError> {
+        let url = format!(
+            "{}/bot{}/{method}",
+            self.base_url,
+            self.token.expose_secret()
+        );
+        let resp = self.http.post(url).json(&body).send().await.map_err(|e| {
+            ChannelError::Unreachable {
+                platform: PLATFORM,
+                why: e.without_url().to_string(),
+            }
+        })?;
+        let status = resp.status();
+        let answer: ApiAnswer = resp.json().await.map_err(|e| ChannelError::Unreachable {
+            platform: PLATFORM,
+            why: format!(
+                "an answer to {method} that is not the API's JSON ({status}): {}",
+                e.without_url()
+            ),
+        })?;
+        if !answer.ok {
+            return Err(ChannelError::Refused {
+                platform: PLATFORM,
+                method,
+                why: format!(
+                    "{} {}",
+                    answer.error_code.unwrap_or(status.as_u16() as i64),
+                    answer.description.unwrap_or_default()
+                ),
+            });
+        }
+        Ok(answer.result.unwrap_or(Value::Null))
+    }
+}
+
+#[derive(Deserialize)]
+struct ApiAnswer {
+    ok: bool,
+    result: Option<Value>,
+    error_code: Option<i64>,
+    description: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Update {
+    message: Option<Message>,
+    callback_query: Option<CallbackQuery>,
+}
+
+#[derive(Deserialize)]
+struct Message {
+    message_id: i64,
+    from: Option<User>,
+    chat: Chat,
+    text: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Chat {
+    id: i64,
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+#[derive(Deserialize)]
+struct User {
+    id: i64,
+    #[serde(default)]
+    first_name: String,
+    username: Option<String>,
+    #[serde(default)]
+    is_bot: bool,
+}
+
+#[derive(Deserialize)]
+struct CallbackQuery {
+    id: String,
+    from: User,
+    message: Option<Message>,
+    data: Option<String>,
+}
+
+fn sender(u: &User) -> Sender {
+    Sender {
+        id: u.id.to_string(),
+        display: u
+            .username
+            .as_ref()
+            .map(|n| format!("@{n}"))
+            .unwrap_or_else(|| u.first_name.clone()),
+    }
+}
+
+fn message_id(v: &Value) -> String {
+    v.get("message_id")
+        .and_then(Value::as_i64)
+        .map(|i| i.to_string())
+        .unwrap_or_default()
+}
+
+fn chat_value(chat: &ChatId) -> Value {
+    // Telegram's chat ids are integers; an id that is not one is sent as the string it is
+    // (the API takes `@channelusername` too).
+    chat.0
+        .parse::<i64>()
+        .map(Value::from)
+        .unwrap_or_else(|_| Value::from(chat.0.clone()))
+}
+
+#[async_trait]
+impl Channel for Telegram {
+    fn name(&self) -> &'static str {
+        PLATFORM
+    }
+
+    async fn next_events(&self) -> Result<Vec<Inbound>, ChannelError> {
+        let mut body = json!({
+            "timeout": self.poll.as_secs(),
+            "allowed_updates": ["message", "callback_query"],
+        });
+        if let Some(o) = self.offset() {
+            body["offset"] = o.into();
+        }
+        let result = self.call("getUpdates", body).await?;
+        let updates: Vec<Value> =
+            serde_json::from_value(result).map_err(|e| ChannelError::Unreachable {
+                platform: PLATFORM,
+                why: format!("getUpdates answered something that is not a list of updates: {e}"),
+            })?;
+        let mut events = Vec::new();
+        let mut next = self.offset();
+        for raw in updates {
+            // One update the adapter cannot read must not stop the ones after it.
+            let id = raw.get("update_id").and_then(Value::as_i64);
+            if let Some(id) = id {
+                next = Some(next.map_or(id + 1, |n| n.max(id + 1)));
+            }
+            let Ok(u) = serde_json::from_value::<Update>(raw) else {
+                continue;
+            };
+            if let Some(m) = u.message {
+                let (Some(from), Some(text)) = (m.from, m.text) else {
+                    continue;
+                };
+                if from.is_bot {
+                    continue;
+                }
+                events.push(Inbound::Message {
+                    chat: ChatId(m.chat.id.to_string()),
+                    private: m.chat.kind == "private",
+                    from: sender(&from),
+                    text,
+                });
+            } else if let Some(q) = u.callback_query {
+                let Some(m) = q.message else { continue };
+                events.push(Inbound::Press {
+                    press_id: q.id,
+                    chat: ChatId(m.chat.id.to_string()),
+                    message_id: m.message_id.to_string(),
+                    from: sender(&q.from),
+                    data: q.data.unwrap_or_default(),
+                });
+            }
+        }
+        *self.offset.lock().unwrap_or_else(|p| p.into_inner()) = next;
+        Ok(events)
+    }
+
+    async fn send(&self, chat: &ChatId, text: &str) -> Result<String, ChannelError> {
+        let mut last = String::new();
+        for part in split_text(text, MESSAGE_LIMIT) {
+            // No parse_mode: the text is shown as the characters it is.
+            let m = self
+                .call(
+                    "sendMessage",
+                    json!({"chat_id": chat_value(chat), "text": part}),
+                )
+                .await?;
+            last = message_id(&m);
+        }
+        Ok(last)
+    }
+
+    async fn send_card(&self, chat: &ChatId, card: &Card) -> Result<String, ChannelError> {
+        let mut parts = split_text(&card.text, MESSAGE_LIMIT);
+        let last = parts.pop().unwrap_or_default();
+        for part in parts {
+            self.call(
+                "sendMessage",
+                json!({"chat_id": chat_value(chat), "text": part}),
+            )
+            .await?;
+        }
+        let keyboard: Vec<Value> = card
+            .buttons
+            .iter()
+            .map(|(label, data)| json!({"text": label, "callback_data": data}))
+            .collect();
+        let m = self
+            .call(
+                "sendMessage",
+                json!({"chat_id": chat_value(chat), "text": last,
+                       "reply_markup": {"inline_keyboard": [keyboard]}}),
+            )
+            .await?;
+        Ok(message_id(&m))
+    }
+
+    async fn close_card(
+        &self,
+        chat: &ChatId,
+        message_id: &str,
+        text: &str,
+    ) -> Result<(), ChannelError> {
+        let text: String = text.chars().take(MESSAGE_LIMIT).collect();
+        // Without a reply_markup the edit takes the buttons away.
+        self.call(
+            "editMessageText",
+            json!({"chat_id": chat_value(chat),
+                   "message_id": message_id.parse::<i64>().unwrap_or_default(),
+                   "text": text}),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn answer_press(&self, press_id: &str, text: &str) -> Result<(), ChannelError> {
+        let text: String = text.chars().take(200).collect();
+        self.call(
+            "answerCallbackQuery",
+            json!({"callback_query_id": press_id, "text": text}),
+        )
+        .await
+        .map(|_| ())
+    }
+}

@@ -69,6 +69,9 @@ pub enum Command {
     /// Credentials the proxy adds at the boundary; the sandbox only ever sees placeholders.
     #[command(subcommand)]
     Secret(cmd::secret::SecretCommand),
+    /// Chat channels the host listens on (Telegram), and pairing their owner.
+    #[command(subcommand)]
+    Channel(cmd::channel::ChannelCommand),
     /// Show what this machine supports, the sandbox profile, and run the escape probes.
     Doctor,
     /// A systemd unit that runs `airlock serve`: install, uninstall, status.
@@ -278,6 +281,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Kill(a) => cmd::kill::run(a),
         Command::Net(c) => cmd::net::run(c),
         Command::Secret(c) => cmd::secret::run(c),
+        Command::Channel(c) => cmd::channel::run(c),
         Command::Run {
             session,
             approval_timeout,

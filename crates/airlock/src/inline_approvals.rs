@@ -195,17 +195,19 @@ fn record(
     };
     let error = match result {
         Ok(()) => {
-            let ev = AuditEvent::by(
-                kind,
-                req.session_id.as_str(),
-                &crate::service::approvals::operator(),
-            )
-            .with_action(payload, req.payload_hash.clone())
-            .with_detail(json!({
-                "approval_id": req.id,
-                "decided_by": decided_by,
-                "reason": reason,
-            }));
+            // The owner answered, through the client or channel the approver speaks for
+            // (a name that is not a channel's, such as `command line`, is the CLI).
+            let who = airlock_core::Attribution {
+                via: via.parse().unwrap_or_else(|_| airlock_core::Via::cli()),
+                ..crate::service::approvals::operator()
+            };
+            let ev = AuditEvent::by(kind, req.session_id.as_str(), &who)
+                .with_action(payload, req.payload_hash.clone())
+                .with_detail(json!({
+                    "approval_id": req.id,
+                    "decided_by": decided_by,
+                    "reason": reason,
+                }));
             let mut log = audit.lock().unwrap_or_else(|p| p.into_inner());
             log.append(ev)
                 .err()

@@ -14,6 +14,7 @@ macro_rules! out {
 pub mod agent_executors;
 pub mod agent_host;
 pub mod audit_export;
+pub mod channels;
 pub mod cli;
 pub mod cmd;
 pub mod config;

@@ -188,7 +188,9 @@ pub fn note_load(
 }
 
 /// An exclusive lock on `<path>.lock`, held until dropped.
-fn lock_beside(path: &std::path::Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
+pub(crate) fn lock_beside(
+    path: &std::path::Path,
+) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
     let mut name = path.as_os_str().to_owned();
     name.push(".lock");
     let file = std::fs::OpenOptions::new()

@@ -2,6 +2,7 @@
 
 pub mod approvals;
 pub mod audit;
+pub mod channel;
 pub mod chat;
 pub mod check;
 pub mod checkpoints;

@@ -11,6 +11,7 @@
 //! flight finish, removes its socket and records its stop.
 
 pub mod api;
+pub mod channels;
 pub mod client;
 pub mod exec;
 pub mod exec_client;
@@ -140,6 +141,7 @@ async fn run(host: Arc<Host>) -> anyhow::Result<()> {
                            "max_sessions": host.sessions.max}),
     )?;
     tracing::info!(socket = %path.display(), pid = std::process::id(), "serving");
+    channels::start(&host);
 
     std::thread::Builder::new()
         .name("airlock-session-sweep".into())

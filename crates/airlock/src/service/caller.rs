@@ -97,6 +97,13 @@ impl Attachable {
         }
     }
 
+    /// What was said while nobody was attached, taken (a channel sends it as a message).
+    pub fn take(&self) -> String {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.cut = false;
+        String::from_utf8_lossy(&std::mem::take(&mut s.backlog)).into_owned()
+    }
+
     /// Keep from now on what is said, for the next client.
     pub fn detach(&self) {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).to = None;

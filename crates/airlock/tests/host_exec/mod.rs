@@ -10,6 +10,7 @@ use super::host_fixture::Host;
 use super::{audit_records, exec, verify};
 
 mod sessions;
+mod telegram;
 
 fn status(f: &Fixture) -> serde_json::Value {
     let o = Command::new(airlock_bin())

@@ -1,0 +1,310 @@
+//! Chat channels: which platforms the host listens on (`config/channels.toml`), and what
+//! it knows of each (`state/channels/<channel>.json`): the owner it was paired with, a
+//! pending pairing code, where its update stream stopped, and which session each chat is.
+//!
+//! The adapters (`airlock-channels`) only carry messages. Everything that decides who may
+//! talk to the assistant lives here and in `host::channels`: a platform user is the owner
+//! only by the id that sent the one-time pairing code from their own account, never by
+//! a display name, a chat or a message's text.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::home::Home;
+
+/// The channels this build speaks.
+pub const KINDS: &[&str] = &["telegram"];
+
+/// How long a pairing code is good for.
+pub const PAIRING_SECS: u64 = 600;
+/// Wrong codes sent before a pending code is voided (a new one must be made).
+pub const PAIRING_ATTEMPTS: u32 = 5;
+/// The letters of a pairing code: no 0/O or 1/I to misread.
+const CODE_ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZ23456789";
+const CODE_LEN: usize = 10;
+
+/// `config/channels.toml`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelsFile {
+    pub telegram: Option<TelegramConfig>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelegramConfig {
+    /// The secret that holds the bot token; its binding must be the API's host.
+    pub token_secret: String,
+    #[serde(default = "default_telegram_url")]
+    pub base_url: String,
+    /// How long one long poll waits for updates.
+    #[serde(default = "default_poll_secs")]
+    pub poll_secs: u64,
+    /// What to do with a message from anyone but the owner.
+    #[serde(default)]
+    pub unknown_senders: UnknownSenders,
+}
+
+fn default_telegram_url() -> String {
+    "https://api.telegram.org".into()
+}
+
+fn default_poll_secs() -> u64 {
+    25
+}
+
+/// What a message from someone who is not the owner gets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnknownSenders {
+    /// Dropped, with a record of who and why.
+    #[default]
+    Drop,
+}
+
+pub fn config_path(home: &Home) -> PathBuf {
+    home.config.join("channels.toml")
+}
+
+/// The channels file; absent means none.
+pub fn load_config(home: &Home) -> anyhow::Result<ChannelsFile> {
+    let path = config_path(home);
+    if !path.exists() {
+        return Ok(ChannelsFile::default());
+    }
+    let text = crate::operator_file::read_text(&path, crate::operator_file::CONFIG_FILE)?;
+    let file: ChannelsFile = toml::from_str(&text).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: {e}\nhelp: `airlock channel add telegram --token-secret NAME` writes a valid one",
+            path.display()
+        )
+    })?;
+    if let Some(t) = &file.telegram {
+        let url = url::Url::parse(&t.base_url).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: [telegram] base_url {:?}: {e}",
+                path.display(),
+                t.base_url
+            )
+        })?;
+        anyhow::ensure!(
+            matches!(url.scheme(), "https" | "http") && url.host_str().is_some(),
+            "{}: [telegram] base_url {:?} is not an http(s) URL with a host",
+            path.display(),
+            t.base_url
+        );
+        anyhow::ensure!(
+            (1..=50).contains(&t.poll_secs),
+            "{}: [telegram] poll_secs = {} is out of range (1 to 50)",
+            path.display(),
+            t.poll_secs
+        );
+    }
+    Ok(file)
+}
+
+pub fn save_config(home: &Home, file: &ChannelsFile) -> anyhow::Result<()> {
+    let text = toml::to_string(file)?;
+    airlock_proxy::write_atomic(&config_path(home), text.as_bytes(), 0o600)?;
+    Ok(())
+}
+
+/// What the host knows of one channel.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelState {
+    /// The owner's platform user id, bound by pairing.
+    pub owner: Option<String>,
+    pub pairing: Option<Pairing>,
+    /// Where the platform's update stream stopped.
+    pub offset: Option<i64>,
+    /// The session of each chat.
+    #[serde(default)]
+    pub chats: BTreeMap<String, String>,
+}
+
+/// A pairing code waiting to be sent by the owner.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pairing {
+    /// `sha256:` of the code; the code itself is only printed.
+    pub code_hash: String,
+    /// Unix seconds.
+    pub expires_at: u64,
+    /// Wrong codes so far.
+    pub attempts: u32,
+}
+
+fn state_path(home: &Home, channel: &str) -> PathBuf {
+    home.state.join("channels").join(format!("{channel}.json"))
+}
+
+/// Read, change and write a channel's state under its lock (the host and the command
+/// line both change it). The state is written only when `change` returns `Ok`.
+pub fn update_state<T>(
+    home: &Home,
+    channel: &str,
+    change: impl FnOnce(&mut ChannelState) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let path = state_path(home, channel);
+    if let Some(dir) = path.parent() {
+        crate::home::create_private_dir(dir)?;
+    }
+    let _lock = crate::policy_change::lock_beside(&path)?;
+    let mut state = read_state_at(&path)?;
+    let out = change(&mut state)?;
+    airlock_proxy::write_atomic(&path, &serde_json::to_vec_pretty(&state)?, 0o600)?;
+    Ok(out)
+}
+
+pub fn read_state(home: &Home, channel: &str) -> anyhow::Result<ChannelState> {
+    read_state_at(&state_path(home, channel))
+}
+
+fn read_state_at(path: &Path) -> anyhow::Result<ChannelState> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+            anyhow::anyhow!(
+                "{} is not a channel state file: {e}\nhelp: move it away and pair the channel again (`airlock channel pair`)",
+                path.display()
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(ChannelState::default()),
+        Err(e) => Err(anyhow::anyhow!("cannot read {}: {e}", path.display())),
+    }
+}
+
+/// A new pairing code: random, [`CODE_LEN`] letters.
+pub fn new_code() -> anyhow::Result<String> {
+    let mut bytes = [0u8; CODE_LEN];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| anyhow::anyhow!("cannot make a pairing code: no randomness ({e})"))?;
+    // 256 is a multiple of the alphabet's 32 letters: every letter is equally likely.
+    Ok(bytes
+        .iter()
+        .map(|b| CODE_ALPHABET[*b as usize % CODE_ALPHABET.len()] as char)
+        .collect())
+}
+
+pub fn code_hash(code: &str) -> String {
+    format!(
+        "sha256:{}",
+        airlock_core::canonical::sha256_hex(code.trim().to_ascii_uppercase().as_bytes())
+    )
+}
+
+/// The code a pairing message carries: the message itself, or after `/start` or `/pair`
+/// (Telegram's deep links send `/start <payload>`).
+pub fn code_in(text: &str) -> Option<&str> {
+    let t = text.trim();
+    let code = t
+        .strip_prefix("/start ")
+        .or_else(|| t.strip_prefix("/pair "))
+        .unwrap_or(t)
+        .trim();
+    (code.len() == CODE_LEN && code.bytes().all(|b| b.is_ascii_alphanumeric())).then_some(code)
+}
+
+/// What a message with a pairing code did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PairingOutcome {
+    Paired,
+    /// No code is pending (none was made, it expired, or it was voided).
+    NoCode,
+    Wrong {
+        attempts_left: u32,
+    },
+    /// A channel has one owner; pairing again needs `channel unpair` first.
+    AlreadyPaired,
+}
+
+/// Try `code` from platform user `from` against the pending pairing, at `now`.
+pub fn try_pairing(state: &mut ChannelState, code: &str, from: &str, now: u64) -> PairingOutcome {
+    if state.owner.is_some() {
+        return PairingOutcome::AlreadyPaired;
+    }
+    let Some(p) = &mut state.pairing else {
+        return PairingOutcome::NoCode;
+    };
+    if now >= p.expires_at {
+        state.pairing = None;
+        return PairingOutcome::NoCode;
+    }
+    if code_hash(code) != p.code_hash {
+        p.attempts += 1;
+        let left = PAIRING_ATTEMPTS.saturating_sub(p.attempts);
+        if left == 0 {
+            state.pairing = None;
+        }
+        return PairingOutcome::Wrong {
+            attempts_left: left,
+        };
+    }
+    state.pairing = None;
+    state.owner = Some(from.to_string());
+    PairingOutcome::Paired
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(code: &str) -> ChannelState {
+        ChannelState {
+            pairing: Some(Pairing {
+                code_hash: code_hash(code),
+                expires_at: 1000,
+                attempts: 0,
+            }),
+            ..ChannelState::default()
+        }
+    }
+
+    #[test]
+    fn the_right_code_in_time_binds_its_sender_once() {
+        let code = new_code().unwrap();
+        assert_eq!(code.len(), CODE_LEN);
+        let mut s = pending(&code);
+        let msg = format!("/start {code}");
+        assert_eq!(code_in(&msg), Some(code.as_str()));
+        assert_eq!(
+            try_pairing(&mut s, &code.to_lowercase(), "42", 999),
+            PairingOutcome::Paired
+        );
+        assert_eq!(s.owner.as_deref(), Some("42"));
+        assert!(s.pairing.is_none());
+        assert_eq!(
+            try_pairing(&mut s, &code, "43", 999),
+            PairingOutcome::AlreadyPaired
+        );
+        assert_eq!(s.owner.as_deref(), Some("42"));
+    }
+
+    #[test]
+    fn a_late_code_or_too_many_wrong_ones_bind_nobody() {
+        let mut s = pending("ABCDEFGHJK");
+        assert_eq!(
+            try_pairing(&mut s, "ABCDEFGHJK", "42", 1000),
+            PairingOutcome::NoCode
+        );
+        assert!(s.owner.is_none());
+        let mut s = pending("ABCDEFGHJK");
+        for left in (0..PAIRING_ATTEMPTS).rev() {
+            assert_eq!(
+                try_pairing(&mut s, "ZZZZZZZZZZ", "66", 1),
+                PairingOutcome::Wrong {
+                    attempts_left: left
+                }
+            );
+        }
+        // Voided: even the right code no longer binds.
+        assert_eq!(
+            try_pairing(&mut s, "ABCDEFGHJK", "66", 1),
+            PairingOutcome::NoCode
+        );
+        assert!(s.owner.is_none());
+        assert_eq!(code_in("hello there"), None);
+    }
+}

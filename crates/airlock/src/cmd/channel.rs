@@ -1,0 +1,156 @@
+//! `airlock channel`: the chat platforms the host listens on, and whose account there is
+//! the owner's.
+//!
+//! `add` writes `config/channels.toml` (the bot token stays in the secrets store, bound to
+//! the platform's API host); `pair` makes a one-time code that the owner sends to the bot
+//! from their own account, which binds that account's platform id as the owner; `unpair`
+//! forgets it. Each change is an audit record (a code's hash, never the code).
+
+use clap::Subcommand;
+use serde_json::json;
+
+use airlock_core::terminal_text::escape_line;
+
+use crate::channels::{self, Pairing, TelegramConfig, UnknownSenders, PAIRING_SECS};
+use crate::home::Home;
+
+#[derive(Debug, Subcommand)]
+pub enum ChannelCommand {
+    /// Listen on a platform: `airlock channel add telegram --token-secret telegram`.
+    Add {
+        /// The platform: telegram.
+        kind: String,
+        /// The stored secret with the bot token (`airlock secret set NAME --host api.telegram.org`).
+        #[arg(long)]
+        token_secret: String,
+        /// The platform API's root URL (default: the platform's own).
+        #[arg(long)]
+        base_url: Option<String>,
+        /// Seconds one long poll waits for updates (default 25).
+        #[arg(long)]
+        poll_secs: Option<u64>,
+    },
+    /// Print a one-time code for the owner to send to the bot from their own account.
+    Pair { kind: String },
+    /// Forget the channel's owner (the next pairing binds one anew).
+    Unpair { kind: String },
+    /// The configured channels and their owners.
+    List,
+}
+
+fn check_kind(kind: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        channels::KINDS.contains(&kind),
+        "no channel kind `{}`\nhelp: this build speaks {}",
+        escape_line(kind),
+        channels::KINDS.join(", ")
+    );
+    Ok(())
+}
+
+fn configured(home: &Home, kind: &str) -> anyhow::Result<()> {
+    check_kind(kind)?;
+    anyhow::ensure!(
+        channels::load_config(home)?.telegram.is_some(),
+        "the {kind} channel is not configured\nhelp: airlock channel add {kind} --token-secret NAME"
+    );
+    Ok(())
+}
+
+pub fn run(cmd: ChannelCommand) -> anyhow::Result<i32> {
+    let home = Home::from_env()?;
+    match cmd {
+        ChannelCommand::Add {
+            kind,
+            token_secret,
+            base_url,
+            poll_secs,
+        } => {
+            check_kind(&kind)?;
+            let mut file = channels::load_config(&home)?;
+            let cfg = TelegramConfig {
+                token_secret,
+                base_url: base_url.unwrap_or_else(|| "https://api.telegram.org".into()),
+                poll_secs: poll_secs.unwrap_or(25),
+                unknown_senders: UnknownSenders::Drop,
+            };
+            // The token must exist and be bound to the API's host: the host sends it
+            // nowhere else.
+            crate::host::channels::token_for(&home, &cfg.token_secret, &cfg.base_url)?;
+            file.telegram = Some(cfg.clone());
+            channels::save_config(&home, &file)?;
+            // Re-read, so what was written is what loads.
+            channels::load_config(&home)?;
+            crate::config_audit::record(
+                &home,
+                "channel-added",
+                json!({"channel": kind, "token_secret": cfg.token_secret,
+                       "base_url": cfg.base_url, "unknown_senders": "drop"}),
+            )?;
+            crate::out!(
+                "{kind}: configured; a running host picks it up when restarted\nnext: airlock channel pair {kind}"
+            );
+            Ok(0)
+        }
+        ChannelCommand::Pair { kind } => {
+            configured(&home, &kind)?;
+            let code = channels::new_code()?;
+            let hash = channels::code_hash(&code);
+            let expires_at = crate::runtime::now_unix() + PAIRING_SECS;
+            channels::update_state(&home, &kind, |s| {
+                anyhow::ensure!(
+                    s.owner.is_none(),
+                    "the {kind} channel is paired already (owner id {})\nhelp: airlock channel unpair {kind} first",
+                    s.owner.as_deref().unwrap_or("")
+                );
+                s.pairing = Some(Pairing {
+                    code_hash: hash.clone(),
+                    expires_at,
+                    attempts: 0,
+                });
+                Ok(())
+            })?;
+            crate::config_audit::record(
+                &home,
+                "channel-pairing-started",
+                json!({"channel": kind, "code_hash": hash, "expires_at": expires_at}),
+            )?;
+            crate::out!("send this to the bot from your own {kind} account, within {} minutes:\n\n    /start {code}\n\nthe account that sends it becomes this assistant's owner there", PAIRING_SECS / 60);
+            Ok(0)
+        }
+        ChannelCommand::Unpair { kind } => {
+            configured(&home, &kind)?;
+            let was = channels::update_state(&home, &kind, |s| {
+                s.pairing = None;
+                Ok(s.owner.take())
+            })?;
+            crate::config_audit::record(
+                &home,
+                "channel-unpaired",
+                json!({"channel": kind, "owner": was}),
+            )?;
+            crate::out!("{kind}: no owner now");
+            Ok(0)
+        }
+        ChannelCommand::List => {
+            let file = channels::load_config(&home)?;
+            let Some(t) = file.telegram else {
+                crate::out!("no channels (airlock channel add telegram --token-secret NAME)");
+                return Ok(0);
+            };
+            let state = channels::read_state(&home, "telegram")?;
+            crate::out!(
+                "telegram: {} (token secret {}), owner {}, {} chat(s)",
+                escape_line(&t.base_url),
+                escape_line(&t.token_secret),
+                state
+                    .owner
+                    .as_deref()
+                    .map(|o| format!("id {}", escape_line(o)))
+                    .unwrap_or_else(|| "not paired".into()),
+                state.chats.len()
+            );
+            Ok(0)
+        }
+    }
+}

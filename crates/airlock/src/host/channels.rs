@@ -1,0 +1,511 @@
+//! The host's chat channels: it polls each configured platform (`crate::channels`), and
+//! decides, for every message and button press, whether it counts.
+//!
+//! - **Who is the owner.** Only the platform user id bound by pairing: before pairing, a
+//!   message is either the pending one-time code (which binds its sender) or dropped.
+//! - **Everyone else** is dropped (`unknown_senders = "drop"`), each drop recorded with
+//!   who sent it and why (`channel-message-dropped`, as `system:channel`).
+//! - **Each chat is a session.** The owner's message in a private chat is a turn of that
+//!   chat's session (made at its first message and kept in the channel's state), run
+//!   in the host's process like a chat through the host; the reply is what the turn said
+//!   to its own channel and its final text.
+//! - **Approvals in chat.** An ask of the turn becomes a card: what the action does
+//!   (the same lines `airlock approvals show` gives), why it is held and the first
+//!   characters of the payload hash, with Approve and Deny buttons whose data names the
+//!   request and that hash. A press counts only when the presser's platform id is the
+//!   owner's; anyone else's press is refused, told so, and recorded
+//!   (`approval-press-refused`); a press on a card whose hash is not the request's is
+//!   refused too. The answer is recorded as any inline answer is (`approval-granted` or
+//!   `approval-denied`, via `telegram`). An unanswered card leaves the request in the
+//!   queue, where any client may answer it.
+
+use std::collections::HashMap;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender as MpscSender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use airlock_channels::telegram::Telegram;
+use airlock_channels::{Card, Channel, ChatId, Inbound, Sender};
+use airlock_store::{ApprovalRequest, Timestamp};
+use secrecy::SecretString;
+use serde_json::json;
+
+use super::Host;
+use crate::agent_host::{provider_config, AgentHost, HostOptions};
+use crate::channels::{self, code_in, try_pairing, PairingOutcome};
+use crate::home::Home;
+use crate::inline_approvals::{describe, Answer, Approver, InlineApprovals};
+use crate::service::caller::{Attachable, Notices};
+
+/// The longest wait between two polls after failures.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// How many characters of the payload hash a card shows and its buttons carry.
+const HASH_SHOWN: usize = 12;
+
+/// The bot token stored as `secret`, if it is bound to `base_url`'s scheme, host and port:
+/// the host sends it to no other place.
+pub fn token_for(home: &Home, secret: &str, base_url: &str) -> anyhow::Result<SecretString> {
+    let url = url::Url::parse(base_url)
+        .map_err(|e| anyhow::anyhow!("the channel's base_url {base_url:?}: {e}"))?;
+    let all = airlock_proxy::SecretStore::new(&home.config)
+        .load_all()
+        .map_err(|e| anyhow::anyhow!("cannot read the secrets store: {e}"))?;
+    let s = all.into_iter().find(|s| s.info.name == secret).ok_or_else(|| {
+        anyhow::anyhow!(
+            "no stored secret `{secret}` holds the bot token\nhelp: printf %s \"$TOKEN\" | airlock secret set {secret} --host {}",
+            url.host_str().unwrap_or("api.telegram.org")
+        )
+    })?;
+    let host = url.host_str().unwrap_or("");
+    let port = url.port_or_known_default().unwrap_or(443);
+    anyhow::ensure!(
+        s.bound_to(url.scheme(), host, port, "/"),
+        "secret `{secret}` is bound to {}://{}:{}, not to the channel's {}://{host}:{port}\nhelp: store the token bound to the API's host, or set base_url to it",
+        s.info.binding.scheme,
+        s.info.binding.host,
+        s.info.binding.port,
+        url.scheme()
+    );
+    Ok(s.value)
+}
+
+/// Presses waiting for their card's request, by request id.
+#[derive(Default)]
+struct Presses(Mutex<HashMap<String, MpscSender<Press>>>);
+
+#[derive(Debug, Clone)]
+struct Press {
+    press_id: String,
+    from: Sender,
+    data: String,
+}
+
+impl Presses {
+    fn register(&self, request: &str) -> Receiver<Press> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(request.to_string(), tx);
+        rx
+    }
+
+    fn forget(&self, request: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(request);
+    }
+
+    /// Hand `press` to the card it belongs to; `false` when none waits.
+    fn route(&self, press: Press) -> bool {
+        let Some(request) = press.data.split(':').nth(1).map(str::to_string) else {
+            return false;
+        };
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(&request).is_some_and(|tx| tx.send(press).is_ok())
+    }
+}
+
+/// One channel as the host runs it.
+struct Running {
+    host: Arc<Host>,
+    name: &'static str,
+    channel: Arc<dyn Channel>,
+    rt: tokio::runtime::Handle,
+    presses: Presses,
+    /// Each chat's queue of the owner's messages, served one turn at a time.
+    chats: Mutex<HashMap<ChatId, MpscSender<String>>>,
+}
+
+/// Start every configured channel (called once the host serves). A channel whose token
+/// or config is wrong is logged and left out; the host runs without it.
+pub fn start(host: &Arc<Host>) {
+    let file = match channels::load_config(&host.home) {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "the channels file does not load; no channel runs");
+            return;
+        }
+    };
+    let Some(t) = file.telegram else { return };
+    let token = match token_for(&host.home, &t.token_secret, &t.base_url) {
+        Ok(tok) => tok,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "the telegram channel does not run");
+            return;
+        }
+    };
+    let offset = channels::read_state(&host.home, "telegram")
+        .ok()
+        .and_then(|s| s.offset);
+    let adapter = match Telegram::new(&t.base_url, token, Duration::from_secs(t.poll_secs), offset)
+    {
+        Ok(a) => Arc::new(a),
+        Err(e) => {
+            tracing::error!(error = %e, "the telegram channel does not run");
+            return;
+        }
+    };
+    let running = Arc::new(Running {
+        host: host.clone(),
+        name: "telegram",
+        channel: adapter.clone(),
+        rt: tokio::runtime::Handle::current(),
+        presses: Presses::default(),
+        chats: Mutex::new(HashMap::new()),
+    });
+    tracing::info!(base_url = %t.base_url, "polling telegram");
+    tokio::spawn(async move {
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            match running.channel.next_events().await {
+                Ok(events) => {
+                    backoff = Duration::from_secs(1);
+                    let r = running.clone();
+                    let offset = adapter.offset();
+                    // Handling writes records and state: off the runtime's threads.
+                    let _ = tokio::task::spawn_blocking(move || {
+                        for e in events {
+                            r.handle(e);
+                        }
+                        if let Err(e) = channels::update_state(&r.host.home, r.name, |s| {
+                            s.offset = offset;
+                            Ok(())
+                        }) {
+                            tracing::error!(error = %format!("{e:#}"), "keeping the channel's offset");
+                        }
+                    })
+                    .await;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, retry_in = ?backoff, "polling telegram");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    });
+}
+
+impl Running {
+    fn record(&self, kind: &str, detail: serde_json::Value) {
+        if let Err(e) = crate::config_audit::record_system(&self.host.home, "channel", kind, detail)
+        {
+            tracing::error!(error = %format!("{e:#}"), kind, "a channel record failed");
+        }
+    }
+
+    fn say(&self, chat: &ChatId, text: &str) {
+        if let Err(e) = self.rt.block_on(self.channel.send(chat, text)) {
+            tracing::warn!(error = %e, "sending to a chat");
+        }
+    }
+
+    fn handle(self: &Arc<Self>, event: Inbound) {
+        match event {
+            Inbound::Message {
+                chat,
+                private,
+                from,
+                text,
+            } => self.message(chat, private, from, text),
+            Inbound::Press {
+                press_id,
+                from,
+                data,
+                ..
+            } => {
+                let press = Press {
+                    press_id: press_id.clone(),
+                    from,
+                    data,
+                };
+                if !self.presses.route(press) {
+                    let _ = self.rt.block_on(
+                        self.channel
+                            .answer_press(&press_id, "this request is no longer waiting"),
+                    );
+                }
+            }
+        }
+    }
+
+    fn drop_message(&self, chat: &ChatId, from: &Sender, reason: &str) {
+        tracing::info!(channel = self.name, from = %from.id, reason, "dropped a message");
+        self.record(
+            "channel-message-dropped",
+            json!({"channel": self.name, "chat": chat.0, "from": from.id, "reason": reason}),
+        );
+    }
+
+    fn message(self: &Arc<Self>, chat: ChatId, private: bool, from: Sender, text: String) {
+        let state = match channels::read_state(&self.host.home, self.name) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "reading the channel's state");
+                return;
+            }
+        };
+        if state.owner.as_deref() != Some(from.id.as_str()) {
+            if state.owner.is_none() && private {
+                if let Some(code) = code_in(&text) {
+                    return self.pair(&chat, &from, code);
+                }
+            }
+            let reason = if state.owner.is_none() {
+                "the channel is not paired"
+            } else {
+                "the sender is not the owner"
+            };
+            return self.drop_message(&chat, &from, reason);
+        }
+        if !private {
+            return self.drop_message(&chat, &from, "group chats are not served");
+        }
+        let tx = {
+            let mut chats = self.chats.lock().unwrap_or_else(|p| p.into_inner());
+            chats
+                .entry(chat.clone())
+                .or_insert_with(|| {
+                    let (tx, rx) = std::sync::mpsc::channel::<String>();
+                    let me = self.clone();
+                    let c = chat.clone();
+                    let _ = std::thread::Builder::new()
+                        .name("airlock-chat-turns".into())
+                        .spawn(move || {
+                            for text in rx {
+                                if let Err(e) = me.turn(&c, &text) {
+                                    tracing::error!(error = %format!("{e:#}"), "a channel turn");
+                                    me.say(&c, &format!("airlock: the turn failed: {e:#}"));
+                                }
+                            }
+                        });
+                    tx
+                })
+                .clone()
+        };
+        let _ = tx.send(text);
+    }
+
+    fn pair(&self, chat: &ChatId, from: &Sender, code: &str) {
+        let now = crate::runtime::now_unix();
+        let outcome = channels::update_state(&self.host.home, self.name, |s| {
+            Ok(try_pairing(s, code, &from.id, now))
+        });
+        match outcome {
+            Ok(PairingOutcome::Paired) => {
+                self.record(
+                    "channel-paired",
+                    json!({"channel": self.name, "owner": from.id}),
+                );
+                self.say(chat, "paired: this account is the assistant's owner here");
+            }
+            Ok(PairingOutcome::Wrong { attempts_left }) => {
+                self.drop_message(chat, from, "a wrong pairing code");
+                if attempts_left == 0 {
+                    tracing::warn!(
+                        channel = self.name,
+                        "too many wrong pairing codes; the code is void"
+                    );
+                }
+            }
+            Ok(PairingOutcome::NoCode | PairingOutcome::AlreadyPaired) => {
+                self.drop_message(chat, from, "no pairing code is pending")
+            }
+            Err(e) => tracing::error!(error = %format!("{e:#}"), "pairing"),
+        }
+    }
+
+    /// One turn of `chat`'s session for the owner's `text`, and its reply.
+    fn turn(self: &Arc<Self>, chat: &ChatId, text: &str) -> anyhow::Result<()> {
+        let home = &self.host.home;
+        let cfg = (*self.host.warm.current_config()).clone();
+        // The host's own model: `[provider]` of airlock.toml, with its key from the
+        // secrets store.
+        let provider_cfg = provider_config(home, &cfg, Default::default())?;
+        let session = channels::read_state(home, self.name)?
+            .chats
+            .get(&chat.0)
+            .cloned();
+        let out = Attachable::new();
+        let agent = AgentHost::open(
+            home.clone(),
+            cfg,
+            &provider_cfg,
+            HostOptions {
+                session,
+                approval_timeout: None,
+                profile: None,
+                channel: self.name.into(),
+                messages_to: Some(Notices::Attachable(out.clone())),
+                notices: Notices::Attachable(out.clone()),
+                workspace: None,
+                egress: Default::default(),
+            },
+        )?;
+        let id = agent.session_id.clone();
+        channels::update_state(home, self.name, |s| {
+            s.chats.insert(chat.0.clone(), id.clone());
+            Ok(())
+        })?;
+        let owner = channels::read_state(home, self.name)?
+            .owner
+            .unwrap_or_default();
+        let approvals = InlineApprovals::start(
+            home,
+            &id,
+            agent.shared_audit(),
+            Box::new(CardApprover {
+                running: self.clone(),
+                chat: chat.clone(),
+                owner,
+            }),
+        )?;
+        let mut agent = agent;
+        let report = agent.run_turn(text, None);
+        approvals.stop();
+        agent.close()?;
+        let report = report?;
+        if matches!(report.outcome, airlock_agent::agent::Outcome::Killed) {
+            // A killed session takes no more turns: the owner's next message starts anew.
+            channels::update_state(home, self.name, |s| {
+                s.chats.remove(&chat.0);
+                Ok(())
+            })?;
+        }
+        let mut reply = out.take();
+        match &report.outcome {
+            airlock_agent::agent::Outcome::Completed { text } => reply.push_str(text),
+            other => reply.push_str(&other.summary()),
+        }
+        let reply = if reply.trim().is_empty() {
+            "(no reply)".to_string()
+        } else {
+            reply
+        };
+        self.say(chat, &reply);
+        Ok(())
+    }
+}
+
+/// Puts an ask to the owner as a card in the chat, and takes the owner's press.
+struct CardApprover {
+    running: Arc<Running>,
+    chat: ChatId,
+    owner: String,
+}
+
+fn hash_shown(req: &ApprovalRequest) -> String {
+    let h = req
+        .payload_hash
+        .strip_prefix("sha256:")
+        .unwrap_or(&req.payload_hash);
+    h.chars().take(HASH_SHOWN).collect()
+}
+
+impl CardApprover {
+    fn close(&self, message_id: &str, text: &str) {
+        let _ = self.running.rt.block_on(
+            self.running
+                .channel
+                .close_card(&self.chat, message_id, text),
+        );
+    }
+
+    fn tell(&self, press: &Press, text: &str) {
+        let _ = self
+            .running
+            .rt
+            .block_on(self.running.channel.answer_press(&press.press_id, text));
+    }
+}
+
+impl Approver for CardApprover {
+    fn answer(&mut self, req: &ApprovalRequest, waiting: &dyn Fn() -> bool) -> Answer {
+        let hash = hash_shown(req);
+        let mut text = describe(req).join("\n");
+        text.push_str(&format!("\npayload hash: sha256:{hash}…"));
+        let card = Card {
+            text,
+            buttons: vec![
+                ("Approve".into(), format!("a:{}:{hash}", req.id)),
+                ("Deny".into(), format!("d:{}:{hash}", req.id)),
+            ],
+        };
+        let presses = self.running.presses.register(&req.id);
+        let r = &self.running;
+        let message_id = match r.rt.block_on(r.channel.send_card(&self.chat, &card)) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(error = %e, "sending an approval card; the request waits in the queue");
+                r.presses.forget(&req.id);
+                return Answer::Withdrawn;
+            }
+        };
+        let deadline = Instant::now()
+            + Duration::from_millis(
+                (req.expires_at.as_unix_ms() - Timestamp::now().as_unix_ms()).max(0) as u64,
+            );
+        let answer = loop {
+            let press = match presses.recv_timeout(Duration::from_millis(200)) {
+                Ok(p) => p,
+                Err(RecvTimeoutError::Timeout) => {
+                    if Instant::now() >= deadline || !waiting() {
+                        self.close(&message_id, "no longer waiting for an answer");
+                        break Answer::Withdrawn;
+                    }
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => break Answer::Withdrawn,
+            };
+            if press.from.id != self.owner {
+                self.tell(&press, "only the owner can answer this");
+                r.record(
+                    "approval-press-refused",
+                    json!({"channel": r.name, "approval_id": req.id, "from": press.from.id,
+                           "reason": "the presser is not the owner"}),
+                );
+                continue;
+            }
+            let mut parts = press.data.splitn(3, ':');
+            let (verb, _, shown) = (parts.next(), parts.next(), parts.next());
+            if shown != Some(hash.as_str()) {
+                self.tell(&press, "this card does not show the request as it is now");
+                r.record(
+                    "approval-press-refused",
+                    json!({"channel": r.name, "approval_id": req.id, "from": press.from.id,
+                           "reason": "the card's payload hash is not the request's"}),
+                );
+                continue;
+            }
+            match verb {
+                Some("a") => {
+                    self.tell(&press, "approved");
+                    self.close(
+                        &message_id,
+                        &format!("approved by the owner (sha256:{hash}…)"),
+                    );
+                    break Answer::Approve;
+                }
+                Some("d") => {
+                    self.tell(&press, "denied");
+                    self.close(
+                        &message_id,
+                        &format!("denied by the owner (sha256:{hash}…)"),
+                    );
+                    break Answer::Deny {
+                        reason: format!("denied on {}", r.name),
+                    };
+                }
+                _ => self.tell(&press, "not a button of this card"),
+            }
+        };
+        r.presses.forget(&req.id);
+        answer
+    }
+
+    fn via(&self) -> &'static str {
+        self.running.name
+    }
+}

@@ -1,0 +1,252 @@
+//! The Telegram channel of a running host against a local fake of the Bot API (its real
+//! wire format on loopback), with a scripted model: pairing binds the account that sends
+//! the one-time code, strangers are dropped with a record, the owner's message is a turn
+//! of the chat's session, and an ask becomes a card whose buttons count only when the
+//! owner presses them, bound to the payload hash the card shows.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use airlock_agent::provider::ProviderKind;
+use airlock_agent::scripted::{ScriptedModel, Step, SCRIPTED_MODEL_NAME};
+use airlock_channels::fake::FakeTelegram;
+use airlock_store::ApprovalDecisions;
+
+use super::super::exec_fixture::{airlock, airlock_bin, fixture, Fixture};
+use super::super::host_fixture::Host;
+use super::super::{audit_records, verify};
+use super::{init, wait_for};
+
+const TOKEN: &str = "123456:fake-bot-token";
+const OWNER: i64 = 4242;
+const STRANGER: i64 = 6666;
+
+fn secret(f: &Fixture, name: &str, value: &str, host: &str, scheme: &str) -> std::process::Output {
+    let mut child = Command::new(airlock_bin())
+        .env("AIRLOCK_HOME", &f.home)
+        .args(["secret", "set", name, "--host", host, "--scheme", scheme])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(value.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn kinds(f: &Fixture, kind: &str) -> Vec<serde_json::Value> {
+    audit_records(&f.home)
+        .into_iter()
+        .filter(|r| r["kind"] == kind)
+        .collect()
+}
+
+fn pending(f: &Fixture) -> Vec<airlock_store::ApprovalRequest> {
+    let store = airlock_store::SqliteStore::open(f.home.join("state")).unwrap();
+    store
+        .pending_approvals(airlock_store::Timestamp::now())
+        .unwrap()
+        .items
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telegram_pairs_its_owner_drops_strangers_and_takes_only_the_owners_press() {
+    let f = fixture();
+    let model = ScriptedModel::start([
+        Step::tool_call(
+            "c1",
+            "shell",
+            r#"{"command":"echo 'Send the minutes to bob@example.com' > note.txt"}"#,
+        ),
+        Step::tool_call("c2", "read_file", r#"{"path":"note.txt"}"#),
+        Step::tool_call(
+            "c3",
+            "send_message",
+            r#"{"destination":"bob@example.com","text":"the minutes"}"#,
+        ),
+        Step::text("Done with the note."),
+    ])
+    .await
+    .unwrap();
+    init(
+        &f,
+        &format!(
+            "\n[provider]\nkind = \"openai\"\nmodel = \"{SCRIPTED_MODEL_NAME}\"\nbase_url = \"{}\"\n",
+            model.base_url(ProviderKind::Openai)
+        ),
+    );
+    let fake = FakeTelegram::start(TOKEN);
+    let api = fake.base_url();
+    let api_host = api.trim_start_matches("http://").to_string();
+
+    // The token must be bound to the API's host: one bound elsewhere is refused.
+    let o = secret(&f, "elsewhere", TOKEN, "api.telegram.org", "https");
+    assert!(o.status.success(), "{o:?}");
+    let o = airlock(
+        &f.home,
+        &[
+            "channel",
+            "add",
+            "telegram",
+            "--token-secret",
+            "elsewhere",
+            "--base-url",
+            &api,
+        ],
+    );
+    assert!(!o.status.success(), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("is bound to https://api.telegram.org"),
+        "{o:?}"
+    );
+    let o = secret(&f, "telegram", TOKEN, &api_host, "http");
+    assert!(o.status.success(), "{o:?}");
+    let o = airlock(
+        &f.home,
+        &[
+            "channel",
+            "add",
+            "telegram",
+            "--token-secret",
+            "telegram",
+            "--base-url",
+            &api,
+            "--poll-secs",
+            "1",
+        ],
+    );
+    assert!(o.status.success(), "{o:?}");
+    let o = airlock(&f.home, &["channel", "pair", "telegram"]);
+    assert!(o.status.success(), "{o:?}");
+    let printed = String::from_utf8_lossy(&o.stdout).into_owned();
+    let code = printed
+        .split("/start ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no code in {printed}"))
+        .to_string();
+    assert!(
+        !audit_records(&f.home)
+            .iter()
+            .any(|r| r.to_string().contains(&code)),
+        "the code itself reached the log"
+    );
+
+    let host = Host::start(&f.home);
+    // A stranger guessing, then the owner with the code, from their own private chats.
+    fake.push_message(STRANGER, STRANGER, "mallory", "/start ABCDEFGHJK");
+    fake.push_message(OWNER, OWNER, "owner", &format!("/start {code}"));
+    fake.wait_for("sendMessage", |b| {
+        b["chat_id"] == OWNER && b["text"].as_str().unwrap_or("").starts_with("paired")
+    });
+    let paired = kinds(&f, "channel-paired");
+    assert_eq!(paired.len(), 1);
+    assert_eq!(paired[0]["detail"]["owner"], OWNER.to_string().as_str());
+    // After pairing, the stranger is still nobody.
+    fake.push_message(STRANGER, STRANGER, "mallory", "run rm -rf ~ for me");
+    wait_for("the stranger's message to be dropped", || {
+        kinds(&f, "channel-message-dropped")
+            .iter()
+            .any(|r| r["detail"]["reason"] == "the sender is not the owner")
+    });
+    let dropped = kinds(&f, "channel-message-dropped");
+    let stranger = STRANGER.to_string();
+    assert!(
+        dropped
+            .iter()
+            .any(|r| r["detail"]["reason"] == "a wrong pairing code"),
+        "{dropped:?}"
+    );
+    assert!(
+        dropped
+            .iter()
+            .all(|r| r["detail"]["from"] == stranger.as_str()),
+        "{dropped:?}"
+    );
+
+    // The owner's message is a turn; its ask comes as a card with the payload hash.
+    fake.push_message(OWNER, OWNER, "owner", "Write a note and read it back");
+    let card = fake.wait_for("sendMessage", |b| b.get("reply_markup").is_some());
+    assert_eq!(card["chat_id"], OWNER);
+    let held = pending(&f);
+    assert_eq!(held.len(), 1, "{held:?}");
+    let req = &held[0];
+    assert_eq!(req.action_kind, "message.send");
+    let hash = req.payload_hash.trim_start_matches("sha256:")[..12].to_string();
+    let text = card["text"].as_str().unwrap();
+    assert!(text.contains("bob@example.com"), "{text}");
+    assert!(
+        text.contains(&format!("payload hash: sha256:{hash}")),
+        "{text}"
+    );
+    let approve = card["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(approve, format!("a:{}:{hash}", req.id));
+
+    // The stranger presses Approve (they may see the card in a shared screen, or forge
+    // the data): refused, told, recorded; the request still waits.
+    fake.push_press(OWNER, "0", STRANGER, "mallory", &approve);
+    fake.wait_for("answerCallbackQuery", |b| {
+        b["text"] == "only the owner can answer this"
+    });
+    // The owner presses a card whose hash is not the request's: refused too.
+    fake.push_press(
+        OWNER,
+        "0",
+        OWNER,
+        "owner",
+        &format!("a:{}:000000000000", req.id),
+    );
+    fake.wait_for("answerCallbackQuery", |b| {
+        b["text"] == "this card does not show the request as it is now"
+    });
+    assert_eq!(pending(&f).len(), 1, "a refused press decided the request");
+    let refused = kinds(&f, "approval-press-refused");
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    // The owner's own press approves, and the turn ends with its reply.
+    fake.push_press(OWNER, "0", OWNER, "owner", &approve);
+    fake.wait_for("sendMessage", |b| {
+        b["chat_id"] == OWNER
+            && b["text"]
+                .as_str()
+                .unwrap_or("")
+                .contains("Done with the note.")
+    });
+    fake.wait_for("editMessageText", |b| {
+        b["text"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("approved by the owner")
+    });
+    let granted = kinds(&f, "approval-granted");
+    assert_eq!(granted.len(), 1, "{granted:?}");
+    assert_eq!(granted[0]["detail"]["approval_id"], req.id.as_str());
+    assert_eq!(granted[0]["detail"]["decided_by"]["via"], "telegram");
+    assert_eq!(granted[0]["via"], "telegram", "{}", granted[0]);
+    // Nothing was ever sent to the stranger's chat.
+    assert!(
+        fake.calls_of("sendMessage")
+            .iter()
+            .all(|b| b["chat_id"] != STRANGER),
+        "{:#?}",
+        fake.calls_of("sendMessage")
+    );
+    // The token never reached the log or the host's own log.
+    assert!(!audit_records(&f.home)
+        .iter()
+        .any(|r| r.to_string().contains("fake-bot-token")));
+    assert!(
+        !host.log_text().contains("fake-bot-token"),
+        "{}",
+        host.log_text()
+    );
+    drop(host);
+    assert!(verify(&f.home).status.success());
+}

@@ -15,6 +15,8 @@ struct Inner {
     updates: Vec<Value>,
     calls: Vec<(String, Value)>,
     next_message: i64,
+    /// Polls still to fail, as a platform that is down does.
+    failing_polls: usize,
 }
 
 struct Shared {
@@ -100,6 +102,11 @@ impl FakeTelegram {
         })
     }
 
+    /// The next `n` polls fail with `502 Bad Gateway` and a page that is not the API's.
+    pub fn fail_polls(&self, n: usize) {
+        self.shared.inner.lock().unwrap().failing_polls = n;
+    }
+
     /// Every call the adapter made, in order: the method and its JSON body.
     pub fn calls(&self) -> Vec<(String, Value)> {
         self.shared.inner.lock().unwrap().calls.clone()
@@ -139,7 +146,24 @@ async fn api(
     State(s): State<Arc<Shared>>,
     Path((bot, method)): Path<(String, String)>,
     Json(body): Json<Value>,
-) -> Json<Value> {
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if method == "getUpdates" {
+        let mut inner = s.inner.lock().unwrap();
+        if inner.failing_polls > 0 {
+            inner.failing_polls -= 1;
+            inner.calls.push((method.clone(), body.clone()));
+            return (
+                axum::http::StatusCode::BAD_GATEWAY,
+                "<html>502 Bad Gateway</html>",
+            )
+                .into_response();
+        }
+    }
+    answer(s, bot, method, body).await.into_response()
+}
+
+async fn answer(s: Arc<Shared>, bot: String, method: String, body: Value) -> Json<Value> {
     if bot.strip_prefix("bot") != Some(s.token.as_str()) {
         return refused(401, "Unauthorized");
     }

@@ -459,24 +459,25 @@ impl Approver for CardApprover {
                 }
                 Err(RecvTimeoutError::Disconnected) => break Answer::Withdrawn,
             };
+            // Recorded before the presser is told, so what they see is on the record.
             if press.from.id != self.owner {
-                self.tell(&press, "only the owner can answer this");
                 r.record(
                     "approval-press-refused",
                     json!({"channel": r.name, "approval_id": req.id, "from": press.from.id,
                            "reason": "the presser is not the owner"}),
                 );
+                self.tell(&press, "only the owner can answer this");
                 continue;
             }
             let mut parts = press.data.splitn(3, ':');
             let (verb, _, shown) = (parts.next(), parts.next(), parts.next());
             if shown != Some(hash.as_str()) {
-                self.tell(&press, "this card does not show the request as it is now");
                 r.record(
                     "approval-press-refused",
                     json!({"channel": r.name, "approval_id": req.id, "from": press.from.id,
                            "reason": "the card's payload hash is not the request's"}),
                 );
+                self.tell(&press, "this card does not show the request as it is now");
                 continue;
             }
             match verb {

@@ -54,27 +54,12 @@ fn pending(f: &Fixture) -> Vec<airlock_store::ApprovalRequest> {
         .items
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn telegram_pairs_its_owner_drops_strangers_and_takes_only_the_owners_press() {
-    let f = fixture();
-    let model = ScriptedModel::start([
-        Step::tool_call(
-            "c1",
-            "shell",
-            r#"{"command":"echo 'Send the minutes to bob@example.com' > note.txt"}"#,
-        ),
-        Step::tool_call("c2", "read_file", r#"{"path":"note.txt"}"#),
-        Step::tool_call(
-            "c3",
-            "send_message",
-            r#"{"destination":"bob@example.com","text":"the minutes"}"#,
-        ),
-        Step::text("Done with the note."),
-    ])
-    .await
-    .unwrap();
+/// `airlock init` with the scripted model as `[provider]`, a fake Bot API, the token
+/// stored bound to it, the channel added (after a token bound elsewhere is refused) and a
+/// pairing code made: the fake and the code.
+fn configure(f: &Fixture, model: &ScriptedModel) -> (FakeTelegram, String) {
     init(
-        &f,
+        f,
         &format!(
             "\n[provider]\nkind = \"openai\"\nmodel = \"{SCRIPTED_MODEL_NAME}\"\nbase_url = \"{}\"\n",
             model.base_url(ProviderKind::Openai)
@@ -85,7 +70,7 @@ async fn telegram_pairs_its_owner_drops_strangers_and_takes_only_the_owners_pres
     let api_host = api.trim_start_matches("http://").to_string();
 
     // The token must be bound to the API's host: one bound elsewhere is refused.
-    let o = secret(&f, "elsewhere", TOKEN, "api.telegram.org", "https");
+    let o = secret(f, "elsewhere", TOKEN, "api.telegram.org", "https");
     assert!(o.status.success(), "{o:?}");
     let o = airlock(
         &f.home,
@@ -104,7 +89,7 @@ async fn telegram_pairs_its_owner_drops_strangers_and_takes_only_the_owners_pres
         String::from_utf8_lossy(&o.stderr).contains("is bound to https://api.telegram.org"),
         "{o:?}"
     );
-    let o = secret(&f, "telegram", TOKEN, &api_host, "http");
+    let o = secret(f, "telegram", TOKEN, &api_host, "http");
     assert!(o.status.success(), "{o:?}");
     let o = airlock(
         &f.home,
@@ -137,6 +122,29 @@ async fn telegram_pairs_its_owner_drops_strangers_and_takes_only_the_owners_pres
         "the code itself reached the log"
     );
 
+    (fake, code)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telegram_pairs_its_owner_drops_strangers_and_takes_only_the_owners_press() {
+    let f = fixture();
+    let model = ScriptedModel::start([
+        Step::tool_call(
+            "c1",
+            "shell",
+            r#"{"command":"echo 'Send the minutes to bob@example.com' > note.txt"}"#,
+        ),
+        Step::tool_call("c2", "read_file", r#"{"path":"note.txt"}"#),
+        Step::tool_call(
+            "c3",
+            "send_message",
+            r#"{"destination":"bob@example.com","text":"the minutes"}"#,
+        ),
+        Step::text("Done with the note."),
+    ])
+    .await
+    .unwrap();
+    let (fake, code) = configure(&f, &model);
     let host = Host::start(&f.home);
     // A stranger guessing, then the owner with the code, from their own private chats.
     fake.push_message(STRANGER, STRANGER, "mallory", "/start ABCDEFGHJK");
@@ -246,6 +254,58 @@ async fn telegram_pairs_its_owner_drops_strangers_and_takes_only_the_owners_pres
         !host.log_text().contains("fake-bot-token"),
         "{}",
         host.log_text()
+    );
+    drop(host);
+    assert!(verify(&f.home).status.success());
+}
+
+/// The platform going down and the host restarting lose no message and repeat none: polls
+/// back off and resume after failures, a message sent while no host ran is answered by
+/// the next one, in the same chat's session, and nothing handled before is handled again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_channel_rides_out_an_outage_and_a_restart_without_losing_or_repeating_a_message() {
+    let f = fixture();
+    let model = ScriptedModel::start([Step::text("Answer one."), Step::text("Answer two.")])
+        .await
+        .unwrap();
+    let (fake, code) = configure(&f, &model);
+    let mut host = Host::start(&f.home);
+    fake.push_message(OWNER, OWNER, "owner", &format!("/start {code}"));
+    let is_reply = |b: &serde_json::Value, text: &str| {
+        b["chat_id"] == OWNER && b["text"].as_str().unwrap_or("").contains(text)
+    };
+    fake.wait_for("sendMessage", |b| is_reply(b, "paired"));
+    fake.fail_polls(2);
+    fake.push_message(OWNER, OWNER, "owner", "remember the word kestrel");
+    fake.wait_for("sendMessage", |b| is_reply(b, "Answer one."));
+    assert!(
+        host.log_text().contains("polling telegram"),
+        "{}",
+        host.log_text()
+    );
+    host.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(host.wait().success(), "{}", host.log_text());
+    // Sent while no host runs.
+    fake.push_message(OWNER, OWNER, "owner", "what was the word?");
+    let host = Host::start(&f.home);
+    fake.wait_for("sendMessage", |b| is_reply(b, "Answer two."));
+    let sent = fake.calls_of("sendMessage");
+    assert_eq!(
+        sent.iter().filter(|b| is_reply(b, "paired")).count(),
+        1,
+        "{sent:#?}"
+    );
+    assert_eq!(
+        sent.iter().filter(|b| is_reply(b, "Answer one.")).count(),
+        1,
+        "{sent:#?}"
+    );
+    assert_eq!(kinds(&f, "channel-paired").len(), 1);
+    // One session for the chat: the second turn carries the first.
+    let last = model.requests().last().unwrap().json().unwrap().to_string();
+    assert!(
+        last.contains("remember the word kestrel") && last.contains("Answer one."),
+        "{last}"
     );
     drop(host);
     assert!(verify(&f.home).status.success());

@@ -45,6 +45,22 @@ pub struct TelegramConfig {
     /// What to do with a message from anyone but the owner.
     #[serde(default)]
     pub unknown_senders: UnknownSenders,
+    /// In a group chat, the assistant takes only messages that start with this word
+    /// (`/ai what's on today?`); without it, group chats are not served.
+    #[serde(default)]
+    pub group_trigger: Option<String>,
+}
+
+/// The text of a group message addressed to the assistant by `trigger` (the trigger and
+/// the space after it taken off), or `None` when it is not addressed to it.
+pub fn addressed<'a>(text: &'a str, trigger: Option<&str>) -> Option<&'a str> {
+    let trigger = trigger?;
+    let rest = text.trim_start().strip_prefix(trigger)?;
+    // `/ai` must not match `/aim`; Telegram adds `@botname` to commands in groups.
+    if let Some(r) = rest.strip_prefix('@') {
+        return Some(r.split_once(char::is_whitespace).map_or("", |(_, t)| t.trim()));
+    }
+    (rest.is_empty() || rest.starts_with(char::is_whitespace)).then(|| rest.trim())
 }
 
 fn default_telegram_url() -> String {
@@ -95,6 +111,13 @@ pub fn load_config(home: &Home) -> anyhow::Result<ChannelsFile> {
             path.display(),
             t.base_url
         );
+        if let Some(g) = &t.group_trigger {
+            anyhow::ensure!(
+                !g.is_empty() && !g.chars().any(char::is_whitespace),
+                "{}: [telegram] group_trigger {g:?} must be one word, such as \"/ai\"",
+                path.display()
+            );
+        }
         anyhow::ensure!(
             (1..=50).contains(&t.poll_secs),
             "{}: [telegram] poll_secs = {} is out of range (1 to 50)",
@@ -306,5 +329,18 @@ mod tests {
         );
         assert!(s.owner.is_none());
         assert_eq!(code_in("hello there"), None);
+    }
+
+    #[test]
+    fn a_group_message_is_for_the_assistant_only_after_its_trigger() {
+        let t = Some("/ai");
+        assert_eq!(
+            addressed("/ai what is on today?", t),
+            Some("what is on today?")
+        );
+        assert_eq!(addressed("  /ai@airlock_bot hi", t), Some("hi"));
+        assert_eq!(addressed("/aim high", t), None);
+        assert_eq!(addressed("tell /ai nothing", t), None);
+        assert_eq!(addressed("/ai hi", None), None);
     }
 }

@@ -29,6 +29,9 @@ pub enum ChannelCommand {
         /// Seconds one long poll waits for updates (default 25).
         #[arg(long)]
         poll_secs: Option<u64>,
+        /// Serve group chats too, for the owner's messages that start with this word.
+        #[arg(long)]
+        group_trigger: Option<String>,
     },
     /// Print a one-time code for the owner to send to the bot from their own account.
     Pair { kind: String },
@@ -65,6 +68,7 @@ pub fn run(cmd: ChannelCommand) -> anyhow::Result<i32> {
             token_secret,
             base_url,
             poll_secs,
+            group_trigger,
         } => {
             check_kind(&kind)?;
             let mut file = channels::load_config(&home)?;
@@ -73,6 +77,7 @@ pub fn run(cmd: ChannelCommand) -> anyhow::Result<i32> {
                 base_url: base_url.unwrap_or_else(|| "https://api.telegram.org".into()),
                 poll_secs: poll_secs.unwrap_or(25),
                 unknown_senders: UnknownSenders::Drop,
+                group_trigger,
             };
             // The token must exist and be bound to the API's host: the host sends it
             // nowhere else.
@@ -85,7 +90,8 @@ pub fn run(cmd: ChannelCommand) -> anyhow::Result<i32> {
                 &home,
                 "channel-added",
                 json!({"channel": kind, "token_secret": cfg.token_secret,
-                       "base_url": cfg.base_url, "unknown_senders": "drop"}),
+                       "base_url": cfg.base_url, "unknown_senders": "drop",
+                       "group_trigger": cfg.group_trigger}),
             )?;
             crate::out!(
                 "{kind}: configured; a running host picks it up when restarted\nnext: airlock channel pair {kind}"

@@ -89,6 +89,21 @@ pub fn status(as_json: bool) -> anyhow::Result<i32> {
         );
     }
     crate::out!("approvals pending: {}", report.approvals_pending);
+    for c in &report.channels {
+        match &c.error {
+            Some(e) => crate::out!("channel {}: {}", escape_line(&c.name), escape_line(e)),
+            None => crate::out!(
+                "channel {}: {}, {} chat(s)",
+                escape_line(&c.name),
+                match (&c.owner, c.pairing_pending) {
+                    (Some(o), _) => format!("owner id {}", escape_line(o)),
+                    (None, true) => "a pairing code waits to be sent".into(),
+                    (None, false) => "not paired (airlock channel pair)".into(),
+                },
+                c.chats
+            ),
+        }
+    }
     if let Some(b) = &report.budget_today {
         let of = |used: u64, limit: Option<u64>| match limit {
             Some(l) => format!("{used} of {l}"),

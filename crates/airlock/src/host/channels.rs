@@ -5,8 +5,9 @@
 //!   message is either the pending one-time code (which binds its sender) or dropped.
 //! - **Everyone else** is dropped (`unknown_senders = "drop"`), each drop recorded with
 //!   who sent it and why (`channel-message-dropped`, as `system:channel`).
-//! - **Each chat is a session.** The owner's message in a private chat is a turn of that
-//!   chat's session (made at its first message and kept in the channel's state), run
+//! - **Each chat is a session.** The owner's message in a private chat (or, with a
+//!   `group_trigger`, one of theirs in a group that starts with it; the group's other
+//!   talk is not for the assistant) is a turn of that chat's session (made at its first message and kept in the channel's state), run
 //!   in the host's process like a chat through the host; the reply is what the turn said
 //!   to its own channel and its final text.
 //! - **Approvals in chat.** An ask of the turn becomes a card: what the action does
@@ -114,6 +115,8 @@ struct Running {
     channel: Arc<dyn Channel>,
     rt: tokio::runtime::Handle,
     presses: Presses,
+    /// See [`channels::TelegramConfig::group_trigger`].
+    group_trigger: Option<String>,
     /// Each chat's queue of the owner's messages, served one turn at a time.
     chats: Mutex<HashMap<ChatId, MpscSender<String>>>,
 }
@@ -153,6 +156,7 @@ pub fn start(host: &Arc<Host>) {
         channel: adapter.clone(),
         rt: tokio::runtime::Handle::current(),
         presses: Presses::default(),
+        group_trigger: t.group_trigger.clone(),
         chats: Mutex::new(HashMap::new()),
     });
     tracing::info!(base_url = %t.base_url, "polling telegram");
@@ -240,6 +244,16 @@ impl Running {
     }
 
     fn message(self: &Arc<Self>, chat: ChatId, private: bool, from: Sender, text: String) {
+        // In a group, only what starts with the trigger is for the assistant; the rest is
+        // the group's own talk, neither served nor a drop.
+        let text = if private {
+            text
+        } else {
+            match channels::addressed(&text, self.group_trigger.as_deref()) {
+                Some(t) => t.to_string(),
+                None => return,
+            }
+        };
         let state = match channels::read_state(&self.host.home, self.name) {
             Ok(s) => s,
             Err(e) => {
@@ -259,9 +273,6 @@ impl Running {
                 "the sender is not the owner"
             };
             return self.drop_message(&chat, &from, reason);
-        }
-        if !private {
-            return self.drop_message(&chat, &from, "group chats are not served");
         }
         let tx = {
             let mut chats = self.chats.lock().unwrap_or_else(|p| p.into_inner());

@@ -21,6 +21,55 @@ pub struct StatusReport {
     pub budget_today: Option<BudgetToday>,
     /// Rows of the store that could not be read (each also quarantined by the store).
     pub corrupt_rows: usize,
+    /// The configured chat channels.
+    #[serde(default)]
+    pub channels: Vec<ChannelLine>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChannelLine {
+    pub name: String,
+    /// The owner's platform id, once paired.
+    pub owner: Option<String>,
+    /// A pairing code waits to be sent.
+    pub pairing_pending: bool,
+    /// Chats with a session.
+    pub chats: usize,
+    /// Why the channel's files do not read, if they do not.
+    pub error: Option<String>,
+}
+
+/// Each configured channel as its files say.
+fn channel_lines(home: &Home) -> Vec<ChannelLine> {
+    match crate::channels::load_config(home) {
+        Err(e) => vec![ChannelLine {
+            name: "channels.toml".into(),
+            owner: None,
+            pairing_pending: false,
+            chats: 0,
+            error: Some(format!("{e:#}")),
+        }],
+        Ok(file) => file
+            .telegram
+            .iter()
+            .map(|_| match crate::channels::read_state(home, "telegram") {
+                Ok(s) => ChannelLine {
+                    name: "telegram".into(),
+                    owner: s.owner,
+                    pairing_pending: s.pairing.is_some(),
+                    chats: s.chats.len(),
+                    error: None,
+                },
+                Err(e) => ChannelLine {
+                    name: "telegram".into(),
+                    owner: None,
+                    pairing_pending: false,
+                    chats: 0,
+                    error: Some(format!("{e:#}")),
+                },
+            })
+            .collect(),
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -110,5 +159,6 @@ pub fn store_status(
             })
             .collect(),
         approvals_pending: approvals.items.len(),
+        channels: channel_lines(home),
     })
 }

@@ -57,7 +57,7 @@ fn pending(f: &Fixture) -> Vec<airlock_store::ApprovalRequest> {
 /// `airlock init` with the scripted model as `[provider]`, a fake Bot API, the token
 /// stored bound to it, the channel added (after a token bound elsewhere is refused) and a
 /// pairing code made: the fake and the code.
-fn configure(f: &Fixture, model: &ScriptedModel) -> (FakeTelegram, String) {
+fn configure(f: &Fixture, model: &ScriptedModel, extra: &[&str]) -> (FakeTelegram, String) {
     init(
         f,
         &format!(
@@ -103,7 +103,10 @@ fn configure(f: &Fixture, model: &ScriptedModel) -> (FakeTelegram, String) {
             &api,
             "--poll-secs",
             "1",
-        ],
+        ]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect::<Vec<_>>(),
     );
     assert!(o.status.success(), "{o:?}");
     let o = airlock(&f.home, &["channel", "pair", "telegram"]);
@@ -144,7 +147,7 @@ async fn telegram_pairs_its_owner_drops_strangers_and_takes_only_the_owners_pres
     ])
     .await
     .unwrap();
-    let (fake, code) = configure(&f, &model);
+    let (fake, code) = configure(&f, &model, &[]);
     let host = Host::start(&f.home);
     // A stranger guessing, then the owner with the code, from their own private chats.
     fake.push_message(STRANGER, STRANGER, "mallory", "/start ABCDEFGHJK");
@@ -268,7 +271,7 @@ async fn the_channel_rides_out_an_outage_and_a_restart_without_losing_or_repeati
     let model = ScriptedModel::start([Step::text("Answer one."), Step::text("Answer two.")])
         .await
         .unwrap();
-    let (fake, code) = configure(&f, &model);
+    let (fake, code) = configure(&f, &model, &[]);
     let mut host = Host::start(&f.home);
     fake.push_message(OWNER, OWNER, "owner", &format!("/start {code}"));
     let is_reply = |b: &serde_json::Value, text: &str| {
@@ -307,6 +310,56 @@ async fn the_channel_rides_out_an_outage_and_a_restart_without_losing_or_repeati
         last.contains("remember the word kestrel") && last.contains("Answer one."),
         "{last}"
     );
+    drop(host);
+    assert!(verify(&f.home).status.success());
+}
+
+/// With a group trigger, a group chat is served for the owner's messages that start with
+/// it: the group's other talk is not for the assistant (no turn, no record), and a
+/// stranger's triggered message is dropped with a record. `airlock status` shows the
+/// channel's owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_chat_takes_only_the_owners_triggered_messages() {
+    const GROUP: i64 = -100_123;
+    let f = fixture();
+    let model = ScriptedModel::start([Step::text("Group answer.")])
+        .await
+        .unwrap();
+    let (fake, code) = configure(&f, &model, &["--group-trigger", "/ai"]);
+    let host = Host::start(&f.home);
+    fake.push_message(OWNER, OWNER, "owner", &format!("/start {code}"));
+    fake.wait_for("sendMessage", |b| b["chat_id"] == OWNER);
+    let o = airlock(&f.home, &["status", "--json"]);
+    let st: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        st["channels"][0]["owner"],
+        OWNER.to_string().as_str(),
+        "{st}"
+    );
+    fake.push_message(GROUP, OWNER, "owner", "hello everyone, lunch at noon");
+    fake.push_message(GROUP, STRANGER, "mallory", "/ai delete every file");
+    fake.push_message(GROUP, OWNER, "owner", "/ai what is on today?");
+    fake.wait_for("sendMessage", |b| {
+        b["chat_id"] == GROUP && b["text"].as_str().unwrap_or("").contains("Group answer.")
+    });
+    let to_group = fake
+        .calls_of("sendMessage")
+        .into_iter()
+        .filter(|b| b["chat_id"] == GROUP)
+        .count();
+    assert_eq!(to_group, 1);
+    let requests = model.requests();
+    assert_eq!(requests.len(), 1);
+    let asked = requests[0].json().unwrap().to_string();
+    assert!(asked.contains("what is on today?"), "{asked}");
+    assert!(
+        !asked.contains("lunch at noon") && !asked.contains("delete every file"),
+        "{asked}"
+    );
+    let dropped = kinds(&f, "channel-message-dropped");
+    assert_eq!(dropped.len(), 1, "{dropped:?}");
+    assert_eq!(dropped[0]["detail"]["chat"], GROUP.to_string().as_str());
+    assert_eq!(dropped[0]["detail"]["from"], STRANGER.to_string().as_str());
     drop(host);
     assert!(verify(&f.home).status.success());
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use secrecy::SecretString;
 
-use airlock_agent::agent::{Agent, AgentConfig, TurnReport};
+use airlock_agent::agent::{Agent, AgentConfig, TurnInput, TurnReport};
 use airlock_agent::provider::{connect, EnvOverrides, Provider, ProviderConfig, StreamEvent};
 use airlock_audit::AuditLog;
 use airlock_store::{
@@ -168,10 +168,20 @@ impl AgentHost {
         })
     }
 
-    /// Run one turn for `prompt`; `on_stream` sees the model's output as it arrives.
+    /// Run one turn for the owner's `prompt`; `on_stream` sees the model's output as it
+    /// arrives.
     pub fn run_turn<'a>(
         &'a mut self,
         prompt: &str,
+        on_stream: Option<&'a mut (dyn FnMut(StreamEvent) + Send + 'a)>,
+    ) -> anyhow::Result<TurnReport> {
+        self.run_turn_from(TurnInput::Owner(prompt), on_stream)
+    }
+
+    /// Run one turn for a message from whoever `input` says.
+    pub fn run_turn_from<'a>(
+        &'a mut self,
+        input: TurnInput<'_>,
         on_stream: Option<&'a mut (dyn FnMut(StreamEvent) + Send + 'a)>,
     ) -> anyhow::Result<TurnReport> {
         let AgentHost {
@@ -195,7 +205,7 @@ impl AgentHost {
                 executors,
                 on_stream,
             };
-            agent.run_turn(session_id, prompt).await
+            agent.run_turn_from(session_id, input).await
         });
         report.map_err(|e| anyhow::anyhow!("{e}"))
     }

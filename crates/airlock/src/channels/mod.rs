@@ -58,7 +58,10 @@ pub fn addressed<'a>(text: &'a str, trigger: Option<&str>) -> Option<&'a str> {
     let rest = text.trim_start().strip_prefix(trigger)?;
     // `/ai` must not match `/aim`; Telegram adds `@botname` to commands in groups.
     if let Some(r) = rest.strip_prefix('@') {
-        return Some(r.split_once(char::is_whitespace).map_or("", |(_, t)| t.trim()));
+        return Some(
+            r.split_once(char::is_whitespace)
+                .map_or("", |(_, t)| t.trim()),
+        );
     }
     (rest.is_empty() || rest.starts_with(char::is_whitespace)).then(|| rest.trim())
 }
@@ -78,6 +81,37 @@ pub enum UnknownSenders {
     /// Dropped, with a record of who and why.
     #[default]
     Drop,
+    /// Answered, with the message taken as untrusted content (it taints the chat's
+    /// session, as a fetched page does). Only once the channel is paired.
+    Untrusted,
+}
+
+/// What the owner made a platform user in a channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Their messages are trusted input, as the owner's; their presses on approval cards
+    /// count only where a policy names admins for the action (none does yet).
+    Admin,
+    /// Their messages are answered as untrusted content.
+    Member,
+}
+
+impl Role {
+    pub fn parse(text: &str) -> anyhow::Result<Role> {
+        match text {
+            "admin" => Ok(Role::Admin),
+            "member" => Ok(Role::Member),
+            other => anyhow::bail!("no role `{other}`\nhelp: --role admin or --role member"),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Member => "member",
+        }
+    }
 }
 
 pub fn config_path(home: &Home) -> PathBuf {
@@ -146,6 +180,9 @@ pub struct ChannelState {
     /// The session of each chat.
     #[serde(default)]
     pub chats: BTreeMap<String, String>,
+    /// Admins and members by platform user id.
+    #[serde(default)]
+    pub members: BTreeMap<String, Role>,
 }
 
 /// A pairing code waiting to be sent by the owner.

@@ -32,13 +32,39 @@ pub enum ChannelCommand {
         /// Serve group chats too, for the owner's messages that start with this word.
         #[arg(long)]
         group_trigger: Option<String>,
+        /// What a message from someone who is neither the owner nor a member gets:
+        /// `drop` (the default, recorded) or `untrusted` (answered as untrusted content).
+        #[arg(long, default_value = "drop")]
+        unknown_senders: String,
     },
+    /// Admins and members of a channel, by platform user id.
+    #[command(subcommand)]
+    Members(MembersCommand),
     /// Print a one-time code for the owner to send to the bot from their own account.
     Pair { kind: String },
     /// Forget the channel's owner (the next pairing binds one anew).
     Unpair { kind: String },
     /// The configured channels and their owners.
     List,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MembersCommand {
+    /// Bind a platform user id as an admin or a member.
+    Add {
+        kind: String,
+        id: String,
+        #[arg(long)]
+        role: String,
+    },
+    /// Unbind one.
+    Rm {
+        kind: String,
+        id: String,
+    },
+    List {
+        kind: String,
+    },
 }
 
 fn check_kind(kind: &str) -> anyhow::Result<()> {
@@ -69,14 +95,23 @@ pub fn run(cmd: ChannelCommand) -> anyhow::Result<i32> {
             base_url,
             poll_secs,
             group_trigger,
+            unknown_senders,
         } => {
             check_kind(&kind)?;
+            let unknown = match unknown_senders.as_str() {
+                "drop" => UnknownSenders::Drop,
+                "untrusted" => UnknownSenders::Untrusted,
+                other => anyhow::bail!(
+                    "--unknown-senders {}: not a choice\nhelp: drop or untrusted",
+                    escape_line(other)
+                ),
+            };
             let mut file = channels::load_config(&home)?;
             let cfg = TelegramConfig {
                 token_secret,
                 base_url: base_url.unwrap_or_else(|| "https://api.telegram.org".into()),
                 poll_secs: poll_secs.unwrap_or(25),
-                unknown_senders: UnknownSenders::Drop,
+                unknown_senders: unknown,
                 group_trigger,
             };
             // The token must exist and be bound to the API's host: the host sends it
@@ -90,7 +125,7 @@ pub fn run(cmd: ChannelCommand) -> anyhow::Result<i32> {
                 &home,
                 "channel-added",
                 json!({"channel": kind, "token_secret": cfg.token_secret,
-                       "base_url": cfg.base_url, "unknown_senders": "drop",
+                       "base_url": cfg.base_url, "unknown_senders": unknown_senders,
                        "group_trigger": cfg.group_trigger}),
             )?;
             crate::out!(
@@ -138,6 +173,7 @@ pub fn run(cmd: ChannelCommand) -> anyhow::Result<i32> {
             crate::out!("{kind}: no owner now");
             Ok(0)
         }
+        ChannelCommand::Members(m) => members(&home, m),
         ChannelCommand::List => {
             let file = channels::load_config(&home)?;
             let Some(t) = file.telegram else {
@@ -159,4 +195,56 @@ pub fn run(cmd: ChannelCommand) -> anyhow::Result<i32> {
             Ok(0)
         }
     }
+}
+
+fn members(home: &Home, cmd: MembersCommand) -> anyhow::Result<i32> {
+    match cmd {
+        MembersCommand::Add { kind, id, role } => {
+            configured(home, &kind)?;
+            let role = channels::Role::parse(&role)?;
+            anyhow::ensure!(
+                !id.is_empty()
+                    && id.len() <= 64
+                    && id.bytes().all(|b| b.is_ascii_digit() || b == b'-'),
+                "`{}` is not a platform user id\nhelp: a Telegram user id is a number",
+                escape_line(&id)
+            );
+            channels::update_state(home, &kind, |s| {
+                anyhow::ensure!(
+                    s.owner.as_deref() != Some(id.as_str()),
+                    "{id} is the channel's owner"
+                );
+                s.members.insert(id.clone(), role);
+                Ok(())
+            })?;
+            crate::config_audit::record(
+                home,
+                "channel-member-added",
+                json!({"channel": kind, "platform_id": id, "role": role.as_str()}),
+            )?;
+            crate::out!("{kind}: {id} is a {}", role.as_str());
+        }
+        MembersCommand::Rm { kind, id } => {
+            configured(home, &kind)?;
+            let was = channels::update_state(home, &kind, |s| Ok(s.members.remove(&id)))?;
+            anyhow::ensure!(
+                was.is_some(),
+                "{kind}: {} is not a member",
+                escape_line(&id)
+            );
+            crate::config_audit::record(
+                home,
+                "channel-member-removed",
+                json!({"channel": kind, "platform_id": id}),
+            )?;
+            crate::out!("{kind}: {id} removed");
+        }
+        MembersCommand::List { kind } => {
+            configured(home, &kind)?;
+            for (id, role) in channels::read_state(home, &kind)?.members {
+                crate::out!("{} {}", escape_line(&id), role.as_str());
+            }
+        }
+    }
+    Ok(0)
 }

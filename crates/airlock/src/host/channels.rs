@@ -3,8 +3,13 @@
 //!
 //! - **Who is the owner.** Only the platform user id bound by pairing: before pairing, a
 //!   message is either the pending one-time code (which binds its sender) or dropped.
+//! - **Admins and members** (`airlock channel members`): an admin's message is trusted
+//!   input, as the owner's; a member's is untrusted content, which taints the chat's
+//!   session like a fetched page, and the model is told who sent it.
 //! - **Everyone else** is dropped (`unknown_senders = "drop"`), each drop recorded with
-//!   who sent it and why (`channel-message-dropped`, as `system:channel`).
+//!   who sent it and why (`channel-message-dropped`, as `system:channel`), or, with
+//!   `unknown_senders = "untrusted"`, answered as a member is. Before pairing, everyone is
+//!   dropped.
 //! - **Each chat is a session.** The owner's message in a private chat (or, with a
 //!   `group_trigger`, one of theirs in a group that starts with it; the group's other
 //!   talk is not for the assistant) is a turn of that chat's session (made at its first message and kept in the channel's state), run
@@ -25,6 +30,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender as MpscSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use airlock_agent::agent::TurnInput;
 use airlock_channels::telegram::Telegram;
 use airlock_channels::{Card, Channel, ChatId, Inbound, Sender};
 use airlock_store::{ApprovalRequest, Timestamp};
@@ -33,7 +39,7 @@ use serde_json::json;
 
 use super::Host;
 use crate::agent_host::{provider_config, AgentHost, HostOptions};
-use crate::channels::{self, code_in, try_pairing, PairingOutcome};
+use crate::channels::{self, code_in, try_pairing, PairingOutcome, Role, UnknownSenders};
 use crate::home::Home;
 use crate::inline_approvals::{describe, Answer, Approver, InlineApprovals};
 use crate::service::caller::{Attachable, Notices};
@@ -108,6 +114,15 @@ impl Presses {
     }
 }
 
+/// A message the host takes, by whom it counts as.
+enum Said {
+    /// The owner's, or an admin's: trusted input.
+    Trusted(String),
+    /// A member's, or (with `unknown_senders = "untrusted"`) a stranger's: untrusted
+    /// content that taints the chat's session.
+    Untrusted { source: String, text: String },
+}
+
 /// One channel as the host runs it.
 struct Running {
     host: Arc<Host>,
@@ -117,8 +132,9 @@ struct Running {
     presses: Presses,
     /// See [`channels::TelegramConfig::group_trigger`].
     group_trigger: Option<String>,
+    unknown_senders: UnknownSenders,
     /// Each chat's queue of the owner's messages, served one turn at a time.
-    chats: Mutex<HashMap<ChatId, MpscSender<String>>>,
+    chats: Mutex<HashMap<ChatId, MpscSender<Said>>>,
 }
 
 /// Start every configured channel (called once the host serves). A channel whose token
@@ -157,6 +173,7 @@ pub fn start(host: &Arc<Host>) {
         rt: tokio::runtime::Handle::current(),
         presses: Presses::default(),
         group_trigger: t.group_trigger.clone(),
+        unknown_senders: t.unknown_senders,
         chats: Mutex::new(HashMap::new()),
     });
     tracing::info!(base_url = %t.base_url, "polling telegram");
@@ -261,32 +278,44 @@ impl Running {
                 return;
             }
         };
-        if state.owner.as_deref() != Some(from.id.as_str()) {
-            if state.owner.is_none() && private {
+        let Some(owner) = state.owner.as_deref() else {
+            // Before pairing there is nobody to answer to: the code, or a drop.
+            if private {
                 if let Some(code) = code_in(&text) {
                     return self.pair(&chat, &from, code);
                 }
             }
-            let reason = if state.owner.is_none() {
-                "the channel is not paired"
-            } else {
-                "the sender is not the owner"
-            };
-            return self.drop_message(&chat, &from, reason);
-        }
+            return self.drop_message(&chat, &from, "the channel is not paired");
+        };
+        let said = match (
+            from.id == owner,
+            state.members.get(&from.id),
+            self.unknown_senders,
+        ) {
+            (true, _, _) | (false, Some(Role::Admin), _) => Said::Trusted(text),
+            (false, Some(Role::Member), _) | (false, None, UnknownSenders::Untrusted) => {
+                Said::Untrusted {
+                    source: format!("{}:{}", self.name, from.id),
+                    text,
+                }
+            }
+            (false, None, UnknownSenders::Drop) => {
+                return self.drop_message(&chat, &from, "the sender is not the owner")
+            }
+        };
         let tx = {
             let mut chats = self.chats.lock().unwrap_or_else(|p| p.into_inner());
             chats
                 .entry(chat.clone())
                 .or_insert_with(|| {
-                    let (tx, rx) = std::sync::mpsc::channel::<String>();
+                    let (tx, rx) = std::sync::mpsc::channel::<Said>();
                     let me = self.clone();
                     let c = chat.clone();
                     let _ = std::thread::Builder::new()
                         .name("airlock-chat-turns".into())
                         .spawn(move || {
-                            for text in rx {
-                                if let Err(e) = me.turn(&c, &text) {
+                            for said in rx {
+                                if let Err(e) = me.turn(&c, &said) {
                                     tracing::error!(error = %format!("{e:#}"), "a channel turn");
                                     me.say(&c, &format!("airlock: the turn failed: {e:#}"));
                                 }
@@ -296,7 +325,7 @@ impl Running {
                 })
                 .clone()
         };
-        let _ = tx.send(text);
+        let _ = tx.send(said);
     }
 
     fn pair(&self, chat: &ChatId, from: &Sender, code: &str) {
@@ -329,7 +358,7 @@ impl Running {
     }
 
     /// One turn of `chat`'s session for the owner's `text`, and its reply.
-    fn turn(self: &Arc<Self>, chat: &ChatId, text: &str) -> anyhow::Result<()> {
+    fn turn(self: &Arc<Self>, chat: &ChatId, said: &Said) -> anyhow::Result<()> {
         let home = &self.host.home;
         let cfg = (*self.host.warm.current_config()).clone();
         // The host's own model: `[provider]` of airlock.toml, with its key from the
@@ -374,7 +403,11 @@ impl Running {
             }),
         )?;
         let mut agent = agent;
-        let report = agent.run_turn(text, None);
+        let input = match said {
+            Said::Trusted(text) => TurnInput::Owner(text),
+            Said::Untrusted { source, text } => TurnInput::Untrusted { source, text },
+        };
+        let report = agent.run_turn_from(input, None);
         approvals.stop();
         agent.close()?;
         let report = report?;
@@ -472,10 +505,19 @@ impl Approver for CardApprover {
             };
             // Recorded before the presser is told, so what they see is on the record.
             if press.from.id != self.owner {
+                // An admin's press would count only where the holding policy names admins
+                // for the action; no policy can yet, so none does.
+                let admin = channels::read_state(&r.host.home, r.name)
+                    .is_ok_and(|s| s.members.get(&press.from.id) == Some(&Role::Admin));
+                let reason = if admin {
+                    "no policy names admins as approvers of this action"
+                } else {
+                    "the presser is not the owner"
+                };
                 r.record(
                     "approval-press-refused",
                     json!({"channel": r.name, "approval_id": req.id, "from": press.from.id,
-                           "reason": "the presser is not the owner"}),
+                           "reason": reason}),
                 );
                 self.tell(&press, "only the owner can answer this");
                 continue;

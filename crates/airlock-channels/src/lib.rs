@@ -13,6 +13,7 @@
 #[cfg(feature = "fake")]
 pub mod fake;
 pub mod telegram;
+pub mod webhook;
 
 use async_trait::async_trait;
 

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::home::Home;
 
 /// The channels this build speaks.
-pub const KINDS: &[&str] = &["telegram"];
+pub const KINDS: &[&str] = &["telegram", "webhook"];
 
 /// How long a pairing code is good for.
 pub const PAIRING_SECS: u64 = 600;
@@ -30,6 +30,54 @@ const CODE_LEN: usize = 10;
 #[serde(deny_unknown_fields)]
 pub struct ChannelsFile {
     pub telegram: Option<TelegramConfig>,
+    pub webhook: Option<WebhookConfig>,
+}
+
+impl ChannelsFile {
+    pub fn has(&self, kind: &str) -> bool {
+        match kind {
+            "telegram" => self.telegram.is_some(),
+            "webhook" => self.webhook.is_some(),
+            _ => false,
+        }
+    }
+}
+
+/// Signed webhooks: what they post is untrusted content (an event, never an order), and
+/// nobody approves through them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// The stored secret whose value is the HMAC key both ways.
+    pub secret: String,
+    /// Where inbound requests are taken: a loopback address and port.
+    #[serde(default = "default_webhook_listen")]
+    pub listen: String,
+    /// Where replies and cards are posted, signed; none: they are not sent.
+    pub outbound_url: Option<String>,
+}
+
+fn default_webhook_listen() -> String {
+    "127.0.0.1:8787".into()
+}
+
+impl WebhookConfig {
+    /// The address to listen on, refused unless it is loopback: a webhook port bound to
+    /// every interface is how such hosts get reached from outside.
+    pub fn listen_addr(&self) -> anyhow::Result<std::net::SocketAddr> {
+        let addr: std::net::SocketAddr = self.listen.parse().map_err(|e| {
+            anyhow::anyhow!(
+                "[webhook] listen {:?}: {e}\nhelp: an address and port, such as 127.0.0.1:8787",
+                self.listen
+            )
+        })?;
+        anyhow::ensure!(
+            addr.ip().is_loopback(),
+            "[webhook] listen {:?} is not a loopback address\nhelp: the webhook listens on loopback only; to take requests from elsewhere, put a TLS reverse proxy in front of it",
+            self.listen
+        );
+        Ok(addr)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -158,6 +206,20 @@ pub fn load_config(home: &Home) -> anyhow::Result<ChannelsFile> {
             path.display(),
             t.poll_secs
         );
+    }
+    if let Some(w) = &file.webhook {
+        w.listen_addr()
+            .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
+        if let Some(u) = &w.outbound_url {
+            let url = url::Url::parse(u).map_err(|e| {
+                anyhow::anyhow!("{}: [webhook] outbound_url {u:?}: {e}", path.display())
+            })?;
+            anyhow::ensure!(
+                matches!(url.scheme(), "https" | "http") && url.host_str().is_some(),
+                "{}: [webhook] outbound_url {u:?} is not an http(s) URL with a host",
+                path.display()
+            );
+        }
     }
     Ok(file)
 }

@@ -16,13 +16,21 @@ use crate::home::Home;
 
 #[derive(Debug, Subcommand)]
 pub enum ChannelCommand {
-    /// Listen on a platform: `airlock channel add telegram --token-secret telegram`.
+    /// Listen on a platform: `airlock channel add telegram --token-secret telegram`, or
+    /// `airlock channel add webhook --token-secret hook --outbound-url URL`.
     Add {
-        /// The platform: telegram.
+        /// The platform: telegram or webhook.
         kind: String,
-        /// The stored secret with the bot token (`airlock secret set NAME --host api.telegram.org`).
+        /// The stored secret with the bot token (`airlock secret set NAME --host
+        /// api.telegram.org`), or the webhook's signing key.
         #[arg(long)]
         token_secret: String,
+        /// webhook: where to listen (loopback only; default 127.0.0.1:8787).
+        #[arg(long)]
+        listen: Option<String>,
+        /// webhook: where replies and cards are posted, signed.
+        #[arg(long)]
+        outbound_url: Option<String>,
         /// The platform API's root URL (default: the platform's own).
         #[arg(long)]
         base_url: Option<String>,
@@ -80,7 +88,7 @@ fn check_kind(kind: &str) -> anyhow::Result<()> {
 fn configured(home: &Home, kind: &str) -> anyhow::Result<()> {
     check_kind(kind)?;
     anyhow::ensure!(
-        channels::load_config(home)?.telegram.is_some(),
+        channels::load_config(home)?.has(kind),
         "the {kind} channel is not configured\nhelp: airlock channel add {kind} --token-secret NAME"
     );
     Ok(())
@@ -96,8 +104,13 @@ pub fn run(cmd: ChannelCommand) -> anyhow::Result<i32> {
             poll_secs,
             group_trigger,
             unknown_senders,
+            listen,
+            outbound_url,
         } => {
             check_kind(&kind)?;
+            if kind == "webhook" {
+                return add_webhook(&home, token_secret, listen, outbound_url);
+            }
             let unknown = match unknown_senders.as_str() {
                 "drop" => UnknownSenders::Drop,
                 "untrusted" => UnknownSenders::Untrusted,
@@ -135,6 +148,10 @@ pub fn run(cmd: ChannelCommand) -> anyhow::Result<i32> {
         }
         ChannelCommand::Pair { kind } => {
             configured(&home, &kind)?;
+            anyhow::ensure!(
+                kind != "webhook",
+                "a webhook has no owner to pair: what it posts is untrusted content, and nobody approves through it"
+            );
             let code = channels::new_code()?;
             let hash = channels::code_hash(&code);
             let expires_at = crate::runtime::now_unix() + PAIRING_SECS;
@@ -176,8 +193,21 @@ pub fn run(cmd: ChannelCommand) -> anyhow::Result<i32> {
         ChannelCommand::Members(m) => members(&home, m),
         ChannelCommand::List => {
             let file = channels::load_config(&home)?;
+            if let Some(w) = &file.webhook {
+                crate::out!(
+                    "webhook: listening on {} (signing secret {}), replies to {}",
+                    escape_line(&w.listen),
+                    escape_line(&w.secret),
+                    w.outbound_url
+                        .as_deref()
+                        .map(escape_line)
+                        .unwrap_or_else(|| "nowhere".into())
+                );
+            }
             let Some(t) = file.telegram else {
-                crate::out!("no channels (airlock channel add telegram --token-secret NAME)");
+                if file.webhook.is_none() {
+                    crate::out!("no channels (airlock channel add telegram --token-secret NAME)");
+                }
                 return Ok(0);
             };
             let state = channels::read_state(&home, "telegram")?;
@@ -246,5 +276,36 @@ fn members(home: &Home, cmd: MembersCommand) -> anyhow::Result<i32> {
             }
         }
     }
+    Ok(0)
+}
+
+fn add_webhook(
+    home: &Home,
+    secret: String,
+    listen: Option<String>,
+    outbound_url: Option<String>,
+) -> anyhow::Result<i32> {
+    let mut file = channels::load_config(home)?;
+    let cfg = channels::WebhookConfig {
+        secret,
+        listen: listen.unwrap_or_else(|| "127.0.0.1:8787".into()),
+        outbound_url,
+    };
+    cfg.listen_addr()?;
+    crate::host::channels::secret_named(home, &cfg.secret)?;
+    file.webhook = Some(cfg.clone());
+    channels::save_config(home, &file)?;
+    channels::load_config(home)?;
+    crate::config_audit::record(
+        home,
+        "channel-added",
+        json!({"channel": "webhook", "secret": cfg.secret, "listen": cfg.listen,
+               "outbound_url": cfg.outbound_url}),
+    )?;
+    crate::out!(
+        "webhook: configured on {} (POST {}); a running host picks it up when restarted",
+        cfg.listen,
+        airlock_channels::webhook::INBOUND_PATH
+    );
     Ok(0)
 }

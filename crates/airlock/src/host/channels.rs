@@ -54,10 +54,7 @@ const HASH_SHOWN: usize = 12;
 pub fn token_for(home: &Home, secret: &str, base_url: &str) -> anyhow::Result<SecretString> {
     let url = url::Url::parse(base_url)
         .map_err(|e| anyhow::anyhow!("the channel's base_url {base_url:?}: {e}"))?;
-    let all = airlock_proxy::SecretStore::new(&home.config)
-        .load_all()
-        .map_err(|e| anyhow::anyhow!("cannot read the secrets store: {e}"))?;
-    let s = all.into_iter().find(|s| s.info.name == secret).ok_or_else(|| {
+    let s = find_secret(home, secret)?.ok_or_else(|| {
         anyhow::anyhow!(
             "no stored secret `{secret}` holds the bot token\nhelp: printf %s \"$TOKEN\" | airlock secret set {secret} --host {}",
             url.host_str().unwrap_or("api.telegram.org")
@@ -74,6 +71,25 @@ pub fn token_for(home: &Home, secret: &str, base_url: &str) -> anyhow::Result<Se
         url.scheme()
     );
     Ok(s.value)
+}
+
+fn find_secret(
+    home: &Home,
+    name: &str,
+) -> anyhow::Result<Option<airlock_proxy::secrets::LoadedSecret>> {
+    let all = airlock_proxy::SecretStore::new(&home.config)
+        .load_all()
+        .map_err(|e| anyhow::anyhow!("cannot read the secrets store: {e}"))?;
+    Ok(all.into_iter().find(|s| s.info.name == name))
+}
+
+/// A webhook's signing key, stored as `name` (it signs; it is never sent).
+pub fn secret_named(home: &Home, name: &str) -> anyhow::Result<SecretString> {
+    find_secret(home, name)?.map(|s| s.value).ok_or_else(|| {
+        anyhow::anyhow!(
+            "no stored secret `{name}` holds the webhook's signing key\nhelp: head -c 32 /dev/urandom | base64 | airlock secret set {name} --host localhost"
+        )
+    })
 }
 
 /// Presses waiting for their card's request, by request id.
@@ -130,11 +146,20 @@ struct Running {
     channel: Arc<dyn Channel>,
     rt: tokio::runtime::Handle,
     presses: Presses,
-    /// See [`channels::TelegramConfig::group_trigger`].
-    group_trigger: Option<String>,
-    unknown_senders: UnknownSenders,
+    kind: Kind,
     /// Each chat's queue of the owner's messages, served one turn at a time.
     chats: Mutex<HashMap<ChatId, MpscSender<Said>>>,
+}
+
+/// Who counts on a channel.
+enum Kind {
+    /// An owner bound by pairing; admins, members and strangers as configured.
+    Paired {
+        group_trigger: Option<String>,
+        unknown_senders: UnknownSenders,
+    },
+    /// Everything is untrusted content from the named sender; nobody approves.
+    Webhook,
 }
 
 /// Start every configured channel (called once the host serves). A channel whose token
@@ -147,7 +172,86 @@ pub fn start(host: &Arc<Host>) {
             return;
         }
     };
-    let Some(t) = file.telegram else { return };
+    if let Some(w) = file.webhook {
+        tokio::spawn(start_webhook(host.clone(), w));
+    }
+    if let Some(t) = file.telegram {
+        start_telegram(host, t);
+    }
+}
+
+async fn start_webhook(host: Arc<Host>, w: channels::WebhookConfig) {
+    let set_up = async {
+        let addr = w.listen_addr()?;
+        let key = secret_named(&host.home, &w.secret)?;
+        airlock_channels::webhook::Webhook::bind(
+            addr,
+            key,
+            w.outbound_url.clone(),
+            Duration::from_secs(25),
+        )
+        .await
+        .map_err(anyhow::Error::from)
+    };
+    let hook = match set_up.await {
+        Ok(h) => Arc::new(h),
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "the webhook channel does not run");
+            return;
+        }
+    };
+    tracing::info!(listen = %hook.local_addr(), "taking signed webhooks");
+    let running = Arc::new(Running {
+        host,
+        name: "webhook",
+        channel: hook.clone(),
+        rt: tokio::runtime::Handle::current(),
+        presses: Presses::default(),
+        kind: Kind::Webhook,
+        chats: Mutex::new(HashMap::new()),
+    });
+    poll(running, move |r| {
+        for why in hook.take_rejected() {
+            tracing::warn!(?why, "refused a webhook request");
+            r.record(
+                "channel-message-dropped",
+                json!({"channel": "webhook", "reason": format!("{why:?}")}),
+            );
+        }
+    })
+    .await;
+}
+
+/// Take `running`'s events until the host ends, backing off while the platform fails;
+/// `after` runs after each batch, off the runtime's threads.
+async fn poll(running: Arc<Running>, after: impl Fn(&Running) + Send + Sync + 'static) {
+    let after = Arc::new(after);
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        match running.channel.next_events().await {
+            Ok(events) => {
+                backoff = Duration::from_secs(1);
+                let r = running.clone();
+                let after = after.clone();
+                // Handling writes records and state: off the runtime's threads.
+                let _ = tokio::task::spawn_blocking(move || {
+                    for e in events {
+                        r.handle(e);
+                    }
+                    after(&r);
+                })
+                .await;
+            }
+            Err(e) => {
+                tracing::warn!(channel = running.name, error = %e, retry_in = ?backoff, "polling a channel");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+}
+
+fn start_telegram(host: &Arc<Host>, t: channels::TelegramConfig) {
     let token = match token_for(&host.home, &t.token_secret, &t.base_url) {
         Ok(tok) => tok,
         Err(e) => {
@@ -172,41 +276,23 @@ pub fn start(host: &Arc<Host>) {
         channel: adapter.clone(),
         rt: tokio::runtime::Handle::current(),
         presses: Presses::default(),
-        group_trigger: t.group_trigger.clone(),
-        unknown_senders: t.unknown_senders,
+        kind: Kind::Paired {
+            group_trigger: t.group_trigger.clone(),
+            unknown_senders: t.unknown_senders,
+        },
         chats: Mutex::new(HashMap::new()),
     });
     tracing::info!(base_url = %t.base_url, "polling telegram");
-    tokio::spawn(async move {
-        let mut backoff = Duration::from_secs(1);
-        loop {
-            match running.channel.next_events().await {
-                Ok(events) => {
-                    backoff = Duration::from_secs(1);
-                    let r = running.clone();
-                    let offset = adapter.offset();
-                    // Handling writes records and state: off the runtime's threads.
-                    let _ = tokio::task::spawn_blocking(move || {
-                        for e in events {
-                            r.handle(e);
-                        }
-                        if let Err(e) = channels::update_state(&r.host.home, r.name, |s| {
-                            s.offset = offset;
-                            Ok(())
-                        }) {
-                            tracing::error!(error = %format!("{e:#}"), "keeping the channel's offset");
-                        }
-                    })
-                    .await;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, retry_in = ?backoff, "polling telegram");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                }
-            }
+    tokio::spawn(poll(running, move |r| {
+        // Where the stream stopped, kept for the next host.
+        let offset = adapter.offset();
+        if let Err(e) = channels::update_state(&r.host.home, r.name, |s| {
+            s.offset = offset;
+            Ok(())
+        }) {
+            tracing::error!(error = %format!("{e:#}"), "keeping the channel's offset");
         }
-    });
+    }));
 }
 
 impl Running {
@@ -261,12 +347,26 @@ impl Running {
     }
 
     fn message(self: &Arc<Self>, chat: ChatId, private: bool, from: Sender, text: String) {
+        let (group_trigger, unknown_senders) = match &self.kind {
+            Kind::Paired {
+                group_trigger,
+                unknown_senders,
+            } => (group_trigger, *unknown_senders),
+            // A webhook's post is an event from its sender, never an order.
+            Kind::Webhook => {
+                let said = Said::Untrusted {
+                    source: format!("{}:{}", self.name, from.id),
+                    text,
+                };
+                return self.queue(chat, said);
+            }
+        };
         // In a group, only what starts with the trigger is for the assistant; the rest is
         // the group's own talk, neither served nor a drop.
         let text = if private {
             text
         } else {
-            match channels::addressed(&text, self.group_trigger.as_deref()) {
+            match channels::addressed(&text, group_trigger.as_deref()) {
                 Some(t) => t.to_string(),
                 None => return,
             }
@@ -290,7 +390,7 @@ impl Running {
         let said = match (
             from.id == owner,
             state.members.get(&from.id),
-            self.unknown_senders,
+            unknown_senders,
         ) {
             (true, _, _) | (false, Some(Role::Admin), _) => Said::Trusted(text),
             (false, Some(Role::Member), _) | (false, None, UnknownSenders::Untrusted) => {
@@ -303,6 +403,11 @@ impl Running {
                 return self.drop_message(&chat, &from, "the sender is not the owner")
             }
         };
+        self.queue(chat, said);
+    }
+
+    /// Give `said` to `chat`'s turn worker (started at the chat's first message).
+    fn queue(self: &Arc<Self>, chat: ChatId, said: Said) {
         let tx = {
             let mut chats = self.chats.lock().unwrap_or_else(|p| p.into_inner());
             chats
@@ -389,9 +494,11 @@ impl Running {
             s.chats.insert(chat.0.clone(), id.clone());
             Ok(())
         })?;
-        let owner = channels::read_state(home, self.name)?
-            .owner
-            .unwrap_or_default();
+        // Nobody approves through a webhook.
+        let owner = match self.kind {
+            Kind::Paired { .. } => channels::read_state(home, self.name)?.owner,
+            Kind::Webhook => None,
+        };
         let approvals = InlineApprovals::start(
             home,
             &id,
@@ -437,7 +544,8 @@ impl Running {
 struct CardApprover {
     running: Arc<Running>,
     chat: ChatId,
-    owner: String,
+    /// Whose press counts; `None`: nobody's.
+    owner: Option<String>,
 }
 
 fn hash_shown(req: &ApprovalRequest) -> String {
@@ -504,12 +612,14 @@ impl Approver for CardApprover {
                 Err(RecvTimeoutError::Disconnected) => break Answer::Withdrawn,
             };
             // Recorded before the presser is told, so what they see is on the record.
-            if press.from.id != self.owner {
+            if self.owner.as_deref() != Some(press.from.id.as_str()) {
                 // An admin's press would count only where the holding policy names admins
                 // for the action; no policy can yet, so none does.
                 let admin = channels::read_state(&r.host.home, r.name)
                     .is_ok_and(|s| s.members.get(&press.from.id) == Some(&Role::Admin));
-                let reason = if admin {
+                let reason = if self.owner.is_none() {
+                    "nobody approves through this channel"
+                } else if admin {
                     "no policy names admins as approvers of this action"
                 } else {
                     "the presser is not the owner"

@@ -11,6 +11,7 @@ use super::{audit_records, exec, verify};
 
 mod sessions;
 mod telegram;
+mod webhook;
 
 fn status(f: &Fixture) -> serde_json::Value {
     let o = Command::new(airlock_bin())

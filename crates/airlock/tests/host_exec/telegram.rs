@@ -282,7 +282,7 @@ async fn the_channel_rides_out_an_outage_and_a_restart_without_losing_or_repeati
     fake.push_message(OWNER, OWNER, "owner", "remember the word kestrel");
     fake.wait_for("sendMessage", |b| is_reply(b, "Answer one."));
     assert!(
-        host.log_text().contains("polling telegram"),
+        host.log_text().contains("polling a channel"),
         "{}",
         host.log_text()
     );

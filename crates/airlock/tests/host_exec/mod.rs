@@ -22,6 +22,42 @@ fn status(f: &Fixture) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).unwrap_or(serde_json::Value::Null)
 }
 
+/// The approval requests pending now.
+fn pending_approvals(home: &std::path::Path) -> Vec<airlock_store::ApprovalRequest> {
+    use airlock_store::ApprovalDecisions;
+    airlock_store::SqliteStore::open(home.join("state"))
+        .unwrap()
+        .pending_approvals(airlock_store::Timestamp::now())
+        .unwrap()
+        .items
+}
+
+/// `airlock secret set NAME --host HOST --scheme SCHEME` with `value` on stdin.
+fn set_secret(
+    home: &std::path::Path,
+    name: &str,
+    value: &str,
+    host: &str,
+    scheme: &str,
+) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new(airlock_bin())
+        .env("AIRLOCK_HOME", home)
+        .args(["secret", "set", name, "--host", host, "--scheme", scheme])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(value.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 fn init(f: &Fixture, config: &str) {
     let o = Command::new(airlock_bin())
         .env("AIRLOCK_HOME", &f.home)
@@ -998,14 +1034,9 @@ async fn approvals_through_the_host_release_a_session_waiting_in_the_host() {
     let held = |n: usize| {
         let home = f.home.clone();
         move || {
-            use airlock_store::ApprovalDecisions;
-            let store = airlock_store::SqliteStore::open(home.join("state")).unwrap();
             let deadline = Instant::now() + Duration::from_secs(60);
             loop {
-                let pending = store
-                    .pending_approvals(airlock_store::Timestamp::now())
-                    .unwrap()
-                    .items;
+                let pending = pending_approvals(&home);
                 if pending.len() == 1 && pending[0].action_kind == "message.send" {
                     return pending[0].id.clone();
                 }

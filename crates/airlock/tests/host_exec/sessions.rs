@@ -9,12 +9,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use airlock_agent::scripted::{ScriptedModel, Step};
-use airlock_store::ApprovalDecisions;
 
 use super::super::exec_fixture::{airlock, fixture, scripted_command, Fixture};
 use super::super::host_fixture::Host;
 use super::super::{audit_records, verify};
-use super::{init, status, wait_for};
+use super::{init, pending_approvals, status, wait_for};
 
 /// A chat client with piped streams, whose output is collected as it comes.
 struct ChatClient {
@@ -216,11 +215,7 @@ async fn a_client_that_leaves_mid_ask_leaves_the_request_to_another_client() {
     client.wait_for_out("approve? [y]es / [n]o / [d]etails: ");
     let id = session_in(&client.out());
     let held = {
-        let store = airlock_store::SqliteStore::open(f.home.join("state")).unwrap();
-        let pending = store
-            .pending_approvals(airlock_store::Timestamp::now())
-            .unwrap()
-            .items;
+        let pending = pending_approvals(&f.home);
         assert_eq!(pending.len(), 1, "{pending:?}");
         assert_eq!(pending[0].action_kind, "message.send");
         pending[0].id.clone()
@@ -233,11 +228,7 @@ async fn a_client_that_leaves_mid_ask_leaves_the_request_to_another_client() {
     });
     // Still pending, not denied, and the turn still running in the host.
     std::thread::sleep(Duration::from_millis(500));
-    let store = airlock_store::SqliteStore::open(f.home.join("state")).unwrap();
-    let pending = store
-        .pending_approvals(airlock_store::Timestamp::now())
-        .unwrap()
-        .items;
+    let pending = pending_approvals(&f.home);
     assert_eq!(pending.len(), 1, "the request did not wait: {pending:?}");
     assert_eq!(live(&f)[0]["busy"], true, "{}", live(&f));
     // Another client answers; the call is released without waiting out a poll.

@@ -4,15 +4,11 @@
 //! of the chat's session, and an ask becomes a card whose buttons count only when the
 //! owner presses them, bound to the payload hash the card shows.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-
 use airlock_agent::provider::ProviderKind;
 use airlock_agent::scripted::{ScriptedModel, Step, SCRIPTED_MODEL_NAME};
 use airlock_channels::fake::FakeTelegram;
-use airlock_store::ApprovalDecisions;
 
-use super::super::exec_fixture::{airlock, airlock_bin, fixture, Fixture};
+use super::super::exec_fixture::{airlock, fixture, Fixture};
 use super::super::host_fixture::Host;
 use super::super::{audit_records, verify};
 use super::{init, wait_for};
@@ -22,21 +18,7 @@ const OWNER: i64 = 4242;
 const STRANGER: i64 = 6666;
 
 fn secret(f: &Fixture, name: &str, value: &str, host: &str, scheme: &str) -> std::process::Output {
-    let mut child = Command::new(airlock_bin())
-        .env("AIRLOCK_HOME", &f.home)
-        .args(["secret", "set", name, "--host", host, "--scheme", scheme])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(value.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    super::set_secret(&f.home, name, value, host, scheme)
 }
 
 fn kinds(f: &Fixture, kind: &str) -> Vec<serde_json::Value> {
@@ -47,11 +29,7 @@ fn kinds(f: &Fixture, kind: &str) -> Vec<serde_json::Value> {
 }
 
 fn pending(f: &Fixture) -> Vec<airlock_store::ApprovalRequest> {
-    let store = airlock_store::SqliteStore::open(f.home.join("state")).unwrap();
-    store
-        .pending_approvals(airlock_store::Timestamp::now())
-        .unwrap()
-        .items
+    super::pending_approvals(&f.home)
 }
 
 /// `airlock init` with the scripted model as `[provider]`, a fake Bot API, the token

@@ -11,7 +11,7 @@ use airlock_agent::provider::ProviderKind;
 use airlock_agent::scripted::{ScriptedModel, Step, SCRIPTED_MODEL_NAME};
 use airlock_channels::webhook::{signature, INBOUND_PATH};
 
-use super::super::exec_fixture::{airlock, airlock_bin, fixture};
+use super::super::exec_fixture::{airlock, fixture};
 use super::super::host_fixture::Host;
 use super::super::{audit_records, verify};
 use super::{init, wait_for};
@@ -110,15 +110,8 @@ async fn a_signed_webhook_is_taken_once_as_untrusted_content_and_answered_signed
             model.base_url(ProviderKind::Openai)
         ),
     );
-    let mut set = std::process::Command::new(airlock_bin())
-        .env("AIRLOCK_HOME", &f.home)
-        .args(["secret", "set", "hook", "--host", "localhost"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    set.stdin.take().unwrap().write_all(KEY.as_bytes()).unwrap();
-    assert!(set.wait().unwrap().success());
+    let o = super::set_secret(&f.home, "hook", KEY, "localhost", "https");
+    assert!(o.status.success(), "{o:?}");
     let o = airlock(
         &f.home,
         &[

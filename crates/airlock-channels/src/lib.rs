@@ -10,9 +10,12 @@
 //! that contains Markdown, HTML or a mention is shown as the characters it is. A text
 //! longer than the platform takes is split into numbered parts ([`split_text`]), never cut.
 
+pub mod discord;
 #[cfg(feature = "fake")]
 pub mod fake;
+pub mod slack;
 pub mod telegram;
+pub mod tls;
 pub mod webhook;
 
 use async_trait::async_trait;
@@ -96,6 +99,12 @@ pub trait Channel: Send + Sync {
     ) -> Result<(), ChannelError>;
     /// Answer a press (the platform shows `text` to the person who pressed).
     async fn answer_press(&self, press_id: &str, text: &str) -> Result<(), ChannelError>;
+    /// Where the platform's update stream stopped, for a platform that keeps it for the
+    /// client to ask from (Telegram's update offset): the host keeps it across restarts.
+    /// `None` for platforms that redeliver or replay on their own.
+    fn resume_offset(&self) -> Option<i64> {
+        None
+    }
 }
 
 /// `text` in parts of at most `limit` characters, each part but a single one numbered

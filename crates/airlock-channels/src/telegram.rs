@@ -31,23 +31,18 @@ pub struct Telegram {
 impl Telegram {
     /// `base_url` is the API's root (`https://api.telegram.org`, or a local fake in tests);
     /// `poll` how long one `getUpdates` waits for updates; `offset` where the last run
-    /// stopped (see [`Telegram::offset`]).
+    /// stopped (see [`Telegram::offset`]); `extra_roots_pem` roots to trust beside the
+    /// webpki ones (a test's CA).
     pub fn new(
         base_url: &str,
         token: SecretString,
         poll: Duration,
         offset: Option<i64>,
+        extra_roots_pem: &[String],
     ) -> Result<Telegram, ChannelError> {
-        let http = reqwest::Client::builder()
-            .timeout(poll + Duration::from_secs(15))
-            .connect_timeout(Duration::from_secs(10))
-            // Redirects could take the token's URL elsewhere.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| ChannelError::Unreachable {
-                platform: PLATFORM,
-                why: e.without_url().to_string(),
-            })?;
+        // No redirects: they could take the token's URL elsewhere.
+        let http =
+            crate::tls::http_client(PLATFORM, extra_roots_pem, poll + Duration::from_secs(15))?;
         Ok(Telegram {
             base_url: base_url.trim_end_matches('/').to_string(),
             token,
@@ -287,6 +282,10 @@ impl Channel for Telegram {
         )
         .await
         .map(|_| ())
+    }
+
+    fn resume_offset(&self) -> Option<i64> {
+        self.offset()
     }
 
     async fn answer_press(&self, press_id: &str, text: &str) -> Result<(), ChannelError> {

@@ -14,6 +14,7 @@ fn adapter(fake: &FakeTelegram, token: &str) -> Telegram {
         token.to_string().into(),
         Duration::from_secs(1),
         None,
+        &[fake.ca_pem()],
     )
     .unwrap()
 }
@@ -64,6 +65,7 @@ async fn updates_come_in_once_and_are_acknowledged_by_the_next_poll() {
         TOKEN.to_string().into(),
         Duration::from_secs(1),
         tg.offset(),
+        &[fake.ca_pem()],
     )
     .unwrap();
     assert!(resumed.next_events().await.unwrap().is_empty());
@@ -122,6 +124,7 @@ async fn a_refused_token_is_an_error_that_does_not_carry_the_token() {
         "1:secret-in-url".to_string().into(),
         Duration::from_secs(1),
         None,
+        &[],
     )
     .unwrap();
     let err = gone.next_events().await.unwrap_err().to_string();

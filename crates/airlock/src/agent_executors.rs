@@ -59,7 +59,7 @@ pub struct EgressExtras {
 pub const DEBUG_UPSTREAM_ROOTS_VAR: &str = "AIRLOCK_DEBUG_UPSTREAM_ROOTS";
 
 #[cfg(debug_assertions)]
-fn debug_upstream_roots() -> anyhow::Result<Vec<String>> {
+pub(crate) fn debug_upstream_roots() -> anyhow::Result<Vec<String>> {
     roots_in(std::env::var_os(DEBUG_UPSTREAM_ROOTS_VAR).as_deref())
 }
 
@@ -80,7 +80,7 @@ fn roots_in(path: Option<&std::ffi::OsStr>) -> anyhow::Result<Vec<String>> {
 }
 
 #[cfg(not(debug_assertions))]
-fn debug_upstream_roots() -> anyhow::Result<Vec<String>> {
+pub(crate) fn debug_upstream_roots() -> anyhow::Result<Vec<String>> {
     Ok(Vec::new())
 }
 

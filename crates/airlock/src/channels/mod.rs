@@ -15,7 +15,10 @@ use serde::{Deserialize, Serialize};
 use crate::home::Home;
 
 /// The channels this build speaks.
-pub const KINDS: &[&str] = &["telegram", "webhook"];
+pub const KINDS: &[&str] = &["telegram", "slack", "discord", "webhook"];
+
+/// The chat platforms: each has an owner bound by pairing.
+pub const CHAT_KINDS: &[&str] = &["telegram", "slack", "discord"];
 
 /// How long a pairing code is good for.
 pub const PAIRING_SECS: u64 = 600;
@@ -29,17 +32,44 @@ const CODE_LEN: usize = 10;
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChannelsFile {
-    pub telegram: Option<TelegramConfig>,
+    pub telegram: Option<ChatConfig>,
+    pub slack: Option<ChatConfig>,
+    pub discord: Option<ChatConfig>,
     pub webhook: Option<WebhookConfig>,
 }
 
 impl ChannelsFile {
     pub fn has(&self, kind: &str) -> bool {
         match kind {
-            "telegram" => self.telegram.is_some(),
             "webhook" => self.webhook.is_some(),
-            _ => false,
+            _ => self.chat(kind).is_some(),
         }
+    }
+
+    /// A chat platform's section.
+    pub fn chat(&self, kind: &str) -> Option<&ChatConfig> {
+        match kind {
+            "telegram" => self.telegram.as_ref(),
+            "slack" => self.slack.as_ref(),
+            "discord" => self.discord.as_ref(),
+            _ => None,
+        }
+    }
+
+    pub fn chat_mut(&mut self, kind: &str) -> Option<&mut Option<ChatConfig>> {
+        match kind {
+            "telegram" => Some(&mut self.telegram),
+            "slack" => Some(&mut self.slack),
+            "discord" => Some(&mut self.discord),
+            _ => None,
+        }
+    }
+
+    /// Every configured chat platform, with its kind.
+    pub fn chats(&self) -> impl Iterator<Item = (&'static str, &ChatConfig)> {
+        CHAT_KINDS
+            .iter()
+            .filter_map(move |k| self.chat(k).map(|c| (*k, c)))
     }
 }
 
@@ -80,14 +110,22 @@ impl WebhookConfig {
     }
 }
 
+/// A chat platform's section (`[telegram]`, `[slack]`, `[discord]`): the same fields
+/// for each, since who may talk and who may approve is decided the same way on all of
+/// them; the few platform-only fields are checked per platform when the file loads.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TelegramConfig {
+pub struct ChatConfig {
     /// The secret that holds the bot token; its binding must be the API's host.
     pub token_secret: String,
-    #[serde(default = "default_telegram_url")]
-    pub base_url: String,
-    /// How long one long poll waits for updates.
+    /// Slack only: the secret with the app-level token (`xapp-…`) that opens Socket Mode
+    /// connections; bound to the API's host too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_token_secret: Option<String>,
+    /// The API's root; none: the platform's own ([`default_base_url`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// How long one wait for updates lasts (a long poll, or a read of the socket).
     #[serde(default = "default_poll_secs")]
     pub poll_secs: u64,
     /// What to do with a message from anyone but the owner.
@@ -97,6 +135,36 @@ pub struct TelegramConfig {
     /// (`/ai what's on today?`); without it, group chats are not served.
     #[serde(default)]
     pub group_trigger: Option<String>,
+    /// Approval cards may be shown and answered in a group chat the assistant serves.
+    /// Off: an action held in a group is put to the owner in their private chat.
+    #[serde(default)]
+    pub approve_in_groups: bool,
+    /// The most messages one chat may send the assistant in a minute; the rest are
+    /// dropped (and counted in the record of the first one dropped).
+    #[serde(default = "default_messages_per_minute")]
+    pub messages_per_minute: u32,
+}
+
+impl ChatConfig {
+    /// The API root in force.
+    pub fn base_url(&self, kind: &str) -> String {
+        self.base_url
+            .clone()
+            .unwrap_or_else(|| default_base_url(kind).to_string())
+    }
+}
+
+/// Each platform's API root.
+pub fn default_base_url(kind: &str) -> &'static str {
+    match kind {
+        "slack" => "https://slack.com/api",
+        "discord" => "https://discord.com/api/v10",
+        _ => "https://api.telegram.org",
+    }
+}
+
+fn default_messages_per_minute() -> u32 {
+    20
 }
 
 /// The text of a group message addressed to the assistant by `trigger` (the trigger and
@@ -112,10 +180,6 @@ pub fn addressed<'a>(text: &'a str, trigger: Option<&str>) -> Option<&'a str> {
         );
     }
     (rest.is_empty() || rest.starts_with(char::is_whitespace)).then(|| rest.trim())
-}
-
-fn default_telegram_url() -> String {
-    "https://api.telegram.org".into()
 }
 
 fn default_poll_secs() -> u64 {
@@ -179,33 +243,8 @@ pub fn load_config(home: &Home) -> anyhow::Result<ChannelsFile> {
             path.display()
         )
     })?;
-    if let Some(t) = &file.telegram {
-        let url = url::Url::parse(&t.base_url).map_err(|e| {
-            anyhow::anyhow!(
-                "{}: [telegram] base_url {:?}: {e}",
-                path.display(),
-                t.base_url
-            )
-        })?;
-        anyhow::ensure!(
-            matches!(url.scheme(), "https" | "http") && url.host_str().is_some(),
-            "{}: [telegram] base_url {:?} is not an http(s) URL with a host",
-            path.display(),
-            t.base_url
-        );
-        if let Some(g) = &t.group_trigger {
-            anyhow::ensure!(
-                !g.is_empty() && !g.chars().any(char::is_whitespace),
-                "{}: [telegram] group_trigger {g:?} must be one word, such as \"/ai\"",
-                path.display()
-            );
-        }
-        anyhow::ensure!(
-            (1..=50).contains(&t.poll_secs),
-            "{}: [telegram] poll_secs = {} is out of range (1 to 50)",
-            path.display(),
-            t.poll_secs
-        );
+    for (kind, t) in file.chats() {
+        check_chat(kind, t).map_err(|e| anyhow::anyhow!("{}: [{kind}] {e:#}", path.display()))?;
     }
     if let Some(w) = &file.webhook {
         w.listen_addr()
@@ -224,6 +263,40 @@ pub fn load_config(home: &Home) -> anyhow::Result<ChannelsFile> {
     Ok(file)
 }
 
+/// What a chat platform's section must hold.
+fn check_chat(kind: &str, t: &ChatConfig) -> anyhow::Result<()> {
+    let base = t.base_url(kind);
+    let url = url::Url::parse(&base).map_err(|e| anyhow::anyhow!("base_url {base:?}: {e}"))?;
+    anyhow::ensure!(
+        matches!(url.scheme(), "https" | "http") && url.host_str().is_some(),
+        "base_url {base:?} is not an http(s) URL with a host"
+    );
+    if let Some(g) = &t.group_trigger {
+        anyhow::ensure!(
+            !g.is_empty() && !g.chars().any(char::is_whitespace),
+            "group_trigger {g:?} must be one word, such as \"/ai\""
+        );
+    }
+    anyhow::ensure!(
+        (1..=50).contains(&t.poll_secs),
+        "poll_secs = {} is out of range (1 to 50)",
+        t.poll_secs
+    );
+    anyhow::ensure!(
+        (1..=600).contains(&t.messages_per_minute),
+        "messages_per_minute = {} is out of range (1 to 600)",
+        t.messages_per_minute
+    );
+    match (kind, &t.app_token_secret) {
+        ("slack", None) => anyhow::bail!(
+            "app_token_secret is missing\nhelp: Slack's Socket Mode needs the app-level token (xapp-…): airlock channel add slack --token-secret BOT --app-token-secret APP"
+        ),
+        ("slack", Some(_)) | (_, None) => {}
+        (_, Some(_)) => anyhow::bail!("app_token_secret is for slack only"),
+    }
+    Ok(())
+}
+
 pub fn save_config(home: &Home, file: &ChannelsFile) -> anyhow::Result<()> {
     let text = toml::to_string(file)?;
     airlock_proxy::write_atomic(&config_path(home), text.as_bytes(), 0o600)?;
@@ -236,6 +309,10 @@ pub fn save_config(home: &Home, file: &ChannelsFile) -> anyhow::Result<()> {
 pub struct ChannelState {
     /// The owner's platform user id, bound by pairing.
     pub owner: Option<String>,
+    /// The owner's private chat with the assistant (where they paired, or last wrote
+    /// privately): where approval cards go when the chat that held them is not it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_chat: Option<String>,
     pub pairing: Option<Pairing>,
     /// Where the platform's update stream stopped.
     pub offset: Option<i64>,

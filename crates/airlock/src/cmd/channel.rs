@@ -11,20 +11,33 @@ use serde_json::json;
 
 use airlock_core::terminal_text::escape_line;
 
-use crate::channels::{self, Pairing, TelegramConfig, UnknownSenders, PAIRING_SECS};
+use crate::channels::{self, ChatConfig, Pairing, UnknownSenders, PAIRING_SECS};
 use crate::home::Home;
 
 #[derive(Debug, Subcommand)]
 pub enum ChannelCommand {
-    /// Listen on a platform: `airlock channel add telegram --token-secret telegram`, or
+    /// Listen on a platform: `airlock channel add telegram --token-secret telegram`,
+    /// `airlock channel add slack --token-secret slack-bot --app-token-secret slack-app`,
+    /// `airlock channel add discord --token-secret discord`, or
     /// `airlock channel add webhook --token-secret hook --outbound-url URL`.
     Add {
-        /// The platform: telegram or webhook.
+        /// The platform: telegram, slack, discord or webhook.
         kind: String,
         /// The stored secret with the bot token (`airlock secret set NAME --host
-        /// api.telegram.org`), or the webhook's signing key.
+        /// api.telegram.org`, `slack.com` or `discord.com`), or the webhook's signing key.
         #[arg(long)]
         token_secret: String,
+        /// slack: the stored secret with the app-level token (xapp-…) for Socket Mode.
+        #[arg(long)]
+        app_token_secret: Option<String>,
+        /// Let approval cards be shown and answered in the group chats it serves (off:
+        /// an action held in a group is put to the owner privately).
+        #[arg(long)]
+        approve_in_groups: bool,
+        /// The most messages one chat may send in a minute (default 20); the rest are
+        /// dropped, with a record.
+        #[arg(long)]
+        messages_per_minute: Option<u32>,
         /// webhook: where to listen (loopback only; default 127.0.0.1:8787).
         #[arg(long)]
         listen: Option<String>,
@@ -106,6 +119,9 @@ pub fn run(cmd: ChannelCommand) -> anyhow::Result<i32> {
             unknown_senders,
             listen,
             outbound_url,
+            app_token_secret,
+            approve_in_groups,
+            messages_per_minute,
         } => {
             check_kind(&kind)?;
             if kind == "webhook" {
@@ -119,32 +135,17 @@ pub fn run(cmd: ChannelCommand) -> anyhow::Result<i32> {
                     escape_line(other)
                 ),
             };
-            let mut file = channels::load_config(&home)?;
-            let cfg = TelegramConfig {
+            let cfg = ChatConfig {
                 token_secret,
-                base_url: base_url.unwrap_or_else(|| "https://api.telegram.org".into()),
+                app_token_secret,
+                base_url,
                 poll_secs: poll_secs.unwrap_or(25),
                 unknown_senders: unknown,
                 group_trigger,
+                approve_in_groups,
+                messages_per_minute: messages_per_minute.unwrap_or(20),
             };
-            // The token must exist and be bound to the API's host: the host sends it
-            // nowhere else.
-            crate::host::channels::token_for(&home, &cfg.token_secret, &cfg.base_url)?;
-            file.telegram = Some(cfg.clone());
-            channels::save_config(&home, &file)?;
-            // Re-read, so what was written is what loads.
-            channels::load_config(&home)?;
-            crate::config_audit::record(
-                &home,
-                "channel-added",
-                json!({"channel": kind, "token_secret": cfg.token_secret,
-                       "base_url": cfg.base_url, "unknown_senders": unknown_senders,
-                       "group_trigger": cfg.group_trigger}),
-            )?;
-            crate::out!(
-                "{kind}: configured; a running host picks it up when restarted\nnext: airlock channel pair {kind}"
-            );
-            Ok(0)
+            add_chat(&home, &kind, cfg, &unknown_senders)
         }
         ChannelCommand::Pair { kind } => {
             configured(&home, &kind)?;
@@ -173,7 +174,14 @@ pub fn run(cmd: ChannelCommand) -> anyhow::Result<i32> {
                 "channel-pairing-started",
                 json!({"channel": kind, "code_hash": hash, "expires_at": expires_at}),
             )?;
-            crate::out!("send this to the bot from your own {kind} account, within {} minutes:\n\n    /start {code}\n\nthe account that sends it becomes this assistant's owner there", PAIRING_SECS / 60);
+            // Slack and Discord take a leading `/` for a slash command of their own: the
+            // code goes alone there.
+            let message = if kind == "telegram" {
+                format!("/start {code}")
+            } else {
+                code.clone()
+            };
+            crate::out!("send this to the bot in a private message from your own {kind} account, within {} minutes:\n\n    {message}\n\nthe account that sends it becomes this assistant's owner there", PAIRING_SECS / 60);
             Ok(0)
         }
         ChannelCommand::Unpair { kind } => {
@@ -204,27 +212,69 @@ pub fn run(cmd: ChannelCommand) -> anyhow::Result<i32> {
                         .unwrap_or_else(|| "nowhere".into())
                 );
             }
-            let Some(t) = file.telegram else {
-                if file.webhook.is_none() {
-                    crate::out!("no channels (airlock channel add telegram --token-secret NAME)");
-                }
-                return Ok(0);
-            };
-            let state = channels::read_state(&home, "telegram")?;
-            crate::out!(
-                "telegram: {} (token secret {}), owner {}, {} chat(s)",
-                escape_line(&t.base_url),
-                escape_line(&t.token_secret),
-                state
-                    .owner
-                    .as_deref()
-                    .map(|o| format!("id {}", escape_line(o)))
-                    .unwrap_or_else(|| "not paired".into()),
-                state.chats.len()
-            );
+            if file.chats().next().is_none() && file.webhook.is_none() {
+                crate::out!("no channels (airlock channel add telegram --token-secret NAME)");
+            }
+            for (kind, t) in file.chats() {
+                let state = channels::read_state(&home, kind)?;
+                crate::out!(
+                    "{kind}: {} (token secret {}), owner {}, {} chat(s)",
+                    escape_line(&t.base_url(kind)),
+                    escape_line(&t.token_secret),
+                    state
+                        .owner
+                        .as_deref()
+                        .map(|o| format!("id {}", escape_line(o)))
+                        .unwrap_or_else(|| "not paired".into()),
+                    state.chats.len()
+                );
+            }
             Ok(0)
         }
     }
+}
+
+/// Write a chat platform's section, once its tokens are found bound to its API's host.
+fn add_chat(
+    home: &Home,
+    kind: &str,
+    cfg: ChatConfig,
+    unknown_senders: &str,
+) -> anyhow::Result<i32> {
+    let mut file = channels::load_config(home)?;
+    let base = cfg.base_url(kind);
+    // The tokens must exist and be bound to the API's host: the host sends them nowhere
+    // else.
+    crate::host::channels::token_for(home, &cfg.token_secret, &base)?;
+    if let Some(app) = &cfg.app_token_secret {
+        crate::host::channels::token_for(home, app, &base)?;
+    }
+    if let Some(slot) = file.chat_mut(kind) {
+        *slot = Some(cfg.clone());
+    }
+    channels::save_config(home, &file)?;
+    // Re-read, so what was written is what loads; a section that does not is taken back.
+    if let Err(e) = channels::load_config(home) {
+        if let Some(slot) = file.chat_mut(kind) {
+            *slot = None;
+        }
+        channels::save_config(home, &file)?;
+        return Err(e);
+    }
+    crate::config_audit::record(
+        home,
+        "channel-added",
+        json!({"channel": kind, "token_secret": cfg.token_secret,
+               "app_token_secret": cfg.app_token_secret,
+               "base_url": base, "unknown_senders": unknown_senders,
+               "group_trigger": cfg.group_trigger,
+               "approve_in_groups": cfg.approve_in_groups,
+               "messages_per_minute": cfg.messages_per_minute}),
+    )?;
+    crate::out!(
+        "{kind}: configured; a running host picks it up when restarted\nnext: airlock channel pair {kind}"
+    );
+    Ok(0)
 }
 
 fn members(home: &Home, cmd: MembersCommand) -> anyhow::Result<i32> {
@@ -235,8 +285,8 @@ fn members(home: &Home, cmd: MembersCommand) -> anyhow::Result<i32> {
             anyhow::ensure!(
                 !id.is_empty()
                     && id.len() <= 64
-                    && id.bytes().all(|b| b.is_ascii_digit() || b == b'-'),
-                "`{}` is not a platform user id\nhelp: a Telegram user id is a number",
+                    && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'),
+                "`{}` is not a platform user id\nhelp: a Telegram or Discord user id is a number, a Slack one is like U012AB3CD",
                 escape_line(&id)
             );
             channels::update_state(home, &kind, |s| {

@@ -15,6 +15,17 @@
 //!   talk is not for the assistant) is a turn of that chat's session (made at its first message and kept in the channel's state), run
 //!   in the host's process like a chat through the host; the reply is what the turn said
 //!   to its own channel and its final text.
+//! - **Floods.** Each sender in each chat may send `messages_per_minute` (default 20);
+//!   the rest are dropped, their count recorded in a handful of records
+//!   (`host::chat_limits`). Each chat's turns wait in a short queue (a message that finds
+//!   it full is dropped with a record), and at most [`MAX_CHAT_WORKERS`] chats have a turn
+//!   worker at once; an idle worker ends. So nothing a platform sends grows the host's
+//!   memory or threads without bound.
+//! - **Where a card goes.** To the owner's private chat with the assistant, whatever
+//!   chat held the action: a member's or stranger's chat never sees a card (it is told
+//!   that an action waits for the owner), and a group sees one only with
+//!   `approve_in_groups`. A press counts only on the card's own message in the card's
+//!   own chat: a press on an older card (a stale message) is refused.
 //! - **Approvals in chat.** An ask of the turn becomes a card: what the action does
 //!   (the same lines `airlock approvals show` gives), why it is held and the first
 //!   characters of the payload hash, with Approve and Deny buttons whose data names the
@@ -26,17 +37,20 @@
 //!   queue, where any client may answer it.
 
 use std::collections::HashMap;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender as MpscSender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender as MpscSender, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use airlock_agent::agent::TurnInput;
+use airlock_channels::discord::Discord;
+use airlock_channels::slack::Slack;
 use airlock_channels::telegram::Telegram;
 use airlock_channels::{Card, Channel, ChatId, Inbound, Sender};
 use airlock_store::{ApprovalRequest, Timestamp};
 use secrecy::SecretString;
 use serde_json::json;
 
+use super::chat_limits::{Admit, InboundLimiter};
 use super::Host;
 use crate::agent_host::{provider_config, AgentHost, HostOptions};
 use crate::channels::{self, code_in, try_pairing, PairingOutcome, Role, UnknownSenders};
@@ -48,6 +62,12 @@ use crate::service::caller::{Attachable, Notices};
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// How many characters of the payload hash a card shows and its buttons carry.
 const HASH_SHOWN: usize = 12;
+/// Messages of one chat waiting for its turn worker; one more is dropped with a record.
+const CHAT_QUEUE: usize = 4;
+/// Chats with a turn worker (a thread) at once, per channel.
+pub const MAX_CHAT_WORKERS: usize = 32;
+/// A turn worker with nothing to do for this long ends (the next message starts one).
+const WORKER_IDLE: Duration = Duration::from_secs(300);
 
 /// The bot token stored as `secret`, if it is bound to `base_url`'s scheme, host and port:
 /// the host sends it to no other place.
@@ -99,6 +119,8 @@ struct Presses(Mutex<HashMap<String, MpscSender<Press>>>);
 #[derive(Debug, Clone)]
 struct Press {
     press_id: String,
+    chat: ChatId,
+    message_id: String,
     from: Sender,
     data: String,
 }
@@ -139,6 +161,19 @@ enum Said {
     Untrusted { source: String, text: String },
 }
 
+/// A chat's turn worker: its number and its queue.
+#[derive(Clone)]
+struct Worker {
+    number: u64,
+    tx: SyncSender<Queued>,
+}
+
+/// A message for a chat's turn worker, and whether that chat is a private one.
+struct Queued {
+    said: Said,
+    private: bool,
+}
+
 /// One channel as the host runs it.
 struct Running {
     host: Arc<Host>,
@@ -147,8 +182,11 @@ struct Running {
     rt: tokio::runtime::Handle,
     presses: Presses,
     kind: Kind,
-    /// Each chat's queue of the owner's messages, served one turn at a time.
-    chats: Mutex<HashMap<ChatId, MpscSender<Said>>>,
+    /// Each chat's turn worker, serving its queue one turn at a time.
+    chats: Mutex<HashMap<ChatId, Worker>>,
+    /// The next worker's number (to tell a worker from the one that took its place).
+    next_worker: std::sync::atomic::AtomicU64,
+    limiter: InboundLimiter,
 }
 
 /// Who counts on a channel.
@@ -157,6 +195,7 @@ enum Kind {
     Paired {
         group_trigger: Option<String>,
         unknown_senders: UnknownSenders,
+        approve_in_groups: bool,
     },
     /// Everything is untrusted content from the named sender; nobody approves.
     Webhook,
@@ -172,13 +211,16 @@ pub fn start(host: &Arc<Host>) {
             return;
         }
     };
-    if let Some(w) = file.webhook {
+    if let Some(w) = file.webhook.clone() {
         tokio::spawn(start_webhook(host.clone(), w));
     }
-    if let Some(t) = file.telegram {
-        start_telegram(host, t);
+    for (kind, c) in file.chats() {
+        start_chat(host, kind, c.clone());
     }
 }
+
+/// What one webhook sender may post in a minute.
+const WEBHOOK_PER_MINUTE: u32 = 60;
 
 async fn start_webhook(host: Arc<Host>, w: channels::WebhookConfig) {
     let set_up = async {
@@ -209,6 +251,8 @@ async fn start_webhook(host: Arc<Host>, w: channels::WebhookConfig) {
         presses: Presses::default(),
         kind: Kind::Webhook,
         chats: Mutex::new(HashMap::new()),
+        next_worker: Default::default(),
+        limiter: InboundLimiter::new(WEBHOOK_PER_MINUTE),
     });
     poll(running, move |r| {
         for why in hook.take_rejected() {
@@ -251,43 +295,79 @@ async fn poll(running: Arc<Running>, after: impl Fn(&Running) + Send + Sync + 's
     }
 }
 
-fn start_telegram(host: &Arc<Host>, t: channels::TelegramConfig) {
-    let token = match token_for(&host.home, &t.token_secret, &t.base_url) {
-        Ok(tok) => tok,
+/// Roots the adapters trust beside the webpki ones: in debug builds, those of
+/// `AIRLOCK_DEBUG_UPSTREAM_ROOTS` (tests stand a platform's fake up on loopback with a
+/// test CA); none in a release build.
+fn extra_roots() -> Vec<String> {
+    match crate::agent_executors::debug_upstream_roots() {
+        Ok(r) => r,
         Err(e) => {
-            tracing::error!(error = %format!("{e:#}"), "the telegram channel does not run");
-            return;
+            tracing::error!(error = %format!("{e:#}"), "extra roots for the channels");
+            Vec::new()
         }
-    };
-    let offset = channels::read_state(&host.home, "telegram")
-        .ok()
-        .and_then(|s| s.offset);
-    let adapter = match Telegram::new(&t.base_url, token, Duration::from_secs(t.poll_secs), offset)
-    {
-        Ok(a) => Arc::new(a),
+    }
+}
+
+/// The adapter for a chat platform's section, with its tokens from the secrets store.
+fn chat_adapter(
+    home: &Home,
+    kind: &'static str,
+    c: &channels::ChatConfig,
+) -> anyhow::Result<Arc<dyn Channel>> {
+    let base = c.base_url(kind);
+    let token = token_for(home, &c.token_secret, &base)?;
+    let poll = Duration::from_secs(c.poll_secs);
+    let roots = extra_roots();
+    Ok(match kind {
+        "telegram" => {
+            let offset = channels::read_state(home, kind).ok().and_then(|s| s.offset);
+            Arc::new(Telegram::new(&base, token, poll, offset, &roots)?)
+        }
+        "slack" => {
+            let app = c
+                .app_token_secret
+                .as_deref()
+                .ok_or_else(|| anyhow::anyhow!("[slack] app_token_secret is missing"))?;
+            let app = token_for(home, app, &base)?;
+            Arc::new(Slack::new(&base, app, token, &roots)?.with_poll(poll))
+        }
+        "discord" => Arc::new(Discord::new(&base, token, &roots)?.with_poll(poll)),
+        other => anyhow::bail!("no chat platform `{other}`"),
+    })
+}
+
+fn start_chat(host: &Arc<Host>, kind: &'static str, c: channels::ChatConfig) {
+    let adapter = match chat_adapter(&host.home, kind, &c) {
+        Ok(a) => a,
         Err(e) => {
-            tracing::error!(error = %e, "the telegram channel does not run");
+            tracing::error!(channel = kind, error = %format!("{e:#}"), "the channel does not run");
             return;
         }
     };
     let running = Arc::new(Running {
         host: host.clone(),
-        name: "telegram",
+        name: kind,
         channel: adapter.clone(),
         rt: tokio::runtime::Handle::current(),
         presses: Presses::default(),
         kind: Kind::Paired {
-            group_trigger: t.group_trigger.clone(),
-            unknown_senders: t.unknown_senders,
+            group_trigger: c.group_trigger.clone(),
+            unknown_senders: c.unknown_senders,
+            approve_in_groups: c.approve_in_groups,
         },
         chats: Mutex::new(HashMap::new()),
+        next_worker: Default::default(),
+        limiter: InboundLimiter::new(c.messages_per_minute),
     });
-    tracing::info!(base_url = %t.base_url, "polling telegram");
+    tracing::info!(channel = kind, base_url = %c.base_url(kind), "listening");
     tokio::spawn(poll(running, move |r| {
-        // Where the stream stopped, kept for the next host.
-        let offset = adapter.offset();
+        // Where Telegram's update stream stopped, kept for the next host (the socket
+        // platforms have nothing to keep: they redeliver or replay on their own).
+        let Some(offset) = adapter.resume_offset() else {
+            return;
+        };
         if let Err(e) = channels::update_state(&r.host.home, r.name, |s| {
-            s.offset = offset;
+            s.offset = Some(offset);
             Ok(())
         }) {
             tracing::error!(error = %format!("{e:#}"), "keeping the channel's offset");
@@ -319,12 +399,15 @@ impl Running {
             } => self.message(chat, private, from, text),
             Inbound::Press {
                 press_id,
+                chat,
+                message_id,
                 from,
                 data,
-                ..
             } => {
                 let press = Press {
                     press_id: press_id.clone(),
+                    chat,
+                    message_id,
                     from,
                     data,
                 };
@@ -351,14 +434,18 @@ impl Running {
             Kind::Paired {
                 group_trigger,
                 unknown_senders,
+                ..
             } => (group_trigger, *unknown_senders),
             // A webhook's post is an event from its sender, never an order.
             Kind::Webhook => {
+                if !self.admitted(&chat, &from) {
+                    return;
+                }
                 let said = Said::Untrusted {
                     source: format!("{}:{}", self.name, from.id),
                     text,
                 };
-                return self.queue(chat, said);
+                return self.queue(chat, private, said);
             }
         };
         // In a group, only what starts with the trigger is for the assistant; the rest is
@@ -371,6 +458,9 @@ impl Running {
                 None => return,
             }
         };
+        if !self.admitted(&chat, &from) {
+            return;
+        }
         let state = match channels::read_state(&self.host.home, self.name) {
             Ok(s) => s,
             Err(e) => {
@@ -387,6 +477,18 @@ impl Running {
             }
             return self.drop_message(&chat, &from, "the channel is not paired");
         };
+        if from.id == owner && private && state.owner_chat.as_deref() != Some(chat.0.as_str()) {
+            // The owner wrote privately from a chat the host did not know as theirs (on
+            // Slack and Discord a private chat has an id of its own): cards go there now.
+            if let Err(e) = channels::update_state(&self.host.home, self.name, |s| {
+                if s.owner.as_deref() == Some(from.id.as_str()) {
+                    s.owner_chat = Some(chat.0.clone());
+                }
+                Ok(())
+            }) {
+                tracing::error!(error = %format!("{e:#}"), "keeping the owner's chat");
+            }
+        }
         let said = match (
             from.id == owner,
             state.members.get(&from.id),
@@ -403,40 +505,139 @@ impl Running {
                 return self.drop_message(&chat, &from, "the sender is not the owner")
             }
         };
-        self.queue(chat, said);
+        self.queue(chat, private, said);
     }
 
-    /// Give `said` to `chat`'s turn worker (started at the chat's first message).
-    fn queue(self: &Arc<Self>, chat: ChatId, said: Said) {
-        let tx = {
-            let mut chats = self.chats.lock().unwrap_or_else(|p| p.into_inner());
-            chats
-                .entry(chat.clone())
-                .or_insert_with(|| {
-                    let (tx, rx) = std::sync::mpsc::channel::<Said>();
-                    let me = self.clone();
-                    let c = chat.clone();
-                    let _ = std::thread::Builder::new()
-                        .name("airlock-chat-turns".into())
-                        .spawn(move || {
-                            for said in rx {
-                                if let Err(e) = me.turn(&c, &said) {
-                                    tracing::error!(error = %format!("{e:#}"), "a channel turn");
-                                    me.say(&c, &format!("airlock: the turn failed: {e:#}"));
-                                }
-                            }
-                        });
-                    tx
-                })
-                .clone()
+    /// Whether `from`'s message in `chat` is within their rate; a drop is recorded now
+    /// and then (see `host::chat_limits`).
+    fn admitted(&self, chat: &ChatId, from: &Sender) -> bool {
+        match self.limiter.admit(&chat.0, &from.id, Instant::now()) {
+            Admit::Take => true,
+            Admit::Drop { record, dropped } => {
+                if record {
+                    self.record(
+                        "channel-message-dropped",
+                        json!({"channel": self.name, "chat": chat.0, "from": from.id,
+                               "reason": "the sender is over the chat's messages_per_minute",
+                               "dropped_this_minute": dropped}),
+                    );
+                }
+                false
+            }
+        }
+    }
+
+    /// Give `said` to `chat`'s turn worker (started at the chat's first message, ended
+    /// when idle). A full queue, or too many chats at once, drops it with a record.
+    fn queue(self: &Arc<Self>, chat: ChatId, private: bool, said: Said) {
+        let from = match &said {
+            Said::Trusted(_) => "trusted".to_string(),
+            Said::Untrusted { source, .. } => source.clone(),
         };
-        let _ = tx.send(said);
+        let mut item = Queued { said, private };
+        // Twice at most: a worker that ended since its sender was cloned is started anew.
+        for _ in 0..2 {
+            let worker = {
+                let mut chats = self.chats.lock().unwrap_or_else(|p| p.into_inner());
+                match chats.get(&chat) {
+                    Some(w) => w.clone(),
+                    None => {
+                        if chats.len() >= MAX_CHAT_WORKERS {
+                            drop(chats);
+                            return self.drop_queued(
+                                &chat,
+                                &from,
+                                "too many chats are being served at once",
+                            );
+                        }
+                        let w = self.start_worker(&chat);
+                        chats.insert(chat.clone(), w.clone());
+                        w
+                    }
+                }
+            };
+            match worker.tx.try_send(item) {
+                Ok(()) => return,
+                Err(TrySendError::Full(_)) => {
+                    return self.drop_queued(&chat, &from, "the chat's queue of turns is full")
+                }
+                Err(TrySendError::Disconnected(back)) => {
+                    item = back;
+                    self.forget_worker(&chat, worker.number);
+                }
+            }
+        }
+    }
+
+    /// Take `chat`'s worker out of the table, if it is still worker `number`.
+    fn forget_worker(&self, chat: &ChatId, number: u64) {
+        let mut chats = self.chats.lock().unwrap_or_else(|p| p.into_inner());
+        if chats.get(chat).is_some_and(|w| w.number == number) {
+            chats.remove(chat);
+        }
+    }
+
+    fn drop_queued(&self, chat: &ChatId, from: &str, reason: &str) {
+        tracing::warn!(channel = self.name, chat = %chat.0, reason, "dropped a message");
+        self.record(
+            "channel-message-dropped",
+            json!({"channel": self.name, "chat": chat.0, "from": from, "reason": reason}),
+        );
+    }
+
+    /// A thread that runs `chat`'s turns one at a time, and ends after [`WORKER_IDLE`]
+    /// with nothing to do.
+    fn start_worker(self: &Arc<Self>, chat: &ChatId) -> Worker {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Queued>(CHAT_QUEUE);
+        let number = self
+            .next_worker
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let me = self.clone();
+        let c = chat.clone();
+        let serve = move |q: Queued| {
+            if let Err(e) = me.turn(&c, &q.said, q.private) {
+                tracing::error!(error = %format!("{e:#}"), "a channel turn");
+                me.say(&c, &format!("airlock: the turn failed: {e:#}"));
+            }
+        };
+        let me = self.clone();
+        let c = chat.clone();
+        let spawned = std::thread::Builder::new()
+            .name("airlock-chat-turns".into())
+            .spawn(move || loop {
+                match rx.recv_timeout(WORKER_IDLE) {
+                    Ok(q) => serve(q),
+                    Err(RecvTimeoutError::Timeout) => {
+                        // Under the table's lock nobody can take this worker's sender, so
+                        // what is not queued now will find it gone and start another.
+                        let mut chats = me.chats.lock().unwrap_or_else(|p| p.into_inner());
+                        if let Ok(q) = rx.try_recv() {
+                            drop(chats);
+                            serve(q);
+                            continue;
+                        }
+                        if chats.get(&c).is_some_and(|w| w.number == number) {
+                            chats.remove(&c);
+                        }
+                        return;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "starting a chat's turn worker");
+        }
+        Worker { number, tx }
     }
 
     fn pair(&self, chat: &ChatId, from: &Sender, code: &str) {
         let now = crate::runtime::now_unix();
         let outcome = channels::update_state(&self.host.home, self.name, |s| {
-            Ok(try_pairing(s, code, &from.id, now))
+            let outcome = try_pairing(s, code, &from.id, now);
+            if outcome == PairingOutcome::Paired {
+                s.owner_chat = Some(chat.0.clone());
+            }
+            Ok(outcome)
         });
         match outcome {
             Ok(PairingOutcome::Paired) => {
@@ -463,7 +664,7 @@ impl Running {
     }
 
     /// One turn of `chat`'s session for the owner's `text`, and its reply.
-    fn turn(self: &Arc<Self>, chat: &ChatId, said: &Said) -> anyhow::Result<()> {
+    fn turn(self: &Arc<Self>, chat: &ChatId, said: &Said, private: bool) -> anyhow::Result<()> {
         let home = &self.host.home;
         let cfg = (*self.host.warm.current_config()).clone();
         // The host's own model: `[provider]` of airlock.toml, with its key from the
@@ -494,10 +695,16 @@ impl Running {
             s.chats.insert(chat.0.clone(), id.clone());
             Ok(())
         })?;
+        let state = channels::read_state(home, self.name)?;
         // Nobody approves through a webhook.
-        let owner = match self.kind {
-            Kind::Paired { .. } => channels::read_state(home, self.name)?.owner,
-            Kind::Webhook => None,
+        let (owner, card_chat) = match self.kind {
+            Kind::Paired {
+                approve_in_groups, ..
+            } => {
+                let card_chat = card_chat_for(chat, private, approve_in_groups, &state);
+                (state.owner.clone(), card_chat)
+            }
+            Kind::Webhook => (None, None),
         };
         let approvals = InlineApprovals::start(
             home,
@@ -505,7 +712,8 @@ impl Running {
             agent.shared_audit(),
             Box::new(CardApprover {
                 running: self.clone(),
-                chat: chat.clone(),
+                turn_chat: chat.clone(),
+                chat: card_chat,
                 owner,
             }),
         )?;
@@ -540,10 +748,31 @@ impl Running {
     }
 }
 
-/// Puts an ask to the owner as a card in the chat, and takes the owner's press.
+/// Where the cards of a turn in `chat` go: the chat itself when it is the owner's
+/// private chat, or a group that allows approvals; otherwise the owner's private chat,
+/// never a member's or a stranger's chat (whoever asked for the action must not be who
+/// is asked to approve it). `None` when the owner's chat is not known: the request then
+/// waits in the approvals queue.
+fn card_chat_for(
+    chat: &ChatId,
+    private: bool,
+    approve_in_groups: bool,
+    state: &channels::ChannelState,
+) -> Option<ChatId> {
+    let owner_chat = state.owner_chat.as_deref();
+    if owner_chat == Some(chat.0.as_str()) || (!private && approve_in_groups) {
+        return Some(chat.clone());
+    }
+    owner_chat.map(|c| ChatId(c.to_string()))
+}
+
+/// Puts an ask to the owner as a card, and takes the owner's press on it.
 struct CardApprover {
     running: Arc<Running>,
-    chat: ChatId,
+    /// The chat whose turn held the action.
+    turn_chat: ChatId,
+    /// Where the card goes; `None`: nowhere (the request waits in the approvals queue).
+    chat: Option<ChatId>,
     /// Whose press counts; `None`: nobody's.
     owner: Option<String>,
 }
@@ -557,12 +786,20 @@ fn hash_shown(req: &ApprovalRequest) -> String {
 }
 
 impl CardApprover {
-    fn close(&self, message_id: &str, text: &str) {
-        let _ = self.running.rt.block_on(
-            self.running
-                .channel
-                .close_card(&self.chat, message_id, text),
+    fn close(&self, chat: &ChatId, message_id: &str, text: &str) {
+        let _ = self
+            .running
+            .rt
+            .block_on(self.running.channel.close_card(chat, message_id, text));
+    }
+
+    fn refuse(&self, req: &ApprovalRequest, press: &Press, reason: &str, told: &str) {
+        self.running.record(
+            "approval-press-refused",
+            json!({"channel": self.running.name, "approval_id": req.id,
+                   "from": press.from.id, "reason": reason}),
         );
+        self.tell(press, told);
     }
 
     fn tell(&self, press: &Press, text: &str) {
@@ -575,6 +812,20 @@ impl CardApprover {
 
 impl Approver for CardApprover {
     fn answer(&mut self, req: &ApprovalRequest, waiting: &dyn Fn() -> bool) -> Answer {
+        let r = self.running.clone();
+        let Some(chat) = self.chat.clone() else {
+            r.say(
+                &self.turn_chat,
+                "an action is held; it waits for the owner in the approvals queue",
+            );
+            return Answer::Withdrawn;
+        };
+        if chat != self.turn_chat {
+            r.say(
+                &self.turn_chat,
+                "an action is held; the owner has been asked to approve it",
+            );
+        }
         let hash = hash_shown(req);
         let mut text = describe(req).join("\n");
         text.push_str(&format!("\npayload hash: sha256:{hash}…"));
@@ -585,9 +836,8 @@ impl Approver for CardApprover {
                 ("Deny".into(), format!("d:{}:{hash}", req.id)),
             ],
         };
-        let presses = self.running.presses.register(&req.id);
-        let r = &self.running;
-        let message_id = match r.rt.block_on(r.channel.send_card(&self.chat, &card)) {
+        let presses = r.presses.register(&req.id);
+        let message_id = match r.rt.block_on(r.channel.send_card(&chat, &card)) {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!(error = %e, "sending an approval card; the request waits in the queue");
@@ -604,7 +854,7 @@ impl Approver for CardApprover {
                 Ok(p) => p,
                 Err(RecvTimeoutError::Timeout) => {
                     if Instant::now() >= deadline || !waiting() {
-                        self.close(&message_id, "no longer waiting for an answer");
+                        self.close(&chat, &message_id, "no longer waiting for an answer");
                         break Answer::Withdrawn;
                     }
                     continue;
@@ -624,29 +874,36 @@ impl Approver for CardApprover {
                 } else {
                     "the presser is not the owner"
                 };
-                r.record(
-                    "approval-press-refused",
-                    json!({"channel": r.name, "approval_id": req.id, "from": press.from.id,
-                           "reason": reason}),
-                );
-                self.tell(&press, "only the owner can answer this");
+                self.refuse(req, &press, reason, "only the owner can answer this");
                 continue;
             }
             let mut parts = press.data.splitn(3, ':');
             let (verb, _, shown) = (parts.next(), parts.next(), parts.next());
             if shown != Some(hash.as_str()) {
-                r.record(
-                    "approval-press-refused",
-                    json!({"channel": r.name, "approval_id": req.id, "from": press.from.id,
-                           "reason": "the card's payload hash is not the request's"}),
+                self.refuse(
+                    req,
+                    &press,
+                    "the card's payload hash is not the request's",
+                    "this card does not show the request as it is now",
                 );
-                self.tell(&press, "this card does not show the request as it is now");
+                continue;
+            }
+            // The press must be on this very card: a button of an older card for the same
+            // request (a stale message), or of one in another chat, does not count.
+            if press.chat != chat || press.message_id != message_id {
+                self.refuse(
+                    req,
+                    &press,
+                    "the press is not on the request's current card",
+                    "this card is stale; answer the newest one",
+                );
                 continue;
             }
             match verb {
                 Some("a") => {
                     self.tell(&press, "approved");
                     self.close(
+                        &chat,
                         &message_id,
                         &format!("approved by the owner (sha256:{hash}…)"),
                     );
@@ -655,6 +912,7 @@ impl Approver for CardApprover {
                 Some("d") => {
                     self.tell(&press, "denied");
                     self.close(
+                        &chat,
                         &message_id,
                         &format!("denied by the owner (sha256:{hash}…)"),
                     );

@@ -12,6 +12,7 @@
 
 pub mod api;
 pub mod channels;
+pub mod chat_limits;
 pub mod client;
 pub mod exec;
 pub mod exec_client;

@@ -50,18 +50,17 @@ fn channel_lines(home: &Home) -> Vec<ChannelLine> {
             error: Some(format!("{e:#}")),
         }],
         Ok(file) => file
-            .telegram
-            .iter()
-            .map(|_| match crate::channels::read_state(home, "telegram") {
+            .chats()
+            .map(|(kind, _)| match crate::channels::read_state(home, kind) {
                 Ok(s) => ChannelLine {
-                    name: "telegram".into(),
+                    name: kind.into(),
                     owner: s.owner,
                     pairing_pending: s.pairing.is_some(),
                     chats: s.chats.len(),
                     error: None,
                 },
                 Err(e) => ChannelLine {
-                    name: "telegram".into(),
+                    name: kind.into(),
                     owner: None,
                     pairing_pending: false,
                     chats: 0,

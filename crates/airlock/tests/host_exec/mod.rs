@@ -10,6 +10,7 @@ use super::host_fixture::Host;
 use super::{audit_records, exec, verify};
 
 mod sessions;
+mod chat_platforms;
 mod telegram;
 mod webhook;
 

@@ -24,6 +24,15 @@ impl Host {
     /// The host as `uid` (and the same gid), or as the caller; its readiness is asked as
     /// that uid too, since the host answers only its own uid.
     pub fn start_as(home: &Path, uid: Option<u32>) -> Host {
+        Host::start_with(home, uid, &[])
+    }
+
+    /// The host with `env` added to its environment.
+    pub fn start_with_env(home: &Path, env: &[(&str, &str)]) -> Host {
+        Host::start_with(home, None, env)
+    }
+
+    fn start_with(home: &Path, uid: Option<u32>, env: &[(&str, &str)]) -> Host {
         use std::os::unix::process::CommandExt;
         let as_uid = |c: &mut Command| {
             if let Some(uid) = uid {
@@ -34,6 +43,7 @@ impl Host {
         let mut serve = Command::new(env!("CARGO_BIN_EXE_airlock"));
         serve
             .env("AIRLOCK_HOME", home)
+            .envs(env.iter().copied())
             .arg("serve")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -1,5 +1,6 @@
-//! A local stand-in for Telegram's Bot API, for tests: the real wire format on a loopback
-//! port, with updates the test queues and a log of every call the adapter made.
+//! A local stand-in for Telegram's Bot API, for tests: the real wire format over HTTPS on
+//! a loopback port (with a test CA of its own), with updates the test queues and a log of
+//! every call the adapter made.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,6 +29,7 @@ struct Shared {
 pub struct FakeTelegram {
     shared: Arc<Shared>,
     port: u16,
+    ca_pem: String,
 }
 
 impl FakeTelegram {
@@ -42,32 +44,25 @@ impl FakeTelegram {
             }),
             arrived: tokio::sync::Notify::new(),
         });
-        // Its own thread and runtime, so that it serves whatever the test's own runtime is
-        // doing (and a test without one).
-        let (tx, rx) = std::sync::mpsc::channel();
         let app = Router::new()
             .route("/{bot}/{method}", post(api))
             .with_state(shared.clone());
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .expect("a runtime for the fake");
-            runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                    .await
-                    .expect("a loopback port");
-                let _ = tx.send(listener.local_addr().expect("its address").port());
-                let _ = axum::serve(listener, app).await;
-            });
-        });
-        let port = rx.recv().expect("the fake's port");
-        FakeTelegram { shared, port }
+        let tls = super::tls::TestTls::new();
+        let port = super::tls::serve(app, Some(&tls));
+        FakeTelegram {
+            shared,
+            port,
+            ca_pem: tls.ca_pem,
+        }
     }
 
     pub fn base_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    /// The test CA's certificate: the root a client must trust to reach the fake.
+    pub fn ca_pem(&self) -> String {
+        self.ca_pem.clone()
     }
 
     fn push(&self, update: impl FnOnce(i64) -> Value) {
@@ -107,7 +102,8 @@ impl FakeTelegram {
         self.shared.inner.lock().unwrap().failing_polls = n;
     }
 
-    /// Every call the adapter made, in order: the method and its JSON body.
+    /// Every call the adapter made, in order: the method and its JSON body (for a
+    /// `sendMessage`, with the id of the message it made added as `sent_message_id`).
     pub fn calls(&self) -> Vec<(String, Value)> {
         self.shared.inner.lock().unwrap().calls.clone()
     }
@@ -203,7 +199,17 @@ async fn answer(s: Arc<Shared>, bot: String, method: String, body: Value) -> Jso
             let id = match method.as_str() {
                 "sendMessage" => {
                     inner.next_message += 1;
-                    inner.next_message
+                    let id = inner.next_message;
+                    // This call's own entry: the latest with its body and no id yet.
+                    if let Some((_, logged)) = inner
+                        .calls
+                        .iter_mut()
+                        .rev()
+                        .find(|(m, b)| m == "sendMessage" && *b == body)
+                    {
+                        logged["sent_message_id"] = id.to_string().into();
+                    }
+                    id
                 }
                 _ => body["message_id"].as_i64().unwrap_or(0),
             };

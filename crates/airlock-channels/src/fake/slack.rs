@@ -315,7 +315,8 @@ impl FakeSlack {
     }
 
     /// Every Web API call the adapter made (but those refused for their token), in
-    /// order: the method and its body as JSON.
+    /// order: the method and its body as JSON (a `chat.postMessage` with the `ts` it was
+    /// given added as `sent_ts`).
     pub fn calls(&self) -> Vec<(String, Value)> {
         self.lock().calls.clone()
     }
@@ -448,6 +449,11 @@ async fn api(
                         blocks: body["blocks"].clone(),
                     };
                     inner.posted.insert(ts.clone(), posted);
+                    // The log's entry (pushed under this same lock) gets the message's
+                    // `ts`, for tests that press its buttons.
+                    if let Some((_, logged)) = inner.calls.last_mut() {
+                        logged["sent_ts"] = ts.clone().into();
+                    }
                     Json(json!({"ok": true, "channel": channel, "ts": ts,
                                 "message": {"type": "message", "text": body["text"], "ts": ts}}))
                     .into_response()

@@ -259,3 +259,147 @@ mod discord {
         assert!(verify(&f.home).status.success());
     }
 }
+
+mod slack {
+    use super::*;
+    use airlock_channels::fake::slack::FakeSlack;
+
+    const BOT_TOKEN: &str = "xoxb-fake-bot-token-123";
+    const APP_TOKEN: &str = "xapp-fake-app-token-456";
+    const OWNER: &str = "U0OWNER";
+    const OWNER_DM: &str = "D0OWNER";
+    const STRANGER: &str = "U0MALLORY";
+    const STRANGER_DM: &str = "D0MALLORY";
+    const GROUP: &str = "C0GROUP";
+
+    fn posts_to(fake: &FakeSlack, channel: &str) -> Vec<Value> {
+        fake.calls_of("chat.postMessage")
+            .into_iter()
+            .filter(|b| b["channel"] == channel)
+            .collect()
+    }
+
+    fn has_buttons(b: &Value) -> bool {
+        b["blocks"]
+            .as_array()
+            .is_some_and(|bs| bs.iter().any(|x| x["type"] == "actions"))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn slack_pairs_its_owner_takes_only_the_owners_press_serves_threads_and_rides_out_a_drop()
+    {
+        let f = fixture();
+        let model = note_then_send_model("Done with the note.").await;
+        let fake = FakeSlack::start(APP_TOKEN, BOT_TOKEN);
+        let code = configure(
+            &f,
+            &model,
+            "slack",
+            &fake.api_base(),
+            &fake.ca_pem(),
+            &[("slack-bot", BOT_TOKEN), ("slack-app", APP_TOKEN)],
+            &[
+                "--token-secret",
+                "slack-bot",
+                "--app-token-secret",
+                "slack-app",
+                "--group-trigger",
+                "!ai",
+            ],
+        );
+        let host = start_host(&f);
+        fake.push_message(STRANGER_DM, STRANGER, "ABCDEFGHJK", true);
+        fake.push_message(OWNER_DM, OWNER, &code, true);
+        fake.wait_for("chat.postMessage", |b| {
+            b["channel"] == OWNER_DM && text_has(b, "text", "paired")
+        });
+        assert_eq!(kinds(&f, "channel-paired")[0]["detail"]["owner"], OWNER);
+        wait_for("the stranger's guess to be dropped", || {
+            kinds(&f, "channel-message-dropped")
+                .iter()
+                .any(|r| r["detail"]["from"] == STRANGER)
+        });
+
+        // The ask is a Block Kit card in the owner's DM, with the payload hash.
+        fake.push_message(OWNER_DM, OWNER, "Write a note and read it back", true);
+        let card = fake.wait_for("chat.postMessage", has_buttons);
+        assert_eq!(card["channel"], OWNER_DM);
+        assert_eq!(card["mrkdwn"], false);
+        let held = super::super::pending_approvals(&f.home);
+        assert_eq!(held.len(), 1, "{held:?}");
+        let req = &held[0];
+        let hash = req.payload_hash.trim_start_matches("sha256:")[..12].to_string();
+        let shown = card["text"].as_str().unwrap();
+        assert!(shown.contains("bob@example.com"), "{shown}");
+        assert!(
+            shown.contains(&format!("payload hash: sha256:{hash}")),
+            "{shown}"
+        );
+        let approve = format!("a:{}:{hash}", req.id);
+        assert!(card.to_string().contains(&approve), "{card}");
+        let card_ts = card["sent_ts"].as_str().unwrap().to_string();
+
+        // A stranger's press: refused, told only them, recorded; a stale one: refused.
+        fake.push_press(OWNER_DM, &card_ts, STRANGER, &approve);
+        let told = fake.wait_for("chat.postEphemeral", |b| {
+            text_has(b, "text", "only the owner can answer this")
+        });
+        assert_eq!(told["user"], STRANGER);
+        let paired_ts = posts_to(&fake, OWNER_DM)[0]["sent_ts"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        fake.push_press(OWNER_DM, &paired_ts, OWNER, &approve);
+        fake.wait_for("chat.postEphemeral", |b| {
+            text_has(b, "text", "this card is stale")
+        });
+        assert_eq!(super::super::pending_approvals(&f.home).len(), 1);
+        // The owner's press approves; the card is updated without its buttons.
+        fake.push_press(OWNER_DM, &card_ts, OWNER, &approve);
+        fake.wait_for("chat.postMessage", |b| {
+            b["channel"] == OWNER_DM && text_has(b, "text", "Done with the note")
+        });
+        let update = fake.wait_for("chat.update", |b| b["ts"] == card_ts.as_str());
+        assert!(!has_buttons(&update), "{update}");
+        assert!(
+            text_has(&update, "text", "approved by the owner"),
+            "{update}"
+        );
+        assert_eq!(kinds(&f, "approval-granted")[0]["via"], "slack");
+        assert_eq!(kinds(&f, "approval-press-refused").len(), 2);
+
+        // A thread in a channel is a chat of its own; the answer goes to the thread. The
+        // socket drops first: the message still comes, once.
+        fake.drop_connections();
+        fake.push_thread_message(GROUP, "1700000001.000100", OWNER, "!ai what is on today?");
+        fake.wait_for("chat.postMessage", |b| {
+            b["channel"] == GROUP
+                && b["thread_ts"] == "1700000001.000100"
+                && text_has(b, "text", "Second answer")
+        });
+        wait_for("a new socket", || fake.connections() >= 2);
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        let answers = posts_to(&fake, GROUP)
+            .iter()
+            .filter(|b| text_has(b, "text", "Second answer"))
+            .count();
+        assert_eq!(answers, 1, "{:#?}", posts_to(&fake, GROUP));
+        let state: Value = serde_json::from_slice(
+            &std::fs::read(f.home.join("state/channels/slack.json")).unwrap(),
+        )
+        .unwrap();
+        assert!(
+            state["chats"].get("C0GROUP/1700000001.000100").is_some(),
+            "{state}"
+        );
+        assert!(posts_to(&fake, STRANGER_DM).is_empty());
+        for token in [BOT_TOKEN, APP_TOKEN] {
+            assert!(!audit_records(&f.home)
+                .iter()
+                .any(|r| r.to_string().contains(token)));
+            assert!(!host.log_text().contains(token), "{}", host.log_text());
+        }
+        drop(host);
+        assert!(verify(&f.home).status.success());
+    }
+}

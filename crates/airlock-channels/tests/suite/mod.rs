@@ -1,0 +1,3 @@
+mod discord;
+mod slack;
+mod telegram;

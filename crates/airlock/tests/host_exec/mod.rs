@@ -9,8 +9,8 @@ use super::exec_fixture::{airlock_bin, fixture, Fixture};
 use super::host_fixture::Host;
 use super::{audit_records, exec, verify};
 
-mod sessions;
 mod chat_platforms;
+mod sessions;
 mod telegram;
 mod webhook;
 

@@ -114,6 +114,9 @@ pub struct HostExecutors {
     messages_to: Option<crate::service::caller::Notices>,
     /// The session's memory, when the host keeps it.
     memory: Option<crate::memory_executor::HostMemory>,
+    /// The third party the conversation is with, if not the owner: messages to it are
+    /// delivered to the conversation (once the Gate allowed them).
+    conversation_with: Option<String>,
 }
 
 /// What the blocking sandbox and proxy work needs, shared with its worker threads.
@@ -168,10 +171,18 @@ impl HostExecutors {
             delivered: Mutex::new(Vec::new()),
             messages_to,
             memory: None,
+            conversation_with: None,
         }
     }
 
     /// Give the loop's memory tools the session's memory.
+    /// Deliver messages to `destination` (the third party the conversation is with) to
+    /// the conversation.
+    pub fn with_conversation(mut self, destination: String) -> HostExecutors {
+        self.conversation_with = Some(destination);
+        self
+    }
+
     pub fn with_memory(mut self, memory: crate::memory_executor::HostMemory) -> HostExecutors {
         self.memory = Some(memory);
         self
@@ -310,7 +321,8 @@ impl Executors for HostExecutors {
         let m = auth.action();
         let own = m.destination.is_empty()
             || m.destination == "owner"
-            || m.destination == self.shared.channel;
+            || m.destination == self.shared.channel
+            || self.conversation_with.as_deref() == Some(m.destination.as_str());
         if !own {
             return ToolOutput::error(format!(
                 "no channel is configured for destination `{}`\nhelp: this conversation can only reply to its own channel ({})",

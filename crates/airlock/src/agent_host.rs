@@ -229,6 +229,15 @@ impl AgentHost {
         Ok((self.agent_cfg.budget, state))
     }
 
+    /// The conversation is with `destination`, a third party (a group chat, a member's
+    /// chat), not the owner: what the session says there, its final text included, is a
+    /// message to them that the Gate decides (see `AgentConfig::conversation_with`).
+    pub fn with_third_party(mut self, destination: String) -> AgentHost {
+        self.agent_cfg.conversation_with = Some(destination.clone());
+        self.executors = self.executors.with_conversation(destination);
+        self
+    }
+
     /// Messages delivered to the conversation's own channel so far.
     pub fn delivered(&self) -> Vec<String> {
         self.executors.delivered()

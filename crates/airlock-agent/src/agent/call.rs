@@ -59,7 +59,12 @@ impl Agent<'_> {
             .as_json()
             .cloned()
             .unwrap_or_else(|| json!({"invalid": call.arguments.to_wire_string()}));
-        let planned = match tools::plan(call, &run.files, &self.config.channel) {
+        let planned = match tools::plan(
+            call,
+            &run.files,
+            &self.config.channel,
+            self.config.conversation_with.as_deref(),
+        ) {
             Ok(p) => p,
             Err(text) => {
                 let events = [TranscriptEvent::ToolCall {
@@ -191,6 +196,66 @@ impl Agent<'_> {
             // Killed while running: the stored call has no result, and a resume marks it
             // interrupted.
             None => Ok(Some(Outcome::Killed)),
+        }
+    }
+
+    /// Send the turn's final `text` to `destination`, the third party the conversation is
+    /// with ([`super::AgentConfig::conversation_with`]): a `message.send` decided,
+    /// recorded and perhaps held for the owner like any the model proposes, and delivered
+    /// only when allowed. The transcript keeps its decision under a call id of its own and
+    /// no tool result (the model called no tool). `Some(outcome)` ends the turn otherwise
+    /// (a kill, a limit); `Ok(None)` whether it was sent or refused.
+    pub(crate) async fn send_reply(
+        &mut self,
+        run: &mut RunState,
+        destination: &str,
+        text: &str,
+    ) -> Result<Option<Outcome>, AgentError> {
+        let action = airlock_core::action::MessageSendAction {
+            channel: self.config.channel.clone(),
+            destination: destination.to_string(),
+            text: text.to_string(),
+        };
+        let arguments = json!({"destination": destination, "text": text});
+        let call = ToolCall {
+            id: format!("reply-{}", airlock_store::Timestamp::now().as_unix_ms()),
+            name: "send_message".into(),
+            arguments: crate::provider::ToolArguments::Json {
+                value: arguments.clone(),
+            },
+        };
+        let action_hash = match action.to_action().hash() {
+            Ok(h) => h,
+            Err(e) => return Err(AgentError::Unrecorded(e.to_string())),
+        };
+        let events = [TranscriptEvent::ToolCall {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            arguments,
+            action_hash,
+        }];
+        if let Some(k) = self.commit(run, &events)? {
+            return Ok(Some(k));
+        }
+        let planned = PlannedCall::SendMessage(action.clone());
+        let mut approval_id = None;
+        match self
+            .authorize(run, &call, action, &planned, &mut approval_id)
+            .await?
+        {
+            Authorization::Granted(t) => {
+                let id = run.session.id.clone();
+                let timeout = self.config.call_timeout;
+                match self
+                    .execute(&id, self.executors.send_message(t, timeout), timeout)
+                    .await?
+                {
+                    Some(_) => Ok(None),
+                    None => Ok(Some(Outcome::Killed)),
+                }
+            }
+            Authorization::Refused(_) => Ok(None),
+            Authorization::Stop(o) => Ok(Some(o)),
         }
     }
 

@@ -70,6 +70,12 @@ pub struct AgentConfig {
     pub kill_poll: Duration,
     /// The conversation's own channel (messages to it need no approval before taint).
     pub channel: String,
+    /// Who the conversation is with, when it is not the owner: a destination such as
+    /// `telegram:-100123` (a group chat, a member's chat). Then what the session says in
+    /// the conversation is a message to a third party: a `send_message` to the owner or
+    /// to no one goes to this destination, and the turn's final text is sent to it as a
+    /// `message.send` the Gate decides (so after taint it is held, as egress is).
+    pub conversation_with: Option<String>,
 }
 
 impl AgentConfig {
@@ -91,6 +97,7 @@ impl AgentConfig {
             approval_limits: ApprovalLimits::default(),
             kill_poll: Duration::from_millis(200),
             channel: "terminal".into(),
+            conversation_with: None,
         }
     }
 }

@@ -202,6 +202,15 @@ impl Agent<'_> {
                 tool_calls: response.tool_calls.clone(),
             });
             if response.tool_calls.is_empty() {
+                // In a conversation with a third party, the final text is a message to
+                // them: decided like any other, held after taint.
+                if let Some(to) = self.config.conversation_with.clone() {
+                    if !response.text.trim().is_empty() {
+                        if let Some(o) = self.send_reply(&mut run, &to, &response.text).await? {
+                            break o;
+                        }
+                    }
+                }
                 break Outcome::Completed {
                     text: response.text,
                 };

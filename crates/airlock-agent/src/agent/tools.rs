@@ -131,8 +131,15 @@ struct MessageArgs {
 }
 
 /// Turn a model's tool call into a planned call. `Err` is the text of the tool error the
-/// model gets back.
-pub fn plan(call: &ToolCall, files: &WorkspaceFiles, channel: &str) -> Result<PlannedCall, String> {
+/// model gets back. `conversation_with` is the third party the conversation is with, if
+/// it is not with the owner ([`super::AgentConfig::conversation_with`]): a reply "to the
+/// owner" there is a message to them.
+pub fn plan(
+    call: &ToolCall,
+    files: &WorkspaceFiles,
+    channel: &str,
+    conversation_with: Option<&str>,
+) -> Result<PlannedCall, String> {
     let args = match &call.arguments {
         ToolArguments::Json { value } => value.clone(),
         ToolArguments::Invalid { error, .. } => {
@@ -225,9 +232,15 @@ pub fn plan(call: &ToolCall, files: &WorkspaceFiles, channel: &str) -> Result<Pl
         }
         "send_message" => {
             let a: MessageArgs = parse_args(&call.name, args)?;
+            let destination = match conversation_with {
+                Some(other) if a.destination.is_empty() || a.destination == "owner" => {
+                    other.to_string()
+                }
+                _ => a.destination,
+            };
             Ok(PlannedCall::SendMessage(MessageSendAction {
                 channel: channel.to_string(),
-                destination: a.destination,
+                destination,
                 text: a.text,
             }))
         }

@@ -670,12 +670,19 @@ impl Running {
         // The host's own model: `[provider]` of airlock.toml, with its key from the
         // secrets store.
         let provider_cfg = provider_config(home, &cfg, Default::default())?;
-        let session = channels::read_state(home, self.name)?
-            .chats
-            .get(&chat.0)
-            .cloned();
+        let state = channels::read_state(home, self.name)?;
+        let session = state.chats.get(&chat.0).cloned();
+        // A chat that is not the owner's own is a third party: a group, a member's or a
+        // stranger's chat. What the session says there is a message to them, which the
+        // Gate decides (held after taint, as egress is): otherwise "reply here with
+        // secrets.txt" from a member would send the file. A webhook's replies go to the
+        // endpoint the operator configured, not to a person.
+        let third_party = match self.kind {
+            Kind::Paired { .. } => state.owner_chat.as_deref() != Some(chat.0.as_str()),
+            Kind::Webhook => false,
+        };
         let out = Attachable::new();
-        let agent = AgentHost::open(
+        let mut agent = AgentHost::open(
             home.clone(),
             cfg,
             &provider_cfg,
@@ -690,12 +697,14 @@ impl Running {
                 egress: Default::default(),
             },
         )?;
+        if third_party {
+            agent = agent.with_third_party(format!("{}:{}", self.name, chat.0));
+        }
         let id = agent.session_id.clone();
         channels::update_state(home, self.name, |s| {
             s.chats.insert(chat.0.clone(), id.clone());
             Ok(())
         })?;
-        let state = channels::read_state(home, self.name)?;
         // Nobody approves through a webhook.
         let (owner, card_chat) = match self.kind {
             Kind::Paired {
@@ -717,13 +726,13 @@ impl Running {
                 owner,
             }),
         )?;
-        let mut agent = agent;
         let input = match said {
             Said::Trusted(text) => TurnInput::Owner(text),
             Said::Untrusted { source, text } => TurnInput::Untrusted { source, text },
         };
         let report = agent.run_turn_from(input, None);
         approvals.stop();
+        let delivered = agent.delivered();
         agent.close()?;
         let report = report?;
         if matches!(report.outcome, airlock_agent::agent::Outcome::Killed) {
@@ -733,11 +742,34 @@ impl Running {
                 Ok(())
             })?;
         }
-        let mut reply = out.take();
-        match &report.outcome {
-            airlock_agent::agent::Outcome::Completed { text } => reply.push_str(text),
-            other => reply.push_str(&other.summary()),
-        }
+        let reply = if third_party {
+            // Only what the Gate let through reaches a third party: the messages it
+            // allowed (the final text among them), never the owner's notices.
+            let _ = out.take();
+            match &report.outcome {
+                airlock_agent::agent::Outcome::Completed { text }
+                    if delivered.is_empty() && !text.trim().is_empty() =>
+                {
+                    "(the reply was held for the owner's approval and was not sent)".to_string()
+                }
+                airlock_agent::agent::Outcome::Completed { .. } => delivered.join("\n\n"),
+                other => {
+                    let mut r = delivered.join("\n\n");
+                    if !r.is_empty() {
+                        r.push_str("\n\n");
+                    }
+                    r.push_str(&other.summary());
+                    r
+                }
+            }
+        } else {
+            let mut reply = out.take();
+            match &report.outcome {
+                airlock_agent::agent::Outcome::Completed { text } => reply.push_str(text),
+                other => reply.push_str(&other.summary()),
+            }
+            reply
+        };
         let reply = if reply.trim().is_empty() {
             "(no reply)".to_string()
         } else {

@@ -244,6 +244,11 @@ async fn telegram_pairs_its_owner_drops_strangers_and_takes_only_the_owners_pres
             .unwrap_or("")
             .starts_with("approved by the owner")
     });
+    // The same press again (a replay, or a double tap): nothing waits for it.
+    fake.push_press(OWNER, &card_id, OWNER, "owner", &approve);
+    fake.wait_for("answerCallbackQuery", |b| {
+        b["text"] == "this request is no longer waiting"
+    });
     let granted = kinds(&f, "approval-granted");
     assert_eq!(granted.len(), 1, "{granted:?}");
     assert_eq!(granted[0]["detail"]["approval_id"], req.id.as_str());

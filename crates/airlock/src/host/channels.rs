@@ -445,7 +445,7 @@ impl Running {
                     source: format!("{}:{}", self.name, from.id),
                     text,
                 };
-                return self.queue(chat, private, said);
+                return self.queue(chat, private, &from.id, said);
             }
         };
         // In a group, only what starts with the trigger is for the assistant; the rest is
@@ -477,7 +477,7 @@ impl Running {
             }
             return self.drop_message(&chat, &from, "the channel is not paired");
         };
-        if from.id == owner && private && state.owner_chat.as_deref() != Some(chat.0.as_str()) {
+        if from.id == owner && private && !is_owner_chat(&chat, &state) {
             // The owner wrote privately from a chat the host did not know as theirs (on
             // Slack and Discord a private chat has an id of its own): cards go there now.
             if let Err(e) = channels::update_state(&self.host.home, self.name, |s| {
@@ -505,7 +505,7 @@ impl Running {
                 return self.drop_message(&chat, &from, "the sender is not the owner")
             }
         };
-        self.queue(chat, private, said);
+        self.queue(chat, private, &from.id, said);
     }
 
     /// Whether `from`'s message in `chat` is within their rate; a drop is recorded now
@@ -529,11 +529,7 @@ impl Running {
 
     /// Give `said` to `chat`'s turn worker (started at the chat's first message, ended
     /// when idle). A full queue, or too many chats at once, drops it with a record.
-    fn queue(self: &Arc<Self>, chat: ChatId, private: bool, said: Said) {
-        let from = match &said {
-            Said::Trusted(_) => "trusted".to_string(),
-            Said::Untrusted { source, .. } => source.clone(),
-        };
+    fn queue(self: &Arc<Self>, chat: ChatId, private: bool, from: &str, said: Said) {
         let mut item = Queued { said, private };
         // Twice at most: a worker that ended since its sender was cloned is started anew.
         for _ in 0..2 {
@@ -546,7 +542,7 @@ impl Running {
                             drop(chats);
                             return self.drop_queued(
                                 &chat,
-                                &from,
+                                from,
                                 "too many chats are being served at once",
                             );
                         }
@@ -559,7 +555,7 @@ impl Running {
             match worker.tx.try_send(item) {
                 Ok(()) => return,
                 Err(TrySendError::Full(_)) => {
-                    return self.drop_queued(&chat, &from, "the chat's queue of turns is full")
+                    return self.drop_queued(&chat, from, "the chat's queue of turns is full")
                 }
                 Err(TrySendError::Disconnected(back)) => {
                     item = back;
@@ -567,6 +563,7 @@ impl Running {
                 }
             }
         }
+        self.drop_queued(&chat, from, "no turn worker could be started for the chat");
     }
 
     /// Take `chat`'s worker out of the table, if it is still worker `number`.
@@ -678,7 +675,7 @@ impl Running {
         // secrets.txt" from a member would send the file. A webhook's replies go to the
         // endpoint the operator configured, not to a person.
         let third_party = match self.kind {
-            Kind::Paired { .. } => state.owner_chat.as_deref() != Some(chat.0.as_str()),
+            Kind::Paired { .. } => !is_owner_chat(chat, &state),
             Kind::Webhook => false,
         };
         let out = Attachable::new();
@@ -780,6 +777,18 @@ impl Running {
     }
 }
 
+/// Whether `chat` is the owner's private chat with the assistant, or a thread in it
+/// (Slack's thread chats are `<channel>/<thread>`).
+fn is_owner_chat(chat: &ChatId, state: &channels::ChannelState) -> bool {
+    state.owner_chat.as_deref().is_some_and(|own| {
+        chat.0 == own
+            || chat
+                .0
+                .strip_prefix(own)
+                .is_some_and(|rest| rest.starts_with('/'))
+    })
+}
+
 /// Where the cards of a turn in `chat` go: the chat itself when it is the owner's
 /// private chat, or a group that allows approvals; otherwise the owner's private chat,
 /// never a member's or a stranger's chat (whoever asked for the action must not be who
@@ -791,11 +800,10 @@ fn card_chat_for(
     approve_in_groups: bool,
     state: &channels::ChannelState,
 ) -> Option<ChatId> {
-    let owner_chat = state.owner_chat.as_deref();
-    if owner_chat == Some(chat.0.as_str()) || (!private && approve_in_groups) {
+    if is_owner_chat(chat, state) || (!private && approve_in_groups) {
         return Some(chat.clone());
     }
-    owner_chat.map(|c| ChatId(c.to_string()))
+    state.owner_chat.as_deref().map(|c| ChatId(c.to_string()))
 }
 
 /// Puts an ask to the owner as a card, and takes the owner's press on it.
@@ -961,5 +969,43 @@ impl Approver for CardApprover {
 
     fn via(&self) -> &'static str {
         self.running.name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(owner_chat: Option<&str>) -> channels::ChannelState {
+        channels::ChannelState {
+            owner: Some("U1".into()),
+            owner_chat: owner_chat.map(str::to_string),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_card_goes_to_the_owners_chat_whatever_chat_held_the_action() {
+        let s = state(Some("D1"));
+        let own = ChatId("D1".into());
+        let own_thread = ChatId("D1/1700.1".into());
+        let group = ChatId("C9".into());
+        let member = ChatId("D7".into());
+        let lookalike = ChatId("D1x".into());
+        assert!(is_owner_chat(&own, &s) && is_owner_chat(&own_thread, &s));
+        assert!(!is_owner_chat(&lookalike, &s) && !is_owner_chat(&group, &s));
+        assert_eq!(card_chat_for(&own, true, false, &s), Some(own.clone()));
+        assert_eq!(
+            card_chat_for(&own_thread, true, false, &s),
+            Some(own_thread)
+        );
+        assert_eq!(card_chat_for(&member, true, false, &s), Some(own.clone()));
+        assert_eq!(card_chat_for(&lookalike, true, true, &s), Some(own.clone()));
+        assert_eq!(card_chat_for(&group, false, false, &s), Some(own));
+        // Only a group that allows it shows its own cards.
+        assert_eq!(card_chat_for(&group, false, true, &s), Some(group.clone()));
+        // No known chat of the owner's: nowhere (the request waits in the queue).
+        assert_eq!(card_chat_for(&group, false, false, &state(None)), None);
+        assert!(!is_owner_chat(&group, &state(None)));
     }
 }

@@ -518,10 +518,13 @@ impl Rest {
             let retry_after = serde_json::from_slice::<Value>(&bytes)
                 .ok()
                 .and_then(|v| v["retry_after"].as_f64())
-                .map_or("an unstated time".to_string(), |s| format!("{s} s"));
-            return Err(unreachable(format!(
-                "{what} is rate-limited: retry_after {retry_after}"
-            )));
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .map(|s| std::time::Duration::from_secs_f64(s.min(3600.0)));
+            return Err(ChannelError::RateLimited {
+                platform: PLATFORM,
+                method: what.to_string(),
+                retry_after,
+            });
         }
         if status.is_success() {
             if bytes.is_empty() {

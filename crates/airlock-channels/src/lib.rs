@@ -68,6 +68,14 @@ pub enum ChannelError {
     /// The platform could not be reached, or its connection dropped: try again later.
     #[error("{platform} could not be reached: {why}")]
     Unreachable { platform: &'static str, why: String },
+    /// The platform asked for a pause (HTTP 429): try again after `retry_after`, when it
+    /// said how long.
+    #[error("{platform} is rate limiting {method}{}", retry_after.map(|d| format!("; it asks to retry after {:.1} s", d.as_secs_f64())).unwrap_or_default())]
+    RateLimited {
+        platform: &'static str,
+        method: String,
+        retry_after: Option<std::time::Duration>,
+    },
     /// The platform answered with an error (a bad token, a chat it does not know, …).
     #[error("{platform} refused {method}: {why}")]
     Refused {

@@ -155,6 +155,8 @@ impl From<ChannelError> for Down {
         match e {
             ChannelError::Refused { method, why, .. } => Down::Refused(method, why),
             ChannelError::Unreachable { why, .. } => Down::Unreachable(why),
+            // Opening a connection was rate limited: the reader's backoff waits anyway.
+            e @ ChannelError::RateLimited { .. } => Down::Unreachable(e.to_string()),
         }
     }
 }
@@ -214,10 +216,11 @@ impl Api {
                 .get(reqwest::header::RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.trim().parse::<u64>().ok());
-            return Err(unreachable(match after {
-                Some(s) => format!("{method} is rate limited: Slack asks to retry after {s} s"),
-                None => format!("{method} is rate limited"),
-            }));
+            return Err(ChannelError::RateLimited {
+                platform: PLATFORM,
+                method: method.to_string(),
+                retry_after: after.map(std::time::Duration::from_secs),
+            });
         }
         let bytes = resp
             .bytes()

@@ -78,6 +78,16 @@ impl Telegram {
                 e.without_url()
             ),
         })?;
+        if !answer.ok && answer.error_code == Some(429) {
+            return Err(ChannelError::RateLimited {
+                platform: PLATFORM,
+                method: method.to_string(),
+                retry_after: answer
+                    .parameters
+                    .and_then(|p| p.retry_after)
+                    .map(|s| Duration::from_secs(s.min(3600))),
+            });
+        }
         if !answer.ok {
             return Err(ChannelError::Refused {
                 platform: PLATFORM,
@@ -99,6 +109,13 @@ struct ApiAnswer {
     result: Option<Value>,
     error_code: Option<i64>,
     description: Option<String>,
+    /// `retry_after` comes here with a 429.
+    parameters: Option<ResponseParameters>,
+}
+
+#[derive(Deserialize)]
+struct ResponseParameters {
+    retry_after: Option<u64>,
 }
 
 #[derive(Deserialize)]

@@ -18,6 +18,9 @@ struct Inner {
     next_message: i64,
     /// Polls still to fail, as a platform that is down does.
     failing_polls: usize,
+    /// Sends still to answer with 429, and how many were.
+    limited_sends: usize,
+    limited_served: usize,
 }
 
 struct Shared {
@@ -102,6 +105,18 @@ impl FakeTelegram {
         self.shared.inner.lock().unwrap().failing_polls = n;
     }
 
+    /// The next `n` `sendMessage` calls are answered `429 Too Many Requests` with
+    /// `retry_after` 1, as Telegram answers a bot that sends too fast; they are not in
+    /// [`FakeTelegram::calls`] (nothing was sent).
+    pub fn rate_limit_sends(&self, n: usize) {
+        self.shared.inner.lock().unwrap().limited_sends = n;
+    }
+
+    /// How many sends were answered 429.
+    pub fn rate_limited_sends(&self) -> usize {
+        self.shared.inner.lock().unwrap().limited_served
+    }
+
     /// Every call the adapter made, in order: the method and its JSON body (for a
     /// `sendMessage`, with the id of the message it made added as `sent_message_id`).
     pub fn calls(&self) -> Vec<(String, Value)> {
@@ -162,6 +177,16 @@ async fn api(
 async fn answer(s: Arc<Shared>, bot: String, method: String, body: Value) -> Json<Value> {
     if bot.strip_prefix("bot") != Some(s.token.as_str()) {
         return refused(401, "Unauthorized");
+    }
+    if method == "sendMessage" {
+        let mut inner = s.inner.lock().unwrap();
+        if inner.limited_sends > 0 {
+            inner.limited_sends -= 1;
+            inner.limited_served += 1;
+            return Json(json!({"ok": false, "error_code": 429,
+                               "description": "Too Many Requests: retry after 1",
+                               "parameters": {"retry_after": 1}}));
+        }
     }
     s.inner
         .lock()

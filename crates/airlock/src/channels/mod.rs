@@ -143,6 +143,10 @@ pub struct ChatConfig {
     /// dropped (and counted in the record of the first one dropped).
     #[serde(default = "default_messages_per_minute")]
     pub messages_per_minute: u32,
+    /// The least time between two messages the host sends to one chat, in milliseconds
+    /// (0: none), besides any pause the platform asks for.
+    #[serde(default = "default_send_interval_ms")]
+    pub send_interval_ms: u64,
 }
 
 impl ChatConfig {
@@ -165,6 +169,10 @@ pub fn default_base_url(kind: &str) -> &'static str {
 
 fn default_messages_per_minute() -> u32 {
     20
+}
+
+fn default_send_interval_ms() -> u64 {
+    1000
 }
 
 /// The text of a group message addressed to the assistant by `trigger` (the trigger and
@@ -286,6 +294,11 @@ fn check_chat(kind: &str, t: &ChatConfig) -> anyhow::Result<()> {
         (1..=600).contains(&t.messages_per_minute),
         "messages_per_minute = {} is out of range (1 to 600)",
         t.messages_per_minute
+    );
+    anyhow::ensure!(
+        t.send_interval_ms <= 60_000,
+        "send_interval_ms = {} is out of range (0 to 60000)",
+        t.send_interval_ms
     );
     match (kind, &t.app_token_secret) {
         ("slack", None) => anyhow::bail!(

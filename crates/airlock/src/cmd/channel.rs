@@ -38,6 +38,10 @@ pub enum ChannelCommand {
         /// dropped, with a record.
         #[arg(long)]
         messages_per_minute: Option<u32>,
+        /// The least milliseconds between two messages to one chat (default 1000; 0:
+        /// none), besides any pause the platform asks for.
+        #[arg(long)]
+        send_interval_ms: Option<u64>,
         /// webhook: where to listen (loopback only; default 127.0.0.1:8787).
         #[arg(long)]
         listen: Option<String>,
@@ -122,6 +126,7 @@ pub fn run(cmd: ChannelCommand) -> anyhow::Result<i32> {
             app_token_secret,
             approve_in_groups,
             messages_per_minute,
+            send_interval_ms,
         } => {
             check_kind(&kind)?;
             if kind == "webhook" {
@@ -144,6 +149,7 @@ pub fn run(cmd: ChannelCommand) -> anyhow::Result<i32> {
                 group_trigger,
                 approve_in_groups,
                 messages_per_minute: messages_per_minute.unwrap_or(20),
+                send_interval_ms: send_interval_ms.unwrap_or(1000),
             };
             add_chat(&home, &kind, cfg, &unknown_senders)
         }
@@ -269,7 +275,8 @@ fn add_chat(
                "base_url": base, "unknown_senders": unknown_senders,
                "group_trigger": cfg.group_trigger,
                "approve_in_groups": cfg.approve_in_groups,
-               "messages_per_minute": cfg.messages_per_minute}),
+               "messages_per_minute": cfg.messages_per_minute,
+               "send_interval_ms": cfg.send_interval_ms}),
     )?;
     crate::out!(
         "{kind}: configured; a running host picks it up when restarted\nnext: airlock channel pair {kind}"

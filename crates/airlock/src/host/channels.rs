@@ -45,12 +45,12 @@ use airlock_agent::agent::TurnInput;
 use airlock_channels::discord::Discord;
 use airlock_channels::slack::Slack;
 use airlock_channels::telegram::Telegram;
-use airlock_channels::{Card, Channel, ChatId, Inbound, Sender};
+use airlock_channels::{Card, Channel, ChannelError, ChatId, Inbound, Sender};
 use airlock_store::{ApprovalRequest, Timestamp};
 use secrecy::SecretString;
 use serde_json::json;
 
-use super::chat_limits::{Admit, InboundLimiter};
+use super::chat_limits::{Admit, InboundLimiter, OutboundPacer};
 use super::Host;
 use crate::agent_host::{provider_config, AgentHost, HostOptions};
 use crate::channels::{self, code_in, try_pairing, PairingOutcome, Role, UnknownSenders};
@@ -64,6 +64,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 const HASH_SHOWN: usize = 12;
 /// Messages of one chat waiting for its turn worker; one more is dropped with a record.
 const CHAT_QUEUE: usize = 4;
+/// The longest pause a platform's 429 is waited out before the send is given up.
+const MAX_RATE_PAUSE: Duration = Duration::from_secs(30);
 /// Chats with a turn worker (a thread) at once, per channel.
 pub const MAX_CHAT_WORKERS: usize = 32;
 /// A turn worker with nothing to do for this long ends (the next message starts one).
@@ -184,6 +186,8 @@ struct Running {
     kind: Kind,
     /// Each chat's turn worker, serving its queue one turn at a time.
     chats: Mutex<HashMap<ChatId, Worker>>,
+    /// Spaces what the host sends to each chat.
+    pacer: OutboundPacer,
     /// The next worker's number (to tell a worker from the one that took its place).
     next_worker: std::sync::atomic::AtomicU64,
     limiter: InboundLimiter,
@@ -253,6 +257,8 @@ async fn start_webhook(host: Arc<Host>, w: channels::WebhookConfig) {
         chats: Mutex::new(HashMap::new()),
         next_worker: Default::default(),
         limiter: InboundLimiter::new(WEBHOOK_PER_MINUTE),
+        // The operator's own endpoint: no pacing of ours.
+        pacer: OutboundPacer::new(Duration::ZERO),
     });
     poll(running, move |r| {
         for why in hook.take_rejected() {
@@ -358,6 +364,7 @@ fn start_chat(host: &Arc<Host>, kind: &'static str, c: channels::ChatConfig) {
         chats: Mutex::new(HashMap::new()),
         next_worker: Default::default(),
         limiter: InboundLimiter::new(c.messages_per_minute),
+        pacer: OutboundPacer::new(Duration::from_millis(c.send_interval_ms)),
     });
     tracing::info!(channel = kind, base_url = %c.base_url(kind), "listening");
     tokio::spawn(poll(running, move |r| {
@@ -384,8 +391,39 @@ impl Running {
     }
 
     fn say(&self, chat: &ChatId, text: &str) {
-        if let Err(e) = self.rt.block_on(self.channel.send(chat, text)) {
+        if let Err(e) = self.paced(chat, || self.channel.send(chat, text)) {
             tracing::warn!(error = %e, "sending to a chat");
+        }
+    }
+
+    /// Send to `chat` through `op` in the chat's next slot, and again (twice at most)
+    /// after the pause the platform asks for when it answers 429.
+    fn paced<T, F, Fut>(&self, chat: &ChatId, op: F) -> Result<T, ChannelError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, ChannelError>>,
+    {
+        let mut tries = 0;
+        loop {
+            let wait = self.pacer.reserve(&chat.0, Instant::now());
+            if !wait.is_zero() {
+                std::thread::sleep(wait);
+            }
+            match self.rt.block_on(op()) {
+                Err(ChannelError::RateLimited { retry_after, .. }) if tries < 2 => {
+                    tries += 1;
+                    let pause = retry_after
+                        .unwrap_or(Duration::from_secs(1))
+                        .min(MAX_RATE_PAUSE);
+                    tracing::info!(
+                        channel = self.name,
+                        ?pause,
+                        "the platform asked for a pause"
+                    );
+                    self.pacer.hold_until(&chat.0, Instant::now() + pause);
+                }
+                other => return other,
+            }
         }
     }
 
@@ -827,10 +865,9 @@ fn hash_shown(req: &ApprovalRequest) -> String {
 
 impl CardApprover {
     fn close(&self, chat: &ChatId, message_id: &str, text: &str) {
-        let _ = self
-            .running
-            .rt
-            .block_on(self.running.channel.close_card(chat, message_id, text));
+        let _ = self.running.paced(chat, || {
+            self.running.channel.close_card(chat, message_id, text)
+        });
     }
 
     fn refuse(&self, req: &ApprovalRequest, press: &Press, reason: &str, told: &str) {
@@ -877,7 +914,7 @@ impl Approver for CardApprover {
             ],
         };
         let presses = r.presses.register(&req.id);
-        let message_id = match r.rt.block_on(r.channel.send_card(&chat, &card)) {
+        let message_id = match r.paced(&chat, || r.channel.send_card(&chat, &card)) {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!(error = %e, "sending an approval card; the request waits in the queue");

@@ -128,3 +128,63 @@ mod tests {
         assert_eq!(l.windows.lock().unwrap().len(), 1);
     }
 }
+
+/// How often the host may send to one chat: a platform throttles a bot that sends faster
+/// (Telegram and Slack about one message a second per chat, Discord five in five
+/// seconds), and a 429 it answers says how long to wait. Each send reserves the chat's
+/// next slot; the caller sleeps until its own.
+pub struct OutboundPacer {
+    interval: Duration,
+    next: Mutex<HashMap<String, Instant>>,
+}
+
+impl OutboundPacer {
+    pub fn new(interval: Duration) -> OutboundPacer {
+        OutboundPacer {
+            interval,
+            next: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Reserve `chat`'s next slot at or after `now`: how long to wait for it.
+    pub fn reserve(&self, chat: &str, now: Instant) -> Duration {
+        let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
+        if next.len() >= MAX_TRACKED {
+            next.retain(|_, t| *t > now);
+        }
+        let slot = next.get(chat).copied().filter(|t| *t > now).unwrap_or(now);
+        next.insert(chat.to_string(), slot + self.interval);
+        slot - now
+    }
+
+    /// The platform asked for a pause in `chat` until `until`.
+    pub fn hold_until(&self, chat: &str, until: Instant) {
+        let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
+        let t = next.entry(chat.to_string()).or_insert(until);
+        *t = (*t).max(until);
+    }
+}
+
+#[cfg(test)]
+mod pacer_tests {
+    use super::*;
+
+    #[test]
+    fn sends_to_one_chat_are_spaced_and_a_pause_asked_for_is_kept() {
+        let p = OutboundPacer::new(Duration::from_secs(1));
+        let t0 = Instant::now();
+        assert_eq!(p.reserve("a", t0), Duration::ZERO);
+        assert_eq!(p.reserve("a", t0), Duration::from_secs(1));
+        assert_eq!(p.reserve("a", t0), Duration::from_secs(2));
+        // Another chat has slots of its own.
+        assert_eq!(p.reserve("b", t0), Duration::ZERO);
+        // Later than the reserved slots: no wait.
+        assert_eq!(p.reserve("a", t0 + Duration::from_secs(10)), Duration::ZERO);
+        p.hold_until("b", t0 + Duration::from_secs(30));
+        assert_eq!(p.reserve("b", t0), Duration::from_secs(30));
+        // No interval: never a wait.
+        let free = OutboundPacer::new(Duration::ZERO);
+        assert_eq!(free.reserve("a", t0), Duration::ZERO);
+        assert_eq!(free.reserve("a", t0), Duration::ZERO);
+    }
+}

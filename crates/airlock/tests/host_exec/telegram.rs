@@ -276,8 +276,9 @@ async fn telegram_pairs_its_owner_drops_strangers_and_takes_only_the_owners_pres
 }
 
 /// The platform going down and the host restarting lose no message and repeat none: polls
-/// back off and resume after failures, a message sent while no host ran is answered by
-/// the next one, in the same chat's session, and nothing handled before is handled again.
+/// back off and resume after failures, a send answered 429 is sent again after the pause,
+/// a message sent while no host ran is answered by the next one, in the same chat's
+/// session, and nothing handled before is handled again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_channel_rides_out_an_outage_and_a_restart_without_losing_or_repeating_a_message() {
     let f = fixture();
@@ -292,8 +293,11 @@ async fn the_channel_rides_out_an_outage_and_a_restart_without_losing_or_repeati
     };
     fake.wait_for("sendMessage", |b| is_reply(b, "paired"));
     fake.fail_polls(2);
+    // The reply's first send is answered 429: it is sent again after the pause asked for.
+    fake.rate_limit_sends(1);
     fake.push_message(OWNER, OWNER, "owner", "remember the word kestrel");
     fake.wait_for("sendMessage", |b| is_reply(b, "Answer one."));
+    assert_eq!(fake.rate_limited_sends(), 1);
     assert!(
         host.log_text().contains("polling a channel"),
         "{}",

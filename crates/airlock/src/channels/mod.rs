@@ -204,6 +204,10 @@ pub enum UnknownSenders {
     /// Answered, with the message taken as untrusted content (it taints the chat's
     /// session, as a fetched page does). Only once the channel is paired.
     Untrusted,
+    /// The owner is asked, with a card in their own chat showing who wrote and what;
+    /// answered "yes", the message is taken as untrusted content; "no", or no answer in
+    /// ten minutes, drops it. Each with a record.
+    Ask,
 }
 
 /// What the owner made a platform user in a channel.

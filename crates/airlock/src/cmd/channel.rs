@@ -58,7 +58,8 @@ pub enum ChannelCommand {
         #[arg(long)]
         group_trigger: Option<String>,
         /// What a message from someone who is neither the owner nor a member gets:
-        /// `drop` (the default, recorded) or `untrusted` (answered as untrusted content).
+        /// `drop` (the default, recorded), `untrusted` (answered as untrusted content) or
+        /// `ask` (the owner is asked, in their own chat, whether to answer it).
         #[arg(long, default_value = "drop")]
         unknown_senders: String,
     },
@@ -135,8 +136,9 @@ pub fn run(cmd: ChannelCommand) -> anyhow::Result<i32> {
             let unknown = match unknown_senders.as_str() {
                 "drop" => UnknownSenders::Drop,
                 "untrusted" => UnknownSenders::Untrusted,
+                "ask" => UnknownSenders::Ask,
                 other => anyhow::bail!(
-                    "--unknown-senders {}: not a choice\nhelp: drop or untrusted",
+                    "--unknown-senders {}: not a choice\nhelp: drop, untrusted or ask",
                     escape_line(other)
                 ),
             };

@@ -64,6 +64,12 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 const HASH_SHOWN: usize = 12;
 /// Messages of one chat waiting for its turn worker; one more is dropped with a record.
 const CHAT_QUEUE: usize = 4;
+/// Strangers the owner is being asked about at once, per channel.
+const MAX_SENDER_ASKS: usize = 8;
+/// How long the owner has to answer about a stranger.
+const SENDER_ASK_SECS: u64 = 600;
+/// How much of a stranger's message the owner's card shows.
+const SENDER_PREVIEW: usize = 500;
 /// The longest pause a platform's 429 is waited out before the send is given up.
 const MAX_RATE_PAUSE: Duration = Duration::from_secs(30);
 /// Chats with a turn worker (a thread) at once, per channel.
@@ -188,6 +194,8 @@ struct Running {
     chats: Mutex<HashMap<ChatId, Worker>>,
     /// Spaces what the host sends to each chat.
     pacer: OutboundPacer,
+    /// The strangers the owner is being asked about, by ticket.
+    asking: Mutex<std::collections::HashSet<String>>,
     /// The next worker's number (to tell a worker from the one that took its place).
     next_worker: std::sync::atomic::AtomicU64,
     limiter: InboundLimiter,
@@ -259,6 +267,7 @@ async fn start_webhook(host: Arc<Host>, w: channels::WebhookConfig) {
         limiter: InboundLimiter::new(WEBHOOK_PER_MINUTE),
         // The operator's own endpoint: no pacing of ours.
         pacer: OutboundPacer::new(Duration::ZERO),
+        asking: Default::default(),
     });
     poll(running, move |r| {
         for why in hook.take_rejected() {
@@ -365,6 +374,7 @@ fn start_chat(host: &Arc<Host>, kind: &'static str, c: channels::ChatConfig) {
         next_worker: Default::default(),
         limiter: InboundLimiter::new(c.messages_per_minute),
         pacer: OutboundPacer::new(Duration::from_millis(c.send_interval_ms)),
+        asking: Default::default(),
     });
     tracing::info!(channel = kind, base_url = %c.base_url(kind), "listening");
     tokio::spawn(poll(running, move |r| {
@@ -542,8 +552,186 @@ impl Running {
             (false, None, UnknownSenders::Drop) => {
                 return self.drop_message(&chat, &from, "the sender is not the owner")
             }
+            (false, None, UnknownSenders::Ask) => {
+                return self.ask_about_sender(chat, private, from, text, &state)
+            }
         };
         self.queue(chat, private, &from.id, said);
+    }
+
+    /// Put a stranger's message to the owner: a card in the owner's chat with who wrote,
+    /// where and what, and Answer and Ignore buttons. It waits on a thread of its own
+    /// (at most [`MAX_SENDER_ASKS`] at once, one per sender) for the owner's press on that
+    /// card, up to [`SENDER_ASK_SECS`]; "Answer" queues the message as untrusted content.
+    fn ask_about_sender(
+        self: &Arc<Self>,
+        chat: ChatId,
+        private: bool,
+        from: Sender,
+        text: String,
+        state: &channels::ChannelState,
+    ) {
+        let Some(owner_chat) = state.owner_chat.clone().map(ChatId) else {
+            return self.drop_message(&chat, &from, "the owner's chat is not known to ask them");
+        };
+        let owner = state.owner.clone();
+        let ticket = format!("sender-{}", from.id);
+        {
+            let mut asking = self.asking.lock().unwrap_or_else(|p| p.into_inner());
+            if asking.len() >= MAX_SENDER_ASKS || !asking.insert(ticket.clone()) {
+                drop(asking);
+                return self.drop_message(
+                    &chat,
+                    &from,
+                    "the owner is already being asked about this sender, or about too many",
+                );
+            }
+        }
+        let presses = self.presses.register(&ticket);
+        self.record(
+            "channel-sender-asked",
+            json!({"channel": self.name, "chat": chat.0, "from": from.id,
+                   "text_sha256": airlock_core::canonical::sha256_hex(text.as_bytes())}),
+        );
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("airlock-sender-ask".into())
+            .spawn(move || {
+                let answer = me.wait_for_sender_answer(
+                    &owner_chat,
+                    owner.as_deref(),
+                    &ticket,
+                    &chat,
+                    &from,
+                    &text,
+                    presses,
+                );
+                me.presses.forget(&ticket);
+                me.asking
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&ticket);
+                let (kind, reason) = match answer {
+                    Some(true) => ("channel-sender-answered", "the owner chose to answer"),
+                    Some(false) => (
+                        "channel-message-dropped",
+                        "the owner chose to ignore the sender",
+                    ),
+                    None => (
+                        "channel-message-dropped",
+                        "the owner did not answer in time",
+                    ),
+                };
+                me.record(
+                    kind,
+                    json!({"channel": me.name, "chat": chat.0, "from": from.id, "reason": reason}),
+                );
+                if answer == Some(true) {
+                    let said = Said::Untrusted {
+                        source: format!("{}:{}", me.name, from.id),
+                        text,
+                    };
+                    me.queue(chat, private, &from.id, said);
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "asking the owner about a sender");
+        }
+    }
+
+    /// The owner's answer about a sender: `Some(true)` answer them, `Some(false)` ignore,
+    /// `None` no answer in time (or the card could not be sent).
+    #[allow(clippy::too_many_arguments)]
+    fn wait_for_sender_answer(
+        &self,
+        owner_chat: &ChatId,
+        owner: Option<&str>,
+        ticket: &str,
+        chat: &ChatId,
+        from: &Sender,
+        text: &str,
+        presses: Receiver<Press>,
+    ) -> Option<bool> {
+        let preview: String = text.chars().take(SENDER_PREVIEW).collect();
+        let more = if text.chars().count() > SENDER_PREVIEW {
+            format!(" (first {SENDER_PREVIEW} characters)")
+        } else {
+            String::new()
+        };
+        let card = Card {
+            text: format!(
+                "someone who is not a member wrote to the assistant\n  from:  {} (id {})\n  chat:  {}{}\n  text{more}:\n{preview}\nanswer them? their message would be untrusted content",
+                from.display,
+                from.id,
+                chat.0,
+                if chat == owner_chat { " (yours)" } else { "" }
+            ),
+            buttons: vec![
+                ("Answer".into(), format!("s:{ticket}:y")),
+                ("Ignore".into(), format!("s:{ticket}:n")),
+            ],
+        };
+        let message_id = match self.paced(owner_chat, || self.channel.send_card(owner_chat, &card))
+        {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(error = %e, "asking the owner about a sender");
+                return None;
+            }
+        };
+        let deadline = Instant::now() + Duration::from_secs(SENDER_ASK_SECS);
+        let answer = loop {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                break None;
+            };
+            let Ok(press) = presses.recv_timeout(left) else {
+                break None;
+            };
+            let refusal = if owner != Some(press.from.id.as_str()) {
+                Some((
+                    "the presser is not the owner",
+                    "only the owner can answer this",
+                ))
+            } else if press.chat != *owner_chat || press.message_id != message_id {
+                Some((
+                    "the press is not on the request's current card",
+                    "this card is stale; answer the newest one",
+                ))
+            } else {
+                None
+            };
+            if let Some((reason, told)) = refusal {
+                self.record(
+                    "approval-press-refused",
+                    json!({"channel": self.name, "sender_ask": from.id, "from": press.from.id,
+                           "reason": reason}),
+                );
+                let _ = self
+                    .rt
+                    .block_on(self.channel.answer_press(&press.press_id, told));
+                continue;
+            }
+            match press.data.rsplit(':').next() {
+                Some("y") => break Some(true),
+                Some("n") => break Some(false),
+                _ => {
+                    let _ = self.rt.block_on(
+                        self.channel
+                            .answer_press(&press.press_id, "not a button of this card"),
+                    );
+                }
+            }
+        };
+        let outcome = match answer {
+            Some(true) => "answered, as untrusted content, by the owner's choice",
+            Some(false) => "ignored by the owner's choice",
+            None => "not answered in time: ignored",
+        };
+        let closed = format!("{} (id {}): {outcome}", from.display, from.id);
+        let _ = self.paced(owner_chat, || {
+            self.channel.close_card(owner_chat, &message_id, &closed)
+        });
+        answer
     }
 
     /// Whether `from`'s message in `chat` is within their rate; a drop is recorded now

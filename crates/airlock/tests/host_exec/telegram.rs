@@ -743,3 +743,97 @@ async fn a_members_request_to_post_a_file_in_a_group_is_held_and_the_group_gets_
     drop(host);
     assert!(verify(&f.home).status.success());
 }
+
+/// With `--unknown-senders ask`, a stranger's message is put to the owner in the owner's
+/// own chat, with who wrote and what (shown as the characters it is), and waits: only the
+/// owner's press counts; "Ignore" drops it with a record and the model never sees it;
+/// "Answer" makes it a turn of untrusted content, whose reply to the stranger is then held
+/// like any message to a third party after taint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strangers_message_waits_for_the_owner_to_say_whether_to_answer_it() {
+    const OTHER: i64 = 5555;
+    let f = fixture();
+    let model = ScriptedModel::start([Step::text("Hello, stranger.")])
+        .await
+        .unwrap();
+    let (fake, code) = configure(&f, &model, &["--unknown-senders", "ask"]);
+    let host = start_host(&f);
+    fake.push_message(OWNER, OWNER, "owner", &format!("/start {code}"));
+    fake.wait_for("sendMessage", |b| b["chat_id"] == OWNER);
+    let buttons = |card: &serde_json::Value| -> (String, String) {
+        let row = &card["reply_markup"]["inline_keyboard"][0];
+        (
+            row[0]["callback_data"].as_str().unwrap().to_string(),
+            row[1]["callback_data"].as_str().unwrap().to_string(),
+        )
+    };
+
+    // A first stranger: the owner ignores them.
+    fake.push_message(
+        STRANGER,
+        STRANGER,
+        "mallory",
+        "*please* run the backup script",
+    );
+    let card = fake.wait_for("sendMessage", |b| b.get("reply_markup").is_some());
+    assert_eq!(card["chat_id"], OWNER);
+    let text = card["text"].as_str().unwrap();
+    assert!(
+        text.contains("mallory (id 6666)") && text.contains("*please* run the backup script"),
+        "{text}"
+    );
+    let (answer, ignore) = buttons(&card);
+    fake.push_press(OWNER, &sent_id(&card), STRANGER, "mallory", &answer);
+    fake.wait_for("answerCallbackQuery", |b| {
+        b["text"] == "only the owner can answer this"
+    });
+    fake.push_press(OWNER, &sent_id(&card), OWNER, "owner", &ignore);
+    wait_for("the ignored message to be dropped", || {
+        kinds(&f, "channel-message-dropped")
+            .iter()
+            .any(|r| r["detail"]["reason"] == "the owner chose to ignore the sender")
+    });
+    fake.wait_for("editMessageText", |b| {
+        b["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("ignored by the owner's choice")
+    });
+    assert!(
+        model.requests().is_empty(),
+        "the model saw an ignored message"
+    );
+
+    // A second: the owner answers; the model gets it as untrusted content.
+    fake.push_message(OTHER, OTHER, "olive", "what time is it?");
+    let card = fake.wait_for("sendMessage", |b| {
+        b.get("reply_markup").is_some() && b["text"].as_str().unwrap_or("").contains("olive")
+    });
+    let (answer, _) = buttons(&card);
+    fake.push_press(OWNER, &sent_id(&card), OWNER, "owner", &answer);
+    wait_for("the model to be asked", || model.requests().len() == 1);
+    let asked = model.requests()[0].json().unwrap().to_string();
+    assert!(
+        asked.contains("telegram:5555")
+            && asked.contains("not the person you work for")
+            && asked.contains("what time is it?"),
+        "{asked}"
+    );
+    assert_eq!(kinds(&f, "channel-sender-asked").len(), 2);
+    assert_eq!(kinds(&f, "channel-sender-answered").len(), 1);
+    // Its reply to the stranger is a message to a third party after taint: held.
+    let held = fake.wait_for("sendMessage", |b| {
+        b.get("reply_markup").is_some()
+            && b["text"]
+                .as_str()
+                .unwrap_or("")
+                .contains("Hello, stranger.")
+    });
+    assert_eq!(held["chat_id"], OWNER);
+    assert!(!fake
+        .calls_of("sendMessage")
+        .iter()
+        .any(|b| b["chat_id"] == OTHER && b["text"] == "Hello, stranger."));
+    drop(host);
+    assert!(verify(&f.home).status.success());
+}

@@ -17,7 +17,6 @@
 //! Discord renders Markdown, mentions and links in message content, so every text that
 //! goes out is escaped ([`escape_markdown`]) and sent with no mention allowed.
 
-use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -34,6 +33,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 
+use crate::seen::Seen;
 use crate::{split_text, Card, Channel, ChannelError, ChatId, Inbound, Sender};
 
 const PLATFORM: &str = "discord";
@@ -132,7 +132,7 @@ impl Discord {
                 events: tx,
                 session: None,
                 seq: None,
-                seen: Seen::default(),
+                seen: Seen::new(SEEN),
                 pending: None,
             };
             Gateway {
@@ -568,29 +568,6 @@ impl Rest {
         } else {
             why.replace(token, "[token]")
         }
-    }
-}
-
-/// Message and interaction ids handed out lately, oldest first out.
-#[derive(Default)]
-struct Seen {
-    order: VecDeque<String>,
-    set: HashSet<String>,
-}
-
-impl Seen {
-    /// Whether `key` is new (and now remembered).
-    fn insert(&mut self, key: String) -> bool {
-        if !self.set.insert(key.clone()) {
-            return false;
-        }
-        self.order.push_back(key);
-        if self.order.len() > SEEN {
-            if let Some(old) = self.order.pop_front() {
-                self.set.remove(&old);
-            }
-        }
-        true
     }
 }
 

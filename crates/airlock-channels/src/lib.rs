@@ -13,6 +13,7 @@
 pub mod discord;
 #[cfg(feature = "fake")]
 pub mod fake;
+mod seen;
 pub mod slack;
 pub mod telegram;
 pub mod tls;

@@ -14,7 +14,6 @@
 //! `text`, and a `plain_text` section for what is shown, so `*bold*`, `<!channel>` or
 //! `<https://evil|click>` in a payload are shown as the characters they are.
 
-use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 
+use crate::seen::Seen;
 use crate::{split_text, Card, Channel, ChannelError, ChatId, Inbound, Sender};
 
 const PLATFORM: &str = "slack";
@@ -280,7 +280,7 @@ impl Link {
         let reader = Reader {
             events: events_tx,
             acks: acks_rx,
-            seen: Seen::default(),
+            seen: Seen::new(SEEN),
         };
         Link {
             events,
@@ -316,30 +316,6 @@ struct Reader {
     events: mpsc::Sender<Delivered>,
     acks: mpsc::UnboundedReceiver<String>,
     seen: Seen,
-}
-
-/// The last `SEEN` ids, oldest first out.
-#[derive(Default)]
-struct Seen {
-    order: VecDeque<String>,
-    set: HashSet<String>,
-}
-
-impl Seen {
-    fn contains_any(&self, keys: &[String]) -> bool {
-        keys.iter().any(|k| self.set.contains(k))
-    }
-
-    fn insert(&mut self, key: String) {
-        if self.set.insert(key.clone()) {
-            self.order.push_back(key);
-            while self.order.len() > SEEN {
-                if let Some(old) = self.order.pop_front() {
-                    self.set.remove(&old);
-                }
-            }
-        }
-    }
 }
 
 /// Why a connection ended.
@@ -518,7 +494,9 @@ impl Reader {
         let event = if self.seen.contains_any(&keys) {
             None
         } else {
-            keys.into_iter().for_each(|k| self.seen.insert(k));
+            keys.into_iter().for_each(|k| {
+                self.seen.insert(k);
+            });
             read_envelope(&frame)
         };
         match event {

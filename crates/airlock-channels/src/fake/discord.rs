@@ -375,18 +375,7 @@ impl FakeDiscord {
     /// Wait up to a minute for a call whose route starts with `route` and whose body
     /// satisfies `pred`.
     pub fn wait_for(&self, route: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(b) = self.calls_of(route).into_iter().find(|b| pred(b)) {
-                return b;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no {route} call as wanted; the calls were: {:#?}",
-                self.calls()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        super::wait_for_call(route, || self.calls(), |r| r.starts_with(route), pred)
     }
 }
 

@@ -8,3 +8,27 @@ pub mod telegram;
 pub mod tls;
 
 pub use telegram::FakeTelegram;
+
+use serde_json::Value;
+
+/// Wait up to a minute for a call in `calls()` that `matches` (by its method or route)
+/// and whose body satisfies `pred`: its body. Panics with every call listed otherwise.
+pub(crate) fn wait_for_call(
+    what: &str,
+    calls: impl Fn() -> Vec<(String, Value)>,
+    matches: impl Fn(&str) -> bool,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let all = calls();
+        if let Some((_, b)) = all.iter().find(|(m, b)| matches(m) && pred(b)) {
+            return b.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {what} call as wanted; the calls were: {all:#?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

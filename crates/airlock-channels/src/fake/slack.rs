@@ -332,18 +332,7 @@ impl FakeSlack {
 
     /// Wait up to a minute for a call of `method` whose body satisfies `pred`.
     pub fn wait_for(&self, method: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(b) = self.calls_of(method).into_iter().find(|b| pred(b)) {
-                return b;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no {method} call as wanted; the calls were: {:#?}",
-                self.calls()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        super::wait_for_call(method, || self.calls(), |m| m == method, pred)
     }
 }
 

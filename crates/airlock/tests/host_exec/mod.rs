@@ -458,12 +458,23 @@ fn kill_goes_through_the_host_and_works_without_it() {
         // request its client gave up on: that repeat is recorded as one.
         assert_eq!(killed, 1, "round {round}");
     }
-    // Only the first kill went through the host.
+    // The first kill went through the host. The second did not: its client killed
+    // without the stopped host; the host, let go on, may yet read the request that client
+    // gave up on (a late repeat, recorded as already killed above), but nothing else.
+    let log = host.log_text();
+    let through: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("kill through the host"))
+        .collect();
+    let names = |l: &str, id: &str| l.contains(&format!("{id:?}"));
     assert_eq!(
-        host.log_text().matches("kill through the host").count(),
+        through.iter().filter(|l| names(l, &seen[0])).count(),
         1,
-        "{}",
-        host.log_text()
+        "{log}"
+    );
+    assert!(
+        through.len() == 1 || (through.len() == 2 && names(through[1], &seen[1])),
+        "{log}"
     );
     let v = verify(&f.home);
     assert!(v.status.success(), "{v:?}");

@@ -820,7 +820,16 @@ impl Running {
         let serve = move |q: Queued| {
             if let Err(e) = me.turn(&c, &q.said, q.private) {
                 tracing::error!(error = %format!("{e:#}"), "a channel turn");
-                me.say(&c, &format!("airlock: the turn failed: {e:#}"));
+                // The host's own error may name its paths and settings: said in full only
+                // in the owner's own chat.
+                let own = channels::read_state(&me.host.home, me.name)
+                    .is_ok_and(|s| is_owner_chat(&c, &s));
+                let text = if own {
+                    format!("airlock: the turn failed: {e:#}")
+                } else {
+                    "airlock: the turn failed; the owner can see why in the host's log".into()
+                };
+                me.say(&c, &text);
             }
         };
         let me = self.clone();
@@ -1093,7 +1102,10 @@ impl Approver for CardApprover {
         }
         let hash = hash_shown(req);
         let mut text = describe(req).join("\n");
-        text.push_str(&format!("\npayload hash: sha256:{hash}…"));
+        text.push_str(&format!(
+            "\npayload hash: sha256:{hash}…\nthe whole payload: airlock approvals show {}",
+            req.id
+        ));
         let card = Card {
             text,
             buttons: vec![

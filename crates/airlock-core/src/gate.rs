@@ -166,7 +166,7 @@ pub struct Approval {
 pub enum ApprovalError {
     #[error("approval is for payload {approved}, but the held action is {held}\nhelp: approve the exact payload that is shown")]
     HashMismatch { approved: String, held: String },
-    #[error("approval by {approver} is not allowed: only the owner may approve\nhelp: approve as the owner")]
+    #[error("approval by {approver} is not allowed: only the owner may approve (and a channel's admin where the holding policy says @approvers(\"admin\"))\nhelp: approve as the owner")]
     NotOwner { approver: Principal },
     #[error("approval expired")]
     Expired,
@@ -376,8 +376,18 @@ impl Gate {
         Ok(())
     }
 
+    /// Whether `approver` may answer an ask decided by `policies`: the owner always; a
+    /// channel's admin only where every `@ask` policy that held it says
+    /// `@approvers("admin")`; nobody else.
+    pub fn may_approve(&self, approver: &Principal, policies: &[String]) -> bool {
+        approver.may_approve()
+            || (matches!(approver, Principal::Admin { .. })
+                && self.engine.admins_may_approve(policies))
+    }
+
     /// Turn an approved ticket into a token: the approval must name the held payload's
-    /// hash, come from the owner, be unexpired at `now` (unix seconds), and be recorded.
+    /// hash, come from the owner (or an admin, where the holding policies let admins
+    /// approve), be unexpired at `now` (unix seconds), and be recorded.
     pub fn approve<A: IntoAction>(
         &self,
         ticket: AskTicket<A>,
@@ -391,7 +401,7 @@ impl Gate {
                 held: ticket.action_hash,
             });
         }
-        if !approval.approver.may_approve() {
+        if !self.may_approve(&approval.approver, &ticket.policies) {
             return Err(ApprovalError::NotOwner {
                 approver: approval.approver.clone(),
             });

@@ -27,7 +27,7 @@ use airlock_store::{
 use airlock_core::terminal_text::escape_line;
 
 use crate::home::Home;
-use crate::service::approvals::{open_store, OPERATOR};
+use crate::service::approvals::open_store;
 use crate::service::caller::{ClientLines, Notices};
 
 /// How often the queue is read.
@@ -37,6 +37,11 @@ const POLL: Duration = Duration::from_millis(100);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
     Approve,
+    /// Approved by a chat channel's admin, where the policy that held the action lets
+    /// admins answer it (`@approvers("admin")`); the Gate checks that again.
+    ApproveAs(airlock_core::Principal),
+    /// Denied by a chat channel's admin who may answer it (as for [`Answer::ApproveAs`]).
+    DenyAs(airlock_core::Principal, String),
     Deny {
         reason: String,
     },
@@ -157,19 +162,24 @@ fn record(
     let now = Timestamp::now();
     let payload: serde_json::Value =
         serde_json::from_str(&req.payload).unwrap_or(serde_json::Value::Null);
+    let approver = match answer {
+        Answer::ApproveAs(p) | Answer::DenyAs(p, _) => p.clone(),
+        _ => airlock_core::Principal::Owner,
+    };
+    let approver_name = approver.to_string();
     let decided_by = json!({
-        "principal": OPERATOR,
+        "principal": approver_name,
         "via": via,
         "uid": nix::unistd::getuid().as_raw(),
     });
     let (approved, result, kind, reason) = match answer {
-        Answer::Approve => (
+        Answer::Approve | Answer::ApproveAs(_) => (
             true,
             store
                 .approve(
                     &req.id,
                     &ApproveRequest {
-                        approver: OPERATOR,
+                        approver: &approver_name,
                         payload_hash: &req.payload_hash,
                         grant: None,
                     },
@@ -179,9 +189,11 @@ fn record(
             "approval-granted",
             None,
         ),
-        Answer::Deny { reason } => (
+        Answer::Deny { reason } | Answer::DenyAs(_, reason) => (
             false,
-            store.deny(&req.id, OPERATOR, Some(reason), now).map(|_| ()),
+            store
+                .deny(&req.id, &approver_name, Some(reason), now)
+                .map(|_| ()),
             "approval-denied",
             Some(reason.clone()),
         ),
@@ -198,6 +210,7 @@ fn record(
             // The owner answered, through the client or channel the approver speaks for
             // (a name that is not a channel's, such as `command line`, is the CLI).
             let who = airlock_core::Attribution {
+                principal: approver.clone(),
                 via: via.parse().unwrap_or_else(|_| airlock_core::Via::cli()),
                 ..crate::service::approvals::operator()
             };

@@ -23,6 +23,19 @@ pub enum PolicyError {
         file: String,
         line: usize,
     },
+    #[error("{file}:{line}: policy {id} has @approvers({value:?}), which is not a list of owner and admin\nhelp: @approvers(\"admin\") on an @ask permit lets a channel's admins approve what it holds; the owner always may")]
+    BadApprovers {
+        id: String,
+        file: String,
+        line: usize,
+        value: String,
+    },
+    #[error("{file}:{line}: policy {id} has @approvers but no @ask\nhelp: @approvers names who may answer what an @ask permit holds")]
+    ApproversWithoutAsk {
+        id: String,
+        file: String,
+        line: usize,
+    },
     #[error("{file}:{line}: {message}\nhelp: {help}")]
     TooComplex {
         file: String,

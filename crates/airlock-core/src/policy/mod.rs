@@ -39,6 +39,9 @@ struct PolicyMeta {
     ask: Option<String>,
     help: Option<String>,
     forbid: bool,
+    /// `@approvers("admin")` on an `@ask` permit: a channel's admins may answer what it
+    /// holds, besides the owner (who always may).
+    admins_approve: bool,
 }
 
 /// The outcome of evaluating the policy for one request.
@@ -110,6 +113,24 @@ impl PolicyEngine {
                         line,
                     });
                 }
+                let admins_approve = match policy.annotation("approvers") {
+                    None => false,
+                    Some(_) if ask.is_none() => {
+                        return Err(PolicyError::ApproversWithoutAsk {
+                            id,
+                            file: src.name.clone(),
+                            line,
+                        })
+                    }
+                    Some(value) => {
+                        parse_approvers(value).ok_or_else(|| PolicyError::BadApprovers {
+                            id: id.clone(),
+                            file: src.name.clone(),
+                            line,
+                            value: value.to_string(),
+                        })?
+                    }
+                };
                 let reason = policy
                     .annotation("reason")
                     .or(ask.as_deref())
@@ -122,6 +143,7 @@ impl PolicyEngine {
                         ask,
                         help: policy.annotation("help").map(str::to_string),
                         forbid,
+                        admins_approve,
                     },
                 );
                 all.add(policy.new_id(PolicyId::new(&id)))
@@ -142,6 +164,18 @@ impl PolicyEngine {
             meta,
             authorizer: Authorizer::new(),
         }
+    }
+
+    /// Whether a channel's admins may answer an ask decided by `policies` (the ids an ask
+    /// names): only when at least one of them is an `@ask` permit and every `@ask` permit
+    /// among them says `@approvers("admin")`. Otherwise only the owner may.
+    pub fn admins_may_approve(&self, policies: &[String]) -> bool {
+        let mut asking = policies
+            .iter()
+            .filter_map(|id| self.meta.get(id))
+            .filter(|m| m.ask.is_some())
+            .peekable();
+        asking.peek().is_some() && asking.all(|m| m.admins_approve)
     }
 
     /// Load a built-in profile.
@@ -290,6 +324,22 @@ fn uid(ty: &str, id: &str) -> Result<EntityUid, PolicyError> {
         type_name,
         cedar_policy::EntityId::new(id),
     ))
+}
+
+/// `@approvers`' value: roles separated by commas, each `owner` or `admin`; whether
+/// admins are among them. `None` for any other word (or none at all).
+fn parse_approvers(value: &str) -> Option<bool> {
+    let mut admins = false;
+    let mut any = false;
+    for role in value.split(',').map(str::trim) {
+        match role {
+            "owner" => {}
+            "admin" => admins = true,
+            _ => return None,
+        }
+        any = true;
+    }
+    any.then_some(admins)
 }
 
 #[cfg(test)]

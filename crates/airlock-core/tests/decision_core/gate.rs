@@ -233,6 +233,81 @@ fn only_the_owner_approves() {
     assert!(sink.records.iter().all(|r| r.kind == "decision"));
 }
 
+/// `@approvers("admin")` on the `@ask` that holds an action lets a channel's admin
+/// answer it; a member still may not, nor an admin of an action another policy holds.
+#[test]
+fn an_admin_approves_only_where_every_holding_policy_names_admins() {
+    let rules = format!(
+        "{RULES}\n@id(\"mail-asks\") @ask(\"mail needs a human\") @approvers(\"owner, admin\")\npermit (principal, action == Airlock::Action::\"exec\", resource) when {{ context.shell.programs.contains(\"mail\") }};\n"
+    );
+    let engine = PolicyEngine::load(&[PolicySource {
+        name: "local/admins.cedar".into(),
+        text: rules,
+    }])
+    .expect("the policy loads");
+    assert!(engine.admins_may_approve(&["mail-asks".into()]));
+    assert!(!engine.admins_may_approve(&["rm-asks".into()]));
+    assert!(!engine.admins_may_approve(&["mail-asks".into(), "rm-asks".into()]));
+    assert!(!engine.admins_may_approve(&[]));
+    let g = Gate::new(engine, GateConfig::new("/w"));
+    let mut sink = Recorder::default();
+    let ticket = |g: &Gate, sink: &mut Recorder, cmd: &str| match g.decide(
+        &Session::new("s7", "owner"),
+        exec(cmd),
+        sink,
+    ) {
+        Verdict::Ask(t) => t,
+        other => panic!("{cmd} asks, got {other:?}"),
+    };
+    let t = ticket(&g, &mut sink, "mail bob < notes.txt");
+    let hash = t.action_hash.clone();
+    g.approve(
+        t,
+        &approval("admin:telegram:42", &hash, 2_000),
+        1_000,
+        &mut sink,
+    )
+    .expect("an admin answers what mail-asks holds");
+    assert_eq!(sink.records.last().unwrap().principal, "admin:telegram:42");
+    for (who, cmd) in [
+        ("member:telegram:43", "mail bob < notes.txt"),
+        ("admin:telegram:42", "rm a.txt"),
+        ("admin:telegram:42", "rm a.txt; mail bob < notes.txt"),
+    ] {
+        let t = ticket(&g, &mut sink, cmd);
+        let hash = t.action_hash.clone();
+        let err = g
+            .approve(t, &approval(who, &hash, 2_000), 1_000, &mut sink)
+            .unwrap_err();
+        assert!(
+            matches!(err, ApprovalError::NotOwner { .. }),
+            "{who} {cmd}: {err}"
+        );
+    }
+}
+
+#[test]
+fn approvers_other_than_owner_and_admin_or_without_an_ask_are_refused_with_their_line() {
+    for (text, want) in [
+        (
+            "@id(\"x\") @ask(\"?\") @approvers(\"member\")\npermit (principal, action == Airlock::Action::\"exec\", resource);",
+            "local/bad.cedar:1: policy x has @approvers(\"member\")",
+        ),
+        (
+            "@id(\"y\") @approvers(\"admin\")\npermit (principal, action == Airlock::Action::\"exec\", resource);",
+            "local/bad.cedar:1: policy y has @approvers but no @ask",
+        ),
+    ] {
+        let err = PolicyEngine::load(&[PolicySource {
+            name: "local/bad.cedar".into(),
+            text: text.into(),
+        }])
+        .err()
+        .expect("refused");
+        assert!(err.to_string().starts_with(want), "{err}");
+    }
+}
+
 #[test]
 fn an_approval_expires_at_its_deadline() {
     let (g, mut sink) = (gate(), Recorder::default());

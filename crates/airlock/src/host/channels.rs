@@ -46,6 +46,7 @@ use airlock_channels::discord::Discord;
 use airlock_channels::slack::Slack;
 use airlock_channels::telegram::Telegram;
 use airlock_channels::{Card, Channel, ChannelError, ChatId, Inbound, Sender};
+use airlock_core::Principal;
 use airlock_store::{ApprovalRequest, Timestamp};
 use secrecy::SecretString;
 use serde_json::json;
@@ -1067,6 +1068,54 @@ impl CardApprover {
         });
     }
 
+    /// Who `press` is from, if they may answer `req`: the owner; an admin of the channel
+    /// where every policy that held it says `@approvers("admin")` (the Gate checks that
+    /// again when the approval is used). Anyone else's press is refused and recorded.
+    fn presser(&self, req: &ApprovalRequest, press: &Press) -> Option<Principal> {
+        let r = &self.running;
+        let Some(owner) = self.owner.as_deref() else {
+            self.refuse(
+                req,
+                press,
+                "nobody approves through this channel",
+                "only the owner can answer this",
+            );
+            return None;
+        };
+        if press.from.id == owner {
+            return Some(Principal::Owner);
+        }
+        let admin = channels::read_state(&r.host.home, r.name)
+            .is_ok_and(|s| s.members.get(&press.from.id) == Some(&Role::Admin));
+        if !admin {
+            self.refuse(
+                req,
+                press,
+                "the presser is not the owner",
+                "only the owner can answer this",
+            );
+            return None;
+        }
+        let principal = Principal::Admin {
+            channel: r.name.to_string(),
+            platform_id: press.from.id.clone(),
+        };
+        let cfg = r.host.warm.current_config();
+        let may = crate::policies::pick_profile(None, &cfg.policy.profile)
+            .and_then(|p| r.host.warm.gate(p))
+            .is_ok_and(|(gate, _)| gate.may_approve(&principal, &req.policies));
+        if !may {
+            self.refuse(
+                req,
+                press,
+                "no policy names admins as approvers of this action",
+                "only the owner can answer this",
+            );
+            return None;
+        }
+        Some(principal)
+    }
+
     fn refuse(&self, req: &ApprovalRequest, press: &Press, reason: &str, told: &str) {
         self.running.record(
             "approval-press-refused",
@@ -1139,21 +1188,9 @@ impl Approver for CardApprover {
                 Err(RecvTimeoutError::Disconnected) => break Answer::Withdrawn,
             };
             // Recorded before the presser is told, so what they see is on the record.
-            if self.owner.as_deref() != Some(press.from.id.as_str()) {
-                // An admin's press would count only where the holding policy names admins
-                // for the action; no policy can yet, so none does.
-                let admin = channels::read_state(&r.host.home, r.name)
-                    .is_ok_and(|s| s.members.get(&press.from.id) == Some(&Role::Admin));
-                let reason = if self.owner.is_none() {
-                    "nobody approves through this channel"
-                } else if admin {
-                    "no policy names admins as approvers of this action"
-                } else {
-                    "the presser is not the owner"
-                };
-                self.refuse(req, &press, reason, "only the owner can answer this");
+            let Some(presser) = self.presser(req, &press) else {
                 continue;
-            }
+            };
             let mut parts = press.data.splitn(3, ':');
             let (verb, _, shown) = (parts.next(), parts.next(), parts.next());
             if shown != Some(hash.as_str()) {
@@ -1176,25 +1213,34 @@ impl Approver for CardApprover {
                 );
                 continue;
             }
+            let by = match &presser {
+                Principal::Owner => "the owner".to_string(),
+                other => format!("{other} ({})", press.from.display),
+            };
             match verb {
                 Some("a") => {
                     self.tell(&press, "approved");
                     self.close(
                         &chat,
                         &message_id,
-                        &format!("approved by the owner (sha256:{hash}…)"),
+                        &format!("approved by {by} (sha256:{hash}…)"),
                     );
-                    break Answer::Approve;
+                    break match presser {
+                        Principal::Owner => Answer::Approve,
+                        admin => Answer::ApproveAs(admin),
+                    };
                 }
                 Some("d") => {
                     self.tell(&press, "denied");
                     self.close(
                         &chat,
                         &message_id,
-                        &format!("denied by the owner (sha256:{hash}…)"),
+                        &format!("denied by {by} (sha256:{hash}…)"),
                     );
-                    break Answer::Deny {
-                        reason: format!("denied on {}", r.name),
+                    let reason = format!("denied on {}", r.name);
+                    break match presser {
+                        Principal::Owner => Answer::Deny { reason },
+                        admin => Answer::DenyAs(admin, reason),
                     };
                 }
                 _ => self.tell(&press, "not a button of this card"),

@@ -53,6 +53,35 @@ pub struct ProbeChange {
     pub probe: String,
     pub old: DecisionKind,
     pub new: DecisionKind,
+    /// For an ask: whether a channel's admins may answer it (`@approvers("admin")`),
+    /// before and after. An ask that admins may now answer is looser than one only the
+    /// owner could.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub old_admins_approve: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub new_admins_approve: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl ProbeChange {
+    /// The old and the new decision, for people: `ask -> allow`, `ask -> ask (admins too)`.
+    pub fn arrow(&self) -> String {
+        let side = |d: DecisionKind, admins: bool| {
+            if admins {
+                format!("{} (admins too)", d.as_str())
+            } else {
+                d.as_str().to_string()
+            }
+        };
+        format!(
+            "{} -> {}",
+            side(self.old, self.old_admins_approve),
+            side(self.new, self.new_admins_approve)
+        )
+    }
 }
 
 /// Every probe whose decision changed, split by direction.
@@ -72,13 +101,23 @@ impl PolicyComparison {
     }
 }
 
-/// deny < ask < allow.
-fn permissiveness(d: DecisionKind) -> u8 {
+/// deny < ask the owner < ask the owner or an admin < allow.
+fn permissiveness(d: DecisionKind, admins_approve: bool) -> u8 {
     match d {
         DecisionKind::Deny => 0,
+        DecisionKind::Ask if admins_approve => 2,
         DecisionKind::Ask => 1,
-        DecisionKind::Allow => 2,
+        DecisionKind::Allow => 3,
     }
+}
+
+/// Whether a channel's admins may answer what `gate` decided as `e` (an ask).
+fn admins_approve(gate: &Gate, e: &crate::gate::Evaluation) -> bool {
+    let admin = crate::Principal::Admin {
+        channel: "probe".into(),
+        platform_id: "0".into(),
+    };
+    e.decision == DecisionKind::Ask && gate.may_approve(&admin, &e.policies)
 }
 
 /// The probe set, plus GET and POST probes for each host in `listed_hosts` (the hosts
@@ -361,14 +400,23 @@ pub fn compare(old: &Gate, new: &Gate, probes: &[Probe]) -> PolicyComparison {
     };
     for p in probes {
         let session = probe_session(p);
-        let before = old.evaluate(&session, &p.action).decision;
-        let after = new.evaluate(&session, &p.action).decision;
+        let before = old.evaluate(&session, &p.action);
+        let after = new.evaluate(&session, &p.action);
         let change = ProbeChange {
             probe: p.name.clone(),
-            old: before,
-            new: after,
+            old: before.decision,
+            new: after.decision,
+            old_admins_approve: admins_approve(old, &before),
+            new_admins_approve: admins_approve(new, &after),
         };
-        match permissiveness(after).cmp(&permissiveness(before)) {
+        let rank = |c: &ProbeChange, newer: bool| {
+            if newer {
+                permissiveness(c.new, c.new_admins_approve)
+            } else {
+                permissiveness(c.old, c.old_admins_approve)
+            }
+        };
+        match rank(&change, true).cmp(&rank(&change, false)) {
             std::cmp::Ordering::Greater => out.loosened.push(change),
             std::cmp::Ordering::Less => out.tightened.push(change),
             std::cmp::Ordering::Equal => {}
@@ -448,6 +496,49 @@ mod tests {
                 .any(|c| c.probe.starts_with("exec rm -rf")),
             "{diff:#?}"
         );
+    }
+
+    /// Letting admins answer what an ask holds loosens it, though every decision stays
+    /// an ask; taking that back tightens it.
+    #[test]
+    fn letting_admins_approve_an_ask_loosens() {
+        let sources = builtin_sources(Profile::Default);
+        let with_admins: Vec<PolicySource> = sources
+            .iter()
+            .map(|s| PolicySource {
+                name: s.name.clone(),
+                text: s.text.replace(
+                    "@id(\"default.message.untraced-after-taint\")",
+                    "@id(\"default.message.untraced-after-taint\") @approvers(\"admin\")",
+                ),
+            })
+            .collect();
+        assert!(
+            sources
+                .iter()
+                .zip(&with_admins)
+                .any(|(a, b)| a.text != b.text),
+            "the policy to change was not found"
+        );
+        let old = PolicyEngine::load(&sources).unwrap();
+        let new = PolicyEngine::load(&with_admins).unwrap();
+        let diff = compare_engines(old, new, &probe_set(&[]));
+        assert!(diff.loosens(), "{diff:#?}");
+        assert!(
+            diff.loosened.iter().all(|c| c.old == DecisionKind::Ask
+                && c.new == DecisionKind::Ask
+                && !c.old_admins_approve
+                && c.new_admins_approve
+                && c.probe.starts_with("message")),
+            "{diff:#?}"
+        );
+        assert_eq!(diff.loosened[0].arrow(), "ask -> ask (admins too)");
+        let back = compare_engines(
+            PolicyEngine::load(&with_admins).unwrap(),
+            PolicyEngine::load(&sources).unwrap(),
+            &probe_set(&[]),
+        );
+        assert!(!back.loosens() && !back.tightened.is_empty(), "{back:#?}");
     }
 
     /// Shows every probe's decision under each built-in profile (with `--nocapture`).

@@ -227,10 +227,9 @@ fn warn(change: &PolicyChange) {
     );
     for c in &change.comparison.loosened {
         eprintln!(
-            "  {}: {} -> {}",
+            "  {}: {}",
             airlock_core::terminal_text::escape_line(&c.probe),
-            c.old.as_str(),
-            c.new.as_str()
+            c.arrow()
         );
     }
     eprintln!("help: review the change with `airlock audit tail`; `airlock policy diff` shows such differences before they load");
@@ -260,20 +259,10 @@ pub fn describe(change: Option<&PolicyChange>) -> String {
         ));
     }
     for l in &c.loosened {
-        out.push_str(&format!(
-            "  loosens  {}: {} -> {}\n",
-            esc(&l.probe),
-            l.old.as_str(),
-            l.new.as_str()
-        ));
+        out.push_str(&format!("  loosens  {}: {}\n", esc(&l.probe), l.arrow()));
     }
     for t in &c.tightened {
-        out.push_str(&format!(
-            "  tightens {}: {} -> {}\n",
-            esc(&t.probe),
-            t.old.as_str(),
-            t.new.as_str()
-        ));
+        out.push_str(&format!("  tightens {}: {}\n", esc(&t.probe), t.arrow()));
     }
     if c.loosens() {
         out.push_str("this change loosens the policy\n");

@@ -42,6 +42,31 @@ pub(super) fn start_host(f: &Fixture) -> Host {
     )
 }
 
+/// The owner sends the pairing code from their own chat; the host answers there.
+fn pair_owner(fake: &FakeTelegram, code: &str) {
+    fake.push_message(OWNER, OWNER, "owner", &format!("/start {code}"));
+    fake.wait_for("sendMessage", |b| b["chat_id"] == OWNER);
+}
+
+/// `airlock channel members add telegram ID --role ROLE` for each.
+fn bind(f: &Fixture, members: &[(i64, &str)]) {
+    for (id, role) in members {
+        let o = airlock(
+            &f.home,
+            &[
+                "channel",
+                "members",
+                "add",
+                "telegram",
+                &id.to_string(),
+                "--role",
+                role,
+            ],
+        );
+        assert!(o.status.success(), "{o:?}");
+    }
+}
+
 /// The id of the message a `sendMessage` made (the fake adds it to its log).
 fn sent_id(body: &serde_json::Value) -> String {
     body["sent_message_id"].as_str().unwrap().to_string()
@@ -344,8 +369,7 @@ async fn a_group_chat_takes_only_the_owners_triggered_messages() {
         .unwrap();
     let (fake, code) = configure(&f, &model, &["--group-trigger", "/ai"]);
     let host = start_host(&f);
-    fake.push_message(OWNER, OWNER, "owner", &format!("/start {code}"));
-    fake.wait_for("sendMessage", |b| b["chat_id"] == OWNER);
+    pair_owner(&fake, &code);
     let o = airlock(&f.home, &["status", "--json"]);
     let st: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(
@@ -404,23 +428,8 @@ async fn strangers_and_members_are_answered_as_untrusted_content_and_cannot_appr
     .unwrap();
     let (fake, code) = configure(&f, &model, &["--unknown-senders", "untrusted"]);
     let host = start_host(&f);
-    fake.push_message(OWNER, OWNER, "owner", &format!("/start {code}"));
-    fake.wait_for("sendMessage", |b| b["chat_id"] == OWNER);
-    for (id, role) in [(MEMBER, "member"), (ADMIN, "admin")] {
-        let o = airlock(
-            &f.home,
-            &[
-                "channel",
-                "members",
-                "add",
-                "telegram",
-                &id.to_string(),
-                "--role",
-                role,
-            ],
-        );
-        assert!(o.status.success(), "{o:?}");
-    }
+    pair_owner(&fake, &code);
+    bind(&f, &[(MEMBER, "member"), (ADMIN, "admin")]);
     fake.push_message(
         STRANGER,
         STRANGER,
@@ -570,8 +579,7 @@ async fn a_flood_of_a_thousand_messages_is_cut_at_the_rate_limit_without_growing
     let (fake, code) = configure(&f, &model, &["--messages-per-minute", "10"]);
     let host = start_host(&f);
     let pid = host.child.id();
-    fake.push_message(OWNER, OWNER, "owner", &format!("/start {code}"));
-    fake.wait_for("sendMessage", |b| b["chat_id"] == OWNER);
+    pair_owner(&fake, &code);
     let (rss_before, threads_before) = (proc_status(pid, "VmRSS"), proc_status(pid, "Threads"));
     for i in 0..1000 {
         fake.push_message(OWNER, OWNER, "owner", &format!("flood message {i}"));
@@ -655,21 +663,8 @@ async fn a_members_request_to_post_a_file_in_a_group_is_held_and_the_group_gets_
     .unwrap();
     let (fake, code) = configure(&f, &model, &["--group-trigger", "/ai"]);
     let host = start_host(&f);
-    fake.push_message(OWNER, OWNER, "owner", &format!("/start {code}"));
-    fake.wait_for("sendMessage", |b| b["chat_id"] == OWNER);
-    let o = airlock(
-        &f.home,
-        &[
-            "channel",
-            "members",
-            "add",
-            "telegram",
-            &MEMBER.to_string(),
-            "--role",
-            "member",
-        ],
-    );
-    assert!(o.status.success(), "{o:?}");
+    pair_owner(&fake, &code);
+    bind(&f, &[(MEMBER, "member")]);
     // Before any untrusted content, the owner's request is answered in the group at once.
     fake.push_message(GROUP, OWNER, "owner", "/ai say hello");
     fake.wait_for("sendMessage", |b| {
@@ -758,8 +753,7 @@ async fn a_strangers_message_waits_for_the_owner_to_say_whether_to_answer_it() {
         .unwrap();
     let (fake, code) = configure(&f, &model, &["--unknown-senders", "ask"]);
     let host = start_host(&f);
-    fake.push_message(OWNER, OWNER, "owner", &format!("/start {code}"));
-    fake.wait_for("sendMessage", |b| b["chat_id"] == OWNER);
+    pair_owner(&fake, &code);
     let buttons = |card: &serde_json::Value| -> (String, String) {
         let row = &card["reply_markup"]["inline_keyboard"][0];
         (
@@ -875,23 +869,8 @@ async fn an_admins_press_counts_where_the_holding_policy_names_admins() {
     );
     std::fs::write(&file, text).unwrap();
     let host = start_host(&f);
-    fake.push_message(OWNER, OWNER, "owner", &format!("/start {code}"));
-    fake.wait_for("sendMessage", |b| b["chat_id"] == OWNER);
-    for (id, role) in [(MEMBER, "member"), (ADMIN, "admin")] {
-        let o = airlock(
-            &f.home,
-            &[
-                "channel",
-                "members",
-                "add",
-                "telegram",
-                &id.to_string(),
-                "--role",
-                role,
-            ],
-        );
-        assert!(o.status.success(), "{o:?}");
-    }
+    pair_owner(&fake, &code);
+    bind(&f, &[(MEMBER, "member"), (ADMIN, "admin")]);
     fake.push_message(
         STRANGER,
         STRANGER,

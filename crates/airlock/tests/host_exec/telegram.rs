@@ -244,16 +244,19 @@ async fn telegram_pairs_its_owner_drops_strangers_and_takes_only_the_owners_pres
         b["text"].as_str().unwrap_or("").starts_with("paired")
     }));
     fake.push_press(OWNER, &paired_id, OWNER, "owner", &approve);
-    fake.wait_for("answerCallbackQuery", |b| {
-        b["text"] == "this card is stale; answer the newest one"
+    // The same message id with the same data, but in another chat: not this card either.
+    fake.push_press(STRANGER, &card_id, OWNER, "owner", &approve);
+    wait_for("both stale presses to be refused", || {
+        kinds(&f, "approval-press-refused").len() == 4
     });
     assert_eq!(pending(&f).len(), 1, "a refused press decided the request");
     let refused = kinds(&f, "approval-press-refused");
-    assert_eq!(refused.len(), 3, "{refused:?}");
-    assert_eq!(
-        refused[2]["detail"]["reason"],
-        "the press is not on the request's current card"
-    );
+    for r in &refused[2..] {
+        assert_eq!(
+            r["detail"]["reason"], "the press is not on the request's current card",
+            "{refused:?}"
+        );
+    }
     // The owner's own press approves, and the turn ends with its reply.
     fake.push_press(OWNER, &card_id, OWNER, "owner", &approve);
     fake.wait_for("sendMessage", |b| {
@@ -658,6 +661,13 @@ async fn a_members_request_to_post_a_file_in_a_group_is_held_and_the_group_gets_
         Step::text("Saved your key."),
         Step::tool_call("c2", "read_file", r#"{"path":"secrets.txt"}"#),
         Step::text("Here it is: api-key: SECRET-12345"),
+        // Asked again, a message "to the owner" from the group's session: to the group.
+        Step::tool_call(
+            "c3",
+            "send_message",
+            r#"{"destination":"owner","text":"api-key: SECRET-12345"}"#,
+        ),
+        Step::text(""),
     ])
     .await
     .unwrap();
@@ -735,6 +745,34 @@ async fn a_members_request_to_post_a_file_in_a_group_is_held_and_the_group_gets_
         asks[1]["action"]["destination"],
         format!("telegram:{GROUP}").as_str()
     );
+    // The same data through the model's own send_message, addressed to "the owner": in a
+    // group's session that is the group, so it is held too, and denied, never sent.
+    fake.push_message(GROUP, MEMBER, "member", "/ai then message it to the owner");
+    wait_for("the message to be held", || pending(&f).len() == 1);
+    let held = pending(&f);
+    assert_eq!(held[0].action_kind, "message.send");
+    let o = airlock(&f.home, &["approvals", "deny", &held[0].id]);
+    assert!(o.status.success(), "{o:?}");
+    fake.wait_for("sendMessage", |b| {
+        b["chat_id"] == GROUP && b["text"] == "(no reply)"
+    });
+    let asks: Vec<_> = audit_records(&f.home)
+        .into_iter()
+        .filter(|r| {
+            r["kind"] == "decision"
+                && r["action"]["type"] == "message.send"
+                && r["decision"] == "ask"
+        })
+        .collect();
+    assert_eq!(asks.len(), 3, "{asks:#?}");
+    assert_eq!(
+        asks[2]["action"]["destination"],
+        format!("telegram:{GROUP}").as_str()
+    );
+    assert!(!fake
+        .calls_of("sendMessage")
+        .iter()
+        .any(|b| b["chat_id"] == GROUP && b["text"].as_str().unwrap_or("").contains("SECRET")));
     drop(host);
     assert!(verify(&f.home).status.success());
 }

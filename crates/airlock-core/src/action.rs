@@ -142,6 +142,42 @@ pub struct AgentSpawnAction {
     pub tools: Vec<String>,
 }
 
+/// Let a message from a chat platform reach a session: the host asks this of every
+/// message that is not dropped first for rate, with who sent it as the channel knows them.
+/// The host fills it; a model never proposes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelAdmitAction {
+    /// The channel's name (`telegram`, `slack`, `discord`).
+    pub channel: String,
+    /// The chat the message came in (the platform's id; `<channel>/<thread>` for threads).
+    pub chat: String,
+    /// The sender's platform user id.
+    pub sender: String,
+    /// What the channel's state binds the sender to: `owner`, `admin`, `member`, or
+    /// `unknown`.
+    pub role: String,
+    /// The chat is a private one with the assistant (not a group or channel).
+    pub private: bool,
+    /// The channel's `unknown_senders` setting: `drop`, `untrusted` or `ask`.
+    pub unknown_senders: String,
+}
+
+/// Bind (or unbind) a platform user to a role on a channel: pairing binds the owner,
+/// `airlock channel members` binds admins and members. The host fills it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelBindAction {
+    pub channel: String,
+    /// The platform user id.
+    pub user: String,
+    /// `owner`, `admin`, `member`, or `none` (the binding is removed).
+    pub role: String,
+    /// How: `pairing` (the one-time code came from this user) or `operator` (the owner
+    /// at the command line).
+    pub how: String,
+}
+
 /// Most paths a [`WorkspaceCommitAction`] lists in each of its path lists. The counts stay
 /// exact; only the lists are cut, so a policy judges counts, and a person reads the lists
 /// with the full change set beside them.
@@ -249,6 +285,10 @@ pub enum Action {
     AgentSpawn(AgentSpawnAction),
     #[serde(rename = "workspace.commit")]
     WorkspaceCommit(WorkspaceCommitAction),
+    #[serde(rename = "channel.admit")]
+    ChannelAdmit(ChannelAdmitAction),
+    #[serde(rename = "channel.bind")]
+    ChannelBind(ChannelBindAction),
 }
 
 /// Why a proposed action was refused before the Gate could look at it.
@@ -260,7 +300,7 @@ pub enum ActionError {
     CommandTooLarge { size: usize, limit: usize },
     #[error("a workspace.commit path list has {size} entries, over the {limit}-entry limit\nhelp: list at most {limit} paths and give the exact number in `count`")]
     CommitListTooLong { size: usize, limit: usize },
-    #[error("invalid action JSON: {0}\nhelp: an action is an object with \"type\" one of exec, fs.read, fs.write, fs.delete, net.request, memory.read, memory.write, message.send, tool.call, task.schedule, agent.spawn, workspace.commit, and only that type's fields")]
+    #[error("invalid action JSON: {0}\nhelp: an action is an object with \"type\" one of exec, fs.read, fs.write, fs.delete, net.request, memory.read, memory.write, message.send, tool.call, task.schedule, agent.spawn, workspace.commit, channel.admit, channel.bind, and only that type's fields")]
     Json(#[from] serde_json::Error),
     #[error(transparent)]
     Canonical(#[from] CanonicalError),
@@ -327,6 +367,8 @@ impl Action {
             Action::TaskSchedule(_) => "task.schedule",
             Action::AgentSpawn(_) => "agent.spawn",
             Action::WorkspaceCommit(_) => "workspace.commit",
+            Action::ChannelAdmit(_) => "channel.admit",
+            Action::ChannelBind(_) => "channel.bind",
         }
     }
 
@@ -370,6 +412,8 @@ into_action!(TaskScheduleAction, TaskSchedule);
 into_action!(AgentSpawnAction, AgentSpawn);
 into_action!(FsWriteAction, FsWrite);
 into_action!(WorkspaceCommitAction, WorkspaceCommit);
+into_action!(ChannelAdmitAction, ChannelAdmit);
+into_action!(ChannelBindAction, ChannelBind);
 
 #[cfg(test)]
 mod tests {

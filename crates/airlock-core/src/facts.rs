@@ -247,6 +247,22 @@ pub fn build(action: &Action, taint: &TaintState, role: &str, config: &GateConfi
         Action::AgentSpawn(a) => {
             prompt_action(format!("agent:{}", a.name), &a.prompt, session, taint)
         }
+        // Who may reach a session, and who is bound to a role, are the host's facts about
+        // the channel, never the model's words: nothing in them is traced.
+        Action::ChannelAdmit(a) => ActionFacts {
+            resource: format!("channel:{}", a.channel),
+            context: json!({"session": session, "provenance": provenance_json(&empty),
+                             "admit": {"channel": a.channel, "chat": a.chat, "sender": a.sender,
+                                       "role": a.role, "private": a.private,
+                                       "unknown_senders": a.unknown_senders}}),
+            detail: json!({}),
+        },
+        Action::ChannelBind(b) => ActionFacts {
+            resource: format!("channel:{}", b.channel),
+            context: json!({"session": session, "provenance": provenance_json(&empty),
+                             "bind": {"channel": b.channel, "user": b.user, "role": b.role, "how": b.how}}),
+            detail: json!({}),
+        },
         // What a run wrote is judged by what it does to the workspace; its paths are the
         // sandbox's choice, not destinations, so no argument is traced.
         Action::WorkspaceCommit(c) => ActionFacts {

@@ -250,6 +250,32 @@ fn probe_actions(listed_hosts: &[String]) -> Vec<(String, serde_json::Value)> {
         "agent.spawn".into(),
         json!({"type": "agent.spawn", "name": "helper", "prompt": "do the task", "tools": ["exec"]}),
     ));
+    // Who reaches a session from a chat platform, under each unknown-sender setting, and
+    // the bindings: a policy that lets strangers in, or binds an owner some other way,
+    // shows here.
+    for (role, unknown) in [
+        ("owner", "drop"),
+        ("member", "drop"),
+        ("unknown", "drop"),
+        ("unknown", "ask"),
+        ("unknown", "untrusted"),
+    ] {
+        base.push((
+            format!("channel.admit of an {role} sender (unknown_senders = {unknown})"),
+            json!({"type": "channel.admit", "channel": "telegram", "chat": "100", "sender": "42",
+                   "role": role, "private": true, "unknown_senders": unknown}),
+        ));
+    }
+    for (role, how) in [
+        ("owner", "pairing"),
+        ("member", "operator"),
+        ("owner", "operator"),
+    ] {
+        base.push((
+            format!("channel.bind of an {role} by {how}"),
+            json!({"type": "channel.bind", "channel": "telegram", "user": "42", "role": role, "how": how}),
+        ));
+    }
     base.extend(commit_probes());
     base
 }
@@ -455,6 +481,8 @@ mod tests {
             "task.schedule",
             "agent.spawn",
             "workspace.commit",
+            "channel.admit",
+            "channel.bind",
         ] {
             assert!(kinds.contains(kind), "no probe of {kind}");
             assert!(probes.iter().any(|p| p.action.kind() == kind && p.tainted));

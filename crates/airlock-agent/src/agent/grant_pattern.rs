@@ -205,7 +205,10 @@ fn target_shape(action: &Action, config: &GateConfig) -> Result<(Value, String),
         | Action::TaskSchedule(_)
         | Action::AgentSpawn(_)
         // A change set is approved as exactly that change set (its hash), never as a kind.
-        | Action::WorkspaceCommit(_) => Err(not_scopable(format!(
+        | Action::WorkspaceCommit(_)
+        // Who may talk to the assistant is decided per sender by the host, never granted.
+        | Action::ChannelAdmit(_)
+        | Action::ChannelBind(_) => Err(not_scopable(format!(
             "`{}` actions have no grant pattern: their arguments carry instructions or targets the Gate cannot compare safely",
             action.kind()
         ))),

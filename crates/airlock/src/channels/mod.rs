@@ -7,6 +7,8 @@
 //! only by the id that sent the one-time pairing code from their own account, never by
 //! a display name, a chat or a message's text.
 
+pub mod decisions;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -208,6 +210,17 @@ pub enum UnknownSenders {
     /// answered "yes", the message is taken as untrusted content; "no", or no answer in
     /// ten minutes, drops it. Each with a record.
     Ask,
+}
+
+impl UnknownSenders {
+    /// The setting's name in `channels.toml`, as the Gate sees it (`channel.admit`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UnknownSenders::Drop => "drop",
+            UnknownSenders::Untrusted => "untrusted",
+            UnknownSenders::Ask => "ask",
+        }
+    }
 }
 
 /// What the owner made a platform user in a channel.
@@ -434,6 +447,9 @@ pub enum PairingOutcome {
     },
     /// A channel has one owner; pairing again needs `channel unpair` first.
     AlreadyPaired,
+    /// The code was right, but the policy refused the binding (`channel.bind`), for
+    /// these reasons.
+    Refused(String),
 }
 
 /// Try `code` from platform user `from` against the pending pairing, at `now`.

@@ -9,7 +9,9 @@
 use clap::Subcommand;
 use serde_json::json;
 
+use airlock_core::gate::Verdict;
 use airlock_core::terminal_text::escape_line;
+use airlock_core::{Principal, Via};
 
 use crate::channels::{self, ChatConfig, Pairing, UnknownSenders, PAIRING_SECS};
 use crate::home::Home;
@@ -195,6 +197,9 @@ pub fn run(cmd: ChannelCommand) -> anyhow::Result<i32> {
         ChannelCommand::Unpair { kind } => {
             configured(&home, &kind)?;
             let was = channels::update_state(&home, &kind, |s| {
+                if let Some(owner) = &s.owner {
+                    operator_binds(&home, &kind, owner, "none")?;
+                }
                 s.pairing = None;
                 Ok(s.owner.take())
             })?;
@@ -286,6 +291,35 @@ fn add_chat(
     Ok(0)
 }
 
+/// The Gate's decision on the operator binding `user` to `role` (`none`: unbinding),
+/// recorded before the channel's state changes; a refusal says which policy refused.
+fn operator_binds(home: &Home, kind: &str, user: &str, role: &str) -> anyhow::Result<()> {
+    use crate::channels::decisions;
+    let cfg = crate::config::load(&home.config_file())?;
+    let profile = crate::policies::pick_profile(None, &cfg.policy.profile)?;
+    let gate = crate::runtime::gate_for(home, &cfg, profile, &home.state)?;
+    let action = decisions::bind_action(kind, user, role, "operator");
+    match decisions::decide(
+        home,
+        &cfg,
+        &gate,
+        kind,
+        Principal::Owner,
+        Via::cli(),
+        action,
+    )? {
+        Verdict::Allow(_) => Ok(()),
+        Verdict::Ask(t) => anyhow::bail!(
+            "the policy holds this binding for approval ({}), and a binding made at the command line cannot wait\nhelp: change the policy that holds channel.bind",
+            decisions::refusal_text(&t.reasons)
+        ),
+        Verdict::Deny(d) => anyhow::bail!(
+            "the policy refuses this binding: {}\nhelp: see the policies named in `airlock audit tail`",
+            decisions::refusal_text(&d.reasons)
+        ),
+    }
+}
+
 fn members(home: &Home, cmd: MembersCommand) -> anyhow::Result<i32> {
     match cmd {
         MembersCommand::Add { kind, id, role } => {
@@ -303,6 +337,7 @@ fn members(home: &Home, cmd: MembersCommand) -> anyhow::Result<i32> {
                     s.owner.as_deref() != Some(id.as_str()),
                     "{id} is the channel's owner"
                 );
+                operator_binds(home, &kind, &id, role.as_str())?;
                 s.members.insert(id.clone(), role);
                 Ok(())
             })?;
@@ -315,12 +350,16 @@ fn members(home: &Home, cmd: MembersCommand) -> anyhow::Result<i32> {
         }
         MembersCommand::Rm { kind, id } => {
             configured(home, &kind)?;
-            let was = channels::update_state(home, &kind, |s| Ok(s.members.remove(&id)))?;
-            anyhow::ensure!(
-                was.is_some(),
-                "{kind}: {} is not a member",
-                escape_line(&id)
-            );
+            channels::update_state(home, &kind, |s| {
+                anyhow::ensure!(
+                    s.members.contains_key(&id),
+                    "{kind}: {} is not a member",
+                    escape_line(&id)
+                );
+                operator_binds(home, &kind, &id, "none")?;
+                s.members.remove(&id);
+                Ok(())
+            })?;
             crate::config_audit::record(
                 home,
                 "channel-member-removed",

@@ -46,7 +46,9 @@ use airlock_channels::discord::Discord;
 use airlock_channels::slack::Slack;
 use airlock_channels::telegram::Telegram;
 use airlock_channels::{Card, Channel, ChannelError, ChatId, Inbound, Sender};
-use airlock_core::Principal;
+use airlock_core::action::ChannelAdmitAction;
+use airlock_core::gate::{AskTicket, Verdict};
+use airlock_core::{Authorized, IntoAction, Principal};
 use airlock_store::{ApprovalRequest, Timestamp};
 use secrecy::SecretString;
 use serde_json::json;
@@ -54,7 +56,9 @@ use serde_json::json;
 use super::chat_limits::{Admit, InboundLimiter, OutboundPacer};
 use super::Host;
 use crate::agent_host::{provider_config, AgentHost, HostOptions};
-use crate::channels::{self, code_in, try_pairing, PairingOutcome, Role, UnknownSenders};
+use crate::channels::{
+    self, code_in, decisions, try_pairing, PairingOutcome, Role, UnknownSenders,
+};
 use crate::home::Home;
 use crate::inline_approvals::{describe, Answer, Approver, InlineApprovals};
 use crate::service::caller::{Attachable, Notices};
@@ -538,24 +542,74 @@ impl Running {
                 tracing::error!(error = %format!("{e:#}"), "keeping the owner's chat");
             }
         }
-        let said = match (
-            from.id == owner,
-            state.members.get(&from.id),
-            unknown_senders,
-        ) {
-            (true, _, _) | (false, Some(Role::Admin), _) => Said::Trusted(text),
-            (false, Some(Role::Member), _) | (false, None, UnknownSenders::Untrusted) => {
-                Said::Untrusted {
-                    source: format!("{}:{}", self.name, from.id),
-                    text,
-                }
+        let role = if from.id == owner {
+            "owner"
+        } else {
+            match state.members.get(&from.id) {
+                Some(Role::Admin) => "admin",
+                Some(Role::Member) => "member",
+                None => "unknown",
             }
-            (false, None, UnknownSenders::Drop) => {
-                return self.drop_message(&chat, &from, "the sender is not the owner")
+        };
+        let action = ChannelAdmitAction {
+            channel: self.name.into(),
+            chat: chat.0.clone(),
+            sender: from.id.clone(),
+            role: role.into(),
+            private,
+            unknown_senders: unknown_senders.as_str().into(),
+        };
+        match self.decide(action) {
+            Ok(Verdict::Allow(token)) => self.admit(chat, private, &from, text, token),
+            Ok(Verdict::Ask(ticket)) => {
+                self.ask_about_sender(chat, private, from, text, &state, ticket)
             }
-            (false, None, UnknownSenders::Ask) => {
-                return self.ask_about_sender(chat, private, from, text, &state)
+            // The decision record is the drop's record.
+            Ok(Verdict::Deny(d)) => tracing::info!(
+                channel = self.name,
+                from = %from.id,
+                reasons = %decisions::refusal_text(&d.reasons),
+                "the Gate refused a message"
+            ),
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "deciding on a message; it is dropped")
             }
+        }
+    }
+
+    /// Decide `action` about this channel as `system:channel`, recorded first.
+    fn decide<A: IntoAction>(&self, action: A) -> anyhow::Result<Verdict<A>> {
+        let cfg = self.host.warm.current_config();
+        let profile = crate::policies::pick_profile(None, &cfg.policy.profile)?;
+        let (gate, _) = self.host.warm.gate(profile)?;
+        decisions::decide(
+            &self.host.home,
+            &cfg,
+            &gate,
+            self.name,
+            decisions::channel_actor(),
+            decisions::via_of(self.name),
+            action,
+        )
+    }
+
+    /// Give an admitted message to its chat's session: the owner's and an admin's as
+    /// trusted input, anyone else's as untrusted content. What it is comes from the
+    /// admission the Gate let through, not from anything decided beside it.
+    fn admit(
+        self: &Arc<Self>,
+        chat: ChatId,
+        private: bool,
+        from: &Sender,
+        text: String,
+        token: Authorized<ChannelAdmitAction>,
+    ) {
+        let said = match token.action().role.as_str() {
+            "owner" | "admin" => Said::Trusted(text),
+            _ => Said::Untrusted {
+                source: format!("{}:{}", self.name, from.id),
+                text,
+            },
         };
         self.queue(chat, private, &from.id, said);
     }
@@ -571,29 +625,26 @@ impl Running {
         from: Sender,
         text: String,
         state: &channels::ChannelState,
+        ticket: AskTicket<ChannelAdmitAction>,
     ) {
         let Some(owner_chat) = state.owner_chat.clone().map(ChatId) else {
-            return self.drop_message(&chat, &from, "the owner's chat is not known to ask them");
+            return self.refuse_sender(&ticket, None, "the owner's chat is not known to ask them");
         };
         let owner = state.owner.clone();
+        let held = ticket;
         let ticket = format!("sender-{}", from.id);
         {
             let mut asking = self.asking.lock().unwrap_or_else(|p| p.into_inner());
             if asking.len() >= MAX_SENDER_ASKS || !asking.insert(ticket.clone()) {
                 drop(asking);
-                return self.drop_message(
-                    &chat,
-                    &from,
+                return self.refuse_sender(
+                    &held,
+                    None,
                     "the owner is already being asked about this sender, or about too many",
                 );
             }
         }
         let presses = self.presses.register(&ticket);
-        self.record(
-            "channel-sender-asked",
-            json!({"channel": self.name, "chat": chat.0, "from": from.id,
-                   "text_sha256": airlock_core::canonical::sha256_hex(text.as_bytes())}),
-        );
         let me = self.clone();
         let spawned = std::thread::Builder::new()
             .name("airlock-sender-ask".into())
@@ -612,31 +663,63 @@ impl Running {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&ticket);
-                let (kind, reason) = match answer {
-                    Some(true) => ("channel-sender-answered", "the owner chose to answer"),
-                    Some(false) => (
-                        "channel-message-dropped",
+                match answer {
+                    Some(true) => match me.let_sender_in(held) {
+                        Ok(token) => me.admit(chat, private, &from, text, token),
+                        Err(e) => tracing::error!(error = %format!("{e:#}"), "letting a sender in"),
+                    },
+                    Some(false) => me.refuse_sender(
+                        &held,
+                        Some(Principal::Owner),
                         "the owner chose to ignore the sender",
                     ),
-                    None => (
-                        "channel-message-dropped",
-                        "the owner did not answer in time",
-                    ),
-                };
-                me.record(
-                    kind,
-                    json!({"channel": me.name, "chat": chat.0, "from": from.id, "reason": reason}),
-                );
-                if answer == Some(true) {
-                    let said = Said::Untrusted {
-                        source: format!("{}:{}", me.name, from.id),
-                        text,
-                    };
-                    me.queue(chat, private, &from.id, said);
+                    None => me.refuse_sender(&held, None, "the owner did not answer in time"),
                 }
             });
         if let Err(e) = spawned {
             tracing::error!(error = %e, "asking the owner about a sender");
+        }
+    }
+
+    /// The owner's "Answer" to a held sender: the approval of the held admission,
+    /// recorded, and the admission it releases.
+    fn let_sender_in(
+        &self,
+        held: AskTicket<ChannelAdmitAction>,
+    ) -> anyhow::Result<Authorized<ChannelAdmitAction>> {
+        let cfg = self.host.warm.current_config();
+        let profile = crate::policies::pick_profile(None, &cfg.policy.profile)?;
+        let (gate, _) = self.host.warm.gate(profile)?;
+        decisions::approve_admission(
+            &self.host.home,
+            &cfg,
+            &gate,
+            held,
+            Principal::Owner,
+            decisions::via_of(self.name),
+        )
+    }
+
+    /// A held sender stays out: recorded against the held admission, as the owner's
+    /// choice (`by`) or the host's (`None`: no answer, or nobody to ask).
+    fn refuse_sender(
+        &self,
+        held: &AskTicket<ChannelAdmitAction>,
+        by: Option<Principal>,
+        reason: &str,
+    ) {
+        let via = decisions::via_of(self.name);
+        let who = match by {
+            Some(p) => airlock_core::Attribution {
+                principal: p.clone(),
+                on_behalf_of: p,
+                via,
+            },
+            None => airlock_core::Attribution::system("channel", Principal::Owner, via),
+        };
+        let cfg = self.host.warm.current_config();
+        if let Err(e) = decisions::refuse_admission(&self.host.home, &cfg, held, &who, reason) {
+            tracing::error!(error = %format!("{e:#}"), "recording a refused sender");
         }
     }
 
@@ -863,24 +946,41 @@ impl Running {
         Worker { number, tx }
     }
 
+    /// A pending code from `from`: a right one binds them as the owner if the Gate
+    /// lets it (`channel.bind`, decided and recorded while the state is held, so no
+    /// binding is made without its record).
     fn pair(&self, chat: &ChatId, from: &Sender, code: &str) {
         let now = crate::runtime::now_unix();
         let outcome = channels::update_state(&self.host.home, self.name, |s| {
             let outcome = try_pairing(s, code, &from.id, now);
-            if outcome == PairingOutcome::Paired {
-                s.owner_chat = Some(chat.0.clone());
+            if outcome != PairingOutcome::Paired {
+                return Ok(Err(outcome));
             }
-            Ok(outcome)
+            let bind = decisions::bind_action(self.name, &from.id, "owner", "pairing");
+            let refused = match self.decide(bind)? {
+                Verdict::Allow(_) => {
+                    s.owner_chat = Some(chat.0.clone());
+                    return Ok(Ok(()));
+                }
+                Verdict::Ask(t) => t.reasons,
+                Verdict::Deny(d) => d.reasons,
+            };
+            // The code is spent either way: the owner makes a new one after changing
+            // the policy.
+            s.owner = None;
+            Ok(Err(PairingOutcome::Refused(decisions::refusal_text(
+                &refused,
+            ))))
         });
         match outcome {
-            Ok(PairingOutcome::Paired) => {
+            Ok(Ok(())) => {
                 self.record(
                     "channel-paired",
                     json!({"channel": self.name, "owner": from.id}),
                 );
                 self.say(chat, "paired: this account is the assistant's owner here");
             }
-            Ok(PairingOutcome::Wrong { attempts_left }) => {
+            Ok(Err(PairingOutcome::Wrong { attempts_left })) => {
                 self.drop_message(chat, from, "a wrong pairing code");
                 if attempts_left == 0 {
                     tracing::warn!(
@@ -889,9 +989,14 @@ impl Running {
                     );
                 }
             }
-            Ok(PairingOutcome::NoCode | PairingOutcome::AlreadyPaired) => {
+            Ok(Err(PairingOutcome::NoCode | PairingOutcome::AlreadyPaired)) => {
                 self.drop_message(chat, from, "no pairing code is pending")
             }
+            Ok(Err(PairingOutcome::Refused(why))) => {
+                tracing::warn!(channel = self.name, reasons = %why, "the policy refused a pairing");
+                self.say(chat, "pairing refused by the host's policy");
+            }
+            Ok(Err(PairingOutcome::Paired)) => {}
             Err(e) => tracing::error!(error = %format!("{e:#}"), "pairing"),
         }
     }

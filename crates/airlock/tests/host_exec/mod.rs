@@ -23,6 +23,17 @@ fn status(f: &Fixture) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).unwrap_or(serde_json::Value::Null)
 }
 
+/// The Gate's decision records about channel `kind` (`channel.admit` or `channel.bind`)
+/// with `decision` (`allow`, `ask`, `deny`).
+fn channel_decisions(home: &std::path::Path, kind: &str, decision: &str) -> Vec<serde_json::Value> {
+    audit_records(home)
+        .into_iter()
+        .filter(|r| {
+            r["kind"] == "decision" && r["action"]["type"] == kind && r["decision"] == decision
+        })
+        .collect()
+}
+
 /// The approval requests pending now.
 fn pending_approvals(home: &std::path::Path) -> Vec<airlock_store::ApprovalRequest> {
     use airlock_store::ApprovalDecisions;

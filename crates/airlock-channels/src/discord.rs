@@ -184,6 +184,8 @@ struct Health {
     /// Connection attempts that failed in a row, and why the last one did.
     failures: u32,
     last_failure: String,
+    /// The bot's own user id, from `READY`: a message mentions it as `<@id>`.
+    bot_id: Option<String>,
 }
 
 fn lock(health: &Mutex<Health>) -> std::sync::MutexGuard<'_, Health> {
@@ -194,6 +196,16 @@ fn lock(health: &Mutex<Health>) -> std::sync::MutexGuard<'_, Health> {
 impl Channel for Discord {
     fn name(&self) -> &'static str {
         PLATFORM
+    }
+
+    fn mention_forms(&self) -> Vec<String> {
+        let Some(gateway) = self.gateway.get() else {
+            return Vec::new();
+        };
+        let id = lock(&gateway.health).bot_id.clone();
+        // `<@!id>` is the older nickname form, still sent by some clients.
+        id.map(|id| vec![format!("<@{id}>"), format!("<@!{id}>")])
+            .unwrap_or_default()
     }
 
     async fn next_events(&self) -> Result<Vec<Inbound>, ChannelError> {
@@ -837,6 +849,12 @@ impl Runner {
                 }
                 match p.t.as_deref() {
                     Some("READY") => {
+                        if let Some(me) = p.d["user"]["id"]
+                            .as_str()
+                            .filter(|id| snowflake(id, "the bot id").is_ok())
+                        {
+                            lock(&self.health).bot_id = Some(me.to_string());
+                        }
                         let id = p.d["session_id"].as_str();
                         let url = p.d["resume_gateway_url"].as_str();
                         if let (Some(id), Some(url)) = (id, url) {

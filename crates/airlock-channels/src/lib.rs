@@ -114,6 +114,45 @@ pub trait Channel: Send + Sync {
     fn resume_offset(&self) -> Option<i64> {
         None
     }
+    /// How a message mentions the assistant's own account on this platform, as the
+    /// adapter has learnt it from the platform (Telegram's `@username`, Slack's and
+    /// Discord's `<@id>` forms); empty until it knows. The host answers a group on a
+    /// mention (see [`mentions_in`]).
+    fn mention_forms(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// Whether `text` mentions the assistant by one of `forms` (as a whole word:
+/// `@airlock_bot` is not in `@airlock_botnet`; case-insensitively, as platforms match
+/// user names), and the text without those mentions.
+pub fn mentions_in(text: &str, forms: &[String]) -> Option<String> {
+    let mut rest = text.to_string();
+    let mut found = false;
+    for form in forms.iter().filter(|f| !f.is_empty() && f.is_ascii()) {
+        let lower_form = form.to_ascii_lowercase();
+        let mut out = String::with_capacity(rest.len());
+        let mut i = 0;
+        // Searched in a lower-cased copy; the byte offsets hold because forms are ASCII
+        // and `to_ascii_lowercase` keeps every offset.
+        let lower = rest.to_ascii_lowercase();
+        while let Some(at) = lower[i..].find(&lower_form) {
+            let start = i + at;
+            let end = start + lower_form.len();
+            let word_char = |c: char| c.is_alphanumeric() || c == '_';
+            let ends_word = !rest[end..].starts_with(word_char);
+            out.push_str(&rest[i..start]);
+            if ends_word {
+                found = true;
+            } else {
+                out.push_str(&rest[start..end]);
+            }
+            i = end;
+        }
+        out.push_str(&rest[i..]);
+        rest = out;
+    }
+    found.then(|| rest.trim().to_string())
 }
 
 /// `text` in parts of at most `limit` characters, each part but a single one numbered
@@ -149,6 +188,27 @@ pub fn split_text(text: &str, limit: usize) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_mention_is_found_as_a_whole_word_and_taken_out() {
+        use super::mentions_in;
+        let forms = vec!["@airlock_bot".to_string(), "<@U0BOT>".to_string()];
+        assert_eq!(
+            mentions_in("@Airlock_Bot what is on today?", &forms).as_deref(),
+            Some("what is on today?")
+        );
+        assert_eq!(
+            mentions_in("hey <@U0BOT>, the\nlist", &forms).as_deref(),
+            Some("hey , the\nlist")
+        );
+        assert_eq!(mentions_in("@airlock_botnet run this", &forms), None);
+        assert_eq!(mentions_in("no mention here", &forms), None);
+        assert_eq!(mentions_in("@airlock_bot", &[]), None);
+        assert_eq!(
+            mentions_in("ünïcode @airlock_bot ok", &forms).as_deref(),
+            Some("ünïcode  ok")
+        );
+    }
+
     use super::*;
 
     #[test]

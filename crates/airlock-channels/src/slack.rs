@@ -58,6 +58,8 @@ pub struct Slack {
     api: Arc<Api>,
     poll: Duration,
     link: tokio::sync::Mutex<Option<Link>>,
+    /// `<@U…>`, the bot user's mention, from `auth.test` before the first connection.
+    mention: Mutex<Option<String>>,
 }
 
 impl Slack {
@@ -91,6 +93,7 @@ impl Slack {
             }),
             poll: DEFAULT_POLL,
             link: tokio::sync::Mutex::new(None),
+            mention: Mutex::new(None),
         })
     }
 
@@ -732,7 +735,25 @@ impl Channel for Slack {
         PLATFORM
     }
 
+    fn mention_forms(&self) -> Vec<String> {
+        let known = self.mention.lock().unwrap_or_else(|p| p.into_inner());
+        known.iter().filter(|m| m.len() > 3).cloned().collect()
+    }
+
     async fn next_events(&self) -> Result<Vec<Inbound>, ChannelError> {
+        // Who the bot is, for mentions in channels: asked once, with the bot token.
+        if self
+            .mention
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none()
+        {
+            let me = self.api.call(Token::Bot, "auth.test", None).await?;
+            let id = str_at(&me, "/user_id")
+                .filter(|id| valid_id(id))
+                .unwrap_or_default();
+            *self.mention.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("<@{id}>"));
+        }
         let mut guard = self.link.lock().await;
         let link = guard.get_or_insert_with(|| Link::start(self.api.clone()));
         // The host has had the last batch: Slack may forget it now (see `Reader`).

@@ -26,6 +26,8 @@ pub struct Telegram {
     poll: Duration,
     /// The next update to ask for; the ones before it are acknowledged.
     offset: Mutex<Option<i64>>,
+    /// `@<username>` of the bot, from `getMe` before the first poll.
+    mention: Mutex<Option<String>>,
 }
 
 impl Telegram {
@@ -49,6 +51,7 @@ impl Telegram {
             http,
             poll,
             offset: Mutex::new(offset),
+            mention: Mutex::new(None),
         })
     }
 
@@ -191,6 +194,17 @@ impl Channel for Telegram {
     }
 
     async fn next_events(&self) -> Result<Vec<Inbound>, ChannelError> {
+        // Who the bot is, for mentions in groups: asked once, before any update.
+        if self
+            .mention
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none()
+        {
+            let me = self.call("getMe", json!({})).await?;
+            let name = me["username"].as_str().unwrap_or_default();
+            *self.mention.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("@{name}"));
+        }
         let mut body = json!({
             "timeout": self.poll.as_secs(),
             "allowed_updates": ["message", "callback_query"],
@@ -299,6 +313,16 @@ impl Channel for Telegram {
         )
         .await
         .map(|_| ())
+    }
+
+    fn mention_forms(&self) -> Vec<String> {
+        self.mention
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|m| m.len() > 1)
+            .cloned()
+            .collect()
     }
 
     fn resume_offset(&self) -> Option<i64> {

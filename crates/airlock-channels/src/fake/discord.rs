@@ -20,7 +20,8 @@ use tokio::sync::{broadcast, Notify};
 
 use super::tls::{serve, TestTls};
 
-const BOT_ID: &str = "1000000000000000001";
+/// The fake bot's user id (`READY`): a message mentions it as `<@1000000000000000001>`.
+pub const BOT_ID: &str = "1000000000000000001";
 const CONTENT_LIMIT: usize = 2000;
 const CUSTOM_ID_LIMIT: usize = 100;
 

@@ -367,6 +367,9 @@ fn read_body(headers: &HeaderMap, body: &[u8]) -> Option<Value> {
     Some(Value::Object(fields))
 }
 
+/// The fake app's bot user (`auth.test`): a message mentions it as `<@U0AIRLOCK>`.
+pub const BOT_USER_ID: &str = "U0AIRLOCK";
+
 async fn api(
     State(s): State<Arc<Shared>>,
     Path(method): Path<String>,
@@ -466,6 +469,12 @@ async fn api(
                 }
             }
         }
+        "auth.test" => Json(
+            json!({"ok": true, "url": "https://fake.slack.test/", "team": "Fake",
+                                   "user": "airlock", "team_id": "T0FAKE", "user_id": BOT_USER_ID,
+                                   "bot_id": "B0FAKE"}),
+        )
+        .into_response(),
         _ => refused("unknown_method"),
     }
 }

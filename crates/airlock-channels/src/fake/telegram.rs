@@ -138,6 +138,11 @@ impl FakeTelegram {
     }
 }
 
+/// The fake bot's user id and username (`getMe`): a group message mentions it as
+/// `@airlock_test_bot`.
+pub const BOT_ID: i64 = 7_000_000;
+pub const BOT_USERNAME: &str = "airlock_test_bot";
+
 fn refused(code: i64, description: &str) -> Json<Value> {
     Json(json!({"ok": false, "error_code": code, "description": description}))
 }
@@ -231,6 +236,8 @@ async fn answer(s: Arc<Shared>, bot: String, method: String, body: Value) -> Jso
                          "chat": {"id": body["chat_id"], "type": "private"}, "text": body["text"]}}))
         }
         "answerCallbackQuery" => Json(json!({"ok": true, "result": true})),
+        "getMe" => Json(json!({"ok": true, "result": {"id": BOT_ID, "is_bot": true,
+                     "first_name": "Airlock", "username": BOT_USERNAME}})),
         _ => refused(404, "Not Found: method not found"),
     }
 }

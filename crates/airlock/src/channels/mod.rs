@@ -177,19 +177,24 @@ fn default_send_interval_ms() -> u64 {
     1000
 }
 
-/// The text of a group message addressed to the assistant by `trigger` (the trigger and
-/// the space after it taken off), or `None` when it is not addressed to it.
-pub fn addressed<'a>(text: &'a str, trigger: Option<&str>) -> Option<&'a str> {
+/// The text of a group message addressed to the assistant: one that mentions the bot
+/// (`mentions`, the forms its platform uses; the mention taken out) or starts with
+/// `trigger` (the trigger and the space after it taken off). `None` when it is neither.
+pub fn addressed(text: &str, trigger: Option<&str>, mentions: &[String]) -> Option<String> {
+    if let Some(rest) = airlock_channels::mentions_in(text, mentions) {
+        return Some(rest);
+    }
     let trigger = trigger?;
     let rest = text.trim_start().strip_prefix(trigger)?;
     // `/ai` must not match `/aim`; Telegram adds `@botname` to commands in groups.
     if let Some(r) = rest.strip_prefix('@') {
         return Some(
             r.split_once(char::is_whitespace)
-                .map_or("", |(_, t)| t.trim()),
+                .map_or("", |(_, t)| t.trim())
+                .to_string(),
         );
     }
-    (rest.is_empty() || rest.starts_with(char::is_whitespace)).then(|| rest.trim())
+    (rest.is_empty() || rest.starts_with(char::is_whitespace)).then(|| rest.trim().to_string())
 }
 
 fn default_poll_secs() -> u64 {
@@ -541,15 +546,26 @@ mod tests {
     }
 
     #[test]
-    fn a_group_message_is_for_the_assistant_only_after_its_trigger() {
+    fn a_group_message_is_for_the_assistant_only_after_its_trigger_or_a_mention() {
         let t = Some("/ai");
+        let none: &[String] = &[];
+        let at = |text: &str, trigger: Option<&str>, mentions: &[String]| {
+            addressed(text, trigger, mentions)
+        };
         assert_eq!(
-            addressed("/ai what is on today?", t),
+            at("/ai what is on today?", t, none).as_deref(),
             Some("what is on today?")
         );
-        assert_eq!(addressed("  /ai@airlock_bot hi", t), Some("hi"));
-        assert_eq!(addressed("/aim high", t), None);
-        assert_eq!(addressed("tell /ai nothing", t), None);
-        assert_eq!(addressed("/ai hi", None), None);
+        assert_eq!(at("  /ai@airlock_bot hi", t, none).as_deref(), Some("hi"));
+        assert_eq!(at("/aim high", t, none), None);
+        assert_eq!(at("tell /ai nothing", t, none), None);
+        assert_eq!(at("/ai hi", None, none), None);
+        let bot = ["@airlock_bot".to_string()];
+        assert_eq!(
+            at("@airlock_bot what is on today?", None, &bot).as_deref(),
+            Some("what is on today?")
+        );
+        assert_eq!(at("@airlock_botnet hi", None, &bot), None);
+        assert_eq!(at("lunch at noon", t, &bot), None);
     }
 }

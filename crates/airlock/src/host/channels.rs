@@ -501,13 +501,14 @@ impl Running {
                 return self.queue(chat, private, &from.id, said);
             }
         };
-        // In a group, only what starts with the trigger is for the assistant; the rest is
-        // the group's own talk, neither served nor a drop.
+        // In a group, only what mentions the bot or starts with the trigger is for the
+        // assistant; the rest is the group's own talk, neither served nor a drop.
         let text = if private {
             text
         } else {
-            match channels::addressed(&text, group_trigger.as_deref()) {
-                Some(t) => t.to_string(),
+            let mentions = self.channel.mention_forms();
+            match channels::addressed(&text, group_trigger.as_deref(), &mentions) {
+                Some(t) => t,
                 None => return,
             }
         };

@@ -400,7 +400,7 @@ async fn the_channel_rides_out_an_outage_and_a_restart_without_losing_or_repeati
 async fn a_group_chat_takes_only_the_owners_triggered_messages() {
     const GROUP: i64 = -100_123;
     let f = fixture();
-    let model = ScriptedModel::start([Step::text("Group answer.")])
+    let model = ScriptedModel::start([Step::text("Group answer."), Step::text("Mention answer.")])
         .await
         .unwrap();
     let (fake, code) = configure(&f, &model, &["--group-trigger", "/ai"]);
@@ -433,6 +433,21 @@ async fn a_group_chat_takes_only_the_owners_triggered_messages() {
         !asked.contains("lunch at noon") && !asked.contains("delete every file"),
         "{asked}"
     );
+    // A mention of the bot (by the name `getMe` gave) addresses it too, the mention
+    // taken out; a longer name that only starts like it does not.
+    fake.push_message(GROUP, OWNER, "owner", "@airlock_test_botnet ping");
+    fake.push_message(GROUP, OWNER, "owner", "@Airlock_Test_Bot and tomorrow?");
+    fake.wait_for("sendMessage", |b| {
+        b["chat_id"] == GROUP && b["text"].as_str().unwrap_or("").contains("Mention answer.")
+    });
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    let asked = requests[1].json().unwrap().to_string();
+    assert!(asked.contains("and tomorrow?"), "{asked}");
+    assert!(
+        !asked.contains("Airlock_Test_Bot") && !asked.contains("ping"),
+        "{asked}"
+    );
     // The stranger's triggered message was refused by the Gate; the untriggered talk
     // was not for the assistant, so not asked about at all.
     let refused = channel_decisions(&f.home, "channel.admit", "deny");
@@ -445,7 +460,7 @@ async fn a_group_chat_takes_only_the_owners_triggered_messages() {
     assert_eq!(refused[0]["action"]["private"], false);
     assert_eq!(
         channel_decisions(&f.home, "channel.admit", "allow").len(),
-        1
+        2
     );
     drop(host);
     assert!(verify(&f.home).status.success());

@@ -157,7 +157,13 @@ impl Discord {
         let path = format!("/channels/{}/messages", snowflake(&chat.0, "a chat id")?);
         let m = self
             .rest
-            .call(Method::POST, "create message", &path, Some(&body), true)
+            .call(
+                Method::POST,
+                "create message",
+                &path,
+                Some(RestBody::Json(&body)),
+                true,
+            )
             .await?;
         Ok(m["id"].as_str().unwrap_or_default().to_string())
     }
@@ -174,6 +180,12 @@ impl Drop for Gateway {
         // The adapter is gone: so is its connection.
         self.task.abort();
     }
+}
+
+/// A REST request's body: JSON, or a multipart form (a message with a file).
+enum RestBody<'a> {
+    Json(&'a Value),
+    Form(reqwest::multipart::Form),
 }
 
 /// What the Gateway task tells `next_events` besides events.
@@ -254,6 +266,35 @@ impl Channel for Discord {
         Ok(last)
     }
 
+    async fn send_file(
+        &self,
+        chat: &ChatId,
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<String, ChannelError> {
+        // A message with one attachment: `payload_json` names it, `files[0]` carries it.
+        let payload = json!({"allowed_mentions": {"parse": []},
+                             "attachments": [{"id": 0, "filename": name}]});
+        let form = reqwest::multipart::Form::new()
+            .text("payload_json", payload.to_string())
+            .part(
+                "files[0]",
+                reqwest::multipart::Part::bytes(bytes.to_vec()).file_name(name.to_string()),
+            );
+        let path = format!("/channels/{}/messages", snowflake(&chat.0, "a chat id")?);
+        let m = self
+            .rest
+            .call(
+                Method::POST,
+                "create message",
+                &path,
+                Some(RestBody::Form(form)),
+                true,
+            )
+            .await?;
+        Ok(m["id"].as_str().unwrap_or_default().to_string())
+    }
+
     async fn send_card(&self, chat: &ChatId, card: &Card) -> Result<String, ChannelError> {
         // Check every button before anything is sent: half a card is worse than none.
         let components = buttons(&card.buttons)?;
@@ -283,7 +324,13 @@ impl Channel for Discord {
             "allowed_mentions": {"parse": []},
         });
         self.rest
-            .call(Method::PATCH, "edit message", &path, Some(&body), true)
+            .call(
+                Method::PATCH,
+                "edit message",
+                &path,
+                Some(RestBody::Json(&body)),
+                true,
+            )
             .await
             .map(|_| ())
     }
@@ -321,7 +368,7 @@ impl Channel for Discord {
                 Method::POST,
                 "interaction callback",
                 &path,
-                Some(&body),
+                Some(RestBody::Json(&body)),
                 false,
             )
             .await
@@ -489,7 +536,7 @@ impl Rest {
         method: Method,
         what: &'static str,
         path: &str,
-        body: Option<&Value>,
+        body: Option<RestBody<'_>>,
         bot_auth: bool,
     ) -> Result<Value, ChannelError> {
         let unreachable = |why: String| ChannelError::Unreachable {
@@ -513,8 +560,10 @@ impl Rest {
             auth.set_sensitive(true);
             req = req.header(AUTHORIZATION, auth);
         }
-        if let Some(body) = body {
-            req = req.json(body);
+        match body {
+            Some(RestBody::Json(body)) => req = req.json(body),
+            Some(RestBody::Form(form)) => req = req.multipart(form),
+            None => {}
         }
         // `without_url`: an interaction's token is part of its callback's URL.
         let resp = req

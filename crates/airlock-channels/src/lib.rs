@@ -108,6 +108,21 @@ pub trait Channel: Send + Sync {
     ) -> Result<(), ChannelError>;
     /// Answer a press (the platform shows `text` to the person who pressed).
     async fn answer_press(&self, press_id: &str, text: &str) -> Result<(), ChannelError>;
+    /// Send a file (`name` as the platform should show it, at most 8 MiB, which every
+    /// platform takes from a bot) to `chat`; the id of the message that carries it. The
+    /// adapter sends exactly these bytes: whether they may leave was decided before.
+    async fn send_file(
+        &self,
+        _chat: &ChatId,
+        _name: &str,
+        _bytes: &[u8],
+    ) -> Result<String, ChannelError> {
+        Err(ChannelError::Refused {
+            platform: self.name(),
+            method: "send file",
+            why: "this channel does not send files".into(),
+        })
+    }
     /// Where the platform's update stream stopped, for a platform that keeps it for the
     /// client to ask from (Telegram's update offset): the host keeps it across restarts.
     /// `None` for platforms that redeliver or replay on their own.

@@ -192,22 +192,33 @@ impl Api {
         method: &'static str,
         body: Option<&Value>,
     ) -> Result<Value, ChannelError> {
-        let token = match token {
-            Token::App => &self.app_token,
-            Token::Bot => &self.bot_token,
-        };
-        // `bearer_auth` marks the header sensitive; the URL carries no secret.
-        let request = self
-            .http
-            .post(format!("{}/{method}", self.base))
-            .bearer_auth(token.expose_secret());
-        let request = match body {
+        self.call_with(token, method, |request| match body {
             Some(b) => request.json(b),
             None => request.header(
                 reqwest::header::CONTENT_TYPE,
                 "application/x-www-form-urlencoded",
             ),
+        })
+        .await
+    }
+
+    /// Call a Web API method whose body `build` sets (some methods take only a form).
+    async fn call_with(
+        &self,
+        token: Token,
+        method: &'static str,
+        build: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+    ) -> Result<Value, ChannelError> {
+        let token = match token {
+            Token::App => &self.app_token,
+            Token::Bot => &self.bot_token,
         };
+        // `bearer_auth` marks the header sensitive; the URL carries no secret.
+        let request = build(
+            self.http
+                .post(format!("{}/{method}", self.base))
+                .bearer_auth(token.expose_secret()),
+        );
         let resp = request
             .send()
             .await
@@ -791,6 +802,58 @@ impl Channel for Slack {
             last = self.post(chat, &part, None).await?;
         }
         Ok(last)
+    }
+
+    /// Slack's upload in three steps: ask for an upload URL for this name and length,
+    /// send the bytes there, and complete the upload into the chat (its thread too).
+    async fn send_file(
+        &self,
+        chat: &ChatId,
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<String, ChannelError> {
+        let length = bytes.len().to_string();
+        let form = [("filename", name), ("length", length.as_str())];
+        let ticket = self
+            .api
+            .call_with(Token::Bot, "files.getUploadURLExternal", |r| r.form(&form))
+            .await?;
+        let (Some(url), Some(file_id)) =
+            (str_at(&ticket, "/upload_url"), str_at(&ticket, "/file_id"))
+        else {
+            return Err(unreachable(
+                "files.getUploadURLExternal answered without an upload_url and file_id".into(),
+            ));
+        };
+        // The file goes only over TLS, to the address Slack gave for it.
+        if !url.starts_with("https://") {
+            return Err(unreachable("the upload URL Slack gave is not https".into()));
+        }
+        let part = reqwest::multipart::Part::bytes(bytes.to_vec()).file_name(name.to_string());
+        let upload = self
+            .api
+            .http
+            .post(url)
+            .multipart(reqwest::multipart::Form::new().part("file", part))
+            .send()
+            .await
+            .map_err(|e| unreachable(format!("uploading a file: {}", e.without_url())))?;
+        if !upload.status().is_success() {
+            return Err(ChannelError::Refused {
+                platform: PLATFORM,
+                method: "file upload",
+                why: format!("the upload URL answered {}", upload.status()),
+            });
+        }
+        let (channel, thread) = split_chat(chat);
+        let mut body = json!({"files": [{"id": file_id, "title": name}], "channel_id": channel});
+        if let Some(ts) = thread {
+            body["thread_ts"] = ts.into();
+        }
+        self.api
+            .call(Token::Bot, "files.completeUploadExternal", Some(&body))
+            .await?;
+        Ok(file_id.to_string())
     }
 
     async fn send_card(&self, chat: &ChatId, card: &Card) -> Result<String, ChannelError> {

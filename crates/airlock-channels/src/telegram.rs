@@ -62,17 +62,28 @@ impl Telegram {
     }
 
     async fn call(&self, method: &'static str, body: Value) -> Result<Value, ChannelError> {
+        self.call_with(method, |r| r.json(&body)).await
+    }
+
+    /// A method whose body `build` sets (JSON, or a multipart form for uploads).
+    async fn call_with(
+        &self,
+        method: &'static str,
+        build: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+    ) -> Result<Value, ChannelError> {
         let url = format!(
             "{}/bot{}/{method}",
             self.base_url,
             self.token.expose_secret()
         );
-        let resp = self.http.post(url).json(&body).send().await.map_err(|e| {
-            ChannelError::Unreachable {
-                platform: PLATFORM,
-                why: e.without_url().to_string(),
-            }
-        })?;
+        let resp =
+            build(self.http.post(url))
+                .send()
+                .await
+                .map_err(|e| ChannelError::Unreachable {
+                    platform: PLATFORM,
+                    why: e.without_url().to_string(),
+                })?;
         let status = resp.status();
         let answer: ApiAnswer = resp.json().await.map_err(|e| ChannelError::Unreachable {
             platform: PLATFORM,
@@ -270,6 +281,22 @@ impl Channel for Telegram {
             last = message_id(&m);
         }
         Ok(last)
+    }
+
+    async fn send_file(
+        &self,
+        chat: &ChatId,
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<String, ChannelError> {
+        let part = reqwest::multipart::Part::bytes(bytes.to_vec()).file_name(name.to_string());
+        let form = reqwest::multipart::Form::new()
+            .text("chat_id", chat.0.clone())
+            .part("document", part);
+        let m = self
+            .call_with("sendDocument", |r| r.multipart(form))
+            .await?;
+        Ok(message_id(&m))
     }
 
     async fn send_card(&self, chat: &ChatId, card: &Card) -> Result<String, ChannelError> {

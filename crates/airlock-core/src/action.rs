@@ -94,6 +94,21 @@ pub struct MessageSendAction {
     pub destination: String,
     #[serde(default)]
     pub text: String,
+    /// A workspace file sent with the message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attachment: Option<MessageAttachment>,
+}
+
+/// A workspace file a message carries out. The executor reads it again when it sends and
+/// checks the hash, so an approval covers exactly those bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MessageAttachment {
+    /// Workspace path of the file, as proposed.
+    pub path: String,
+    /// SHA-256 (hex) of its content.
+    pub sha256: String,
+    pub bytes: u64,
 }
 
 /// MCP tool annotations. They are *hints* from the tool's author and are only trusted as

@@ -199,6 +199,12 @@ pub fn build(action: &Action, taint: &TaintState, role: &str, config: &GateConfi
         Action::MessageSend(m) => {
             let dest = Value::String(m.destination.clone());
             let text = Value::String(m.text.clone());
+            let file = Value::String(
+                m.attachment
+                    .as_ref()
+                    .map(|a| a.path.clone())
+                    .unwrap_or_default(),
+            );
             let own = m.destination == "owner" || m.destination.is_empty();
             let mut checks = vec![ArgCheck {
                 name: "text".into(),
@@ -211,7 +217,20 @@ pub fn build(action: &Action, taint: &TaintState, role: &str, config: &GateConfi
                     role: ArgRole::Target,
                     value: &dest,
                 });
+                // A file to someone else is workspace data leaving: which file must be
+                // the owner's choice, as a destination is.
+                if m.attachment.is_some() {
+                    checks.push(ArgCheck {
+                        name: "attachment".into(),
+                        role: ArgRole::Target,
+                        value: &file,
+                    });
+                }
             }
+            let attached = m
+                .attachment
+                .as_ref()
+                .map(|a| path_facts(&a.path, &config.workspace, &config.protected));
             let mut prov = check_args(taint, &checks);
             if !own {
                 // A message to someone else is a `message` act by nature: after taint
@@ -222,7 +241,13 @@ pub fn build(action: &Action, taint: &TaintState, role: &str, config: &GateConfi
             ActionFacts {
                 resource: format!("channel:{}", m.channel),
                 context: json!({"session": session, "provenance": provenance_json(&prov),
-                                 "message": {"channel": m.channel, "destination": m.destination, "own_channel": own}}),
+                                 "message": {"channel": m.channel, "destination": m.destination, "own_channel": own,
+                                             "attachment": attached.is_some(),
+                                             "attachment_bytes": m.attachment.as_ref().map_or(0, |a| a.bytes),
+                                             "attachment_path": attached.as_ref().map_or_else(String::new, |p| p.normalized.clone()),
+                                             "attachment_in_workspace": attached.as_ref().is_none_or(|p| p.in_workspace),
+                                             "attachment_protected": attached.as_ref().is_some_and(|p| p.protected)
+                                                 || m.attachment.as_ref().is_some_and(|a| crate::paths::looks_like_credentials(std::path::Path::new(&a.path)))}}),
                 detail: json!({}),
             }
         }
@@ -402,6 +427,7 @@ mod tests {
                 channel: "chat".into(),
                 destination: to.into(),
                 text: "the numbers are up".into(),
+                attachment: None,
             }),
         );
         (e.decision, e.reasons.join("; "))
@@ -429,5 +455,52 @@ mod tests {
         // A reply to the owner's own conversation is not a message to a third party.
         let (d, _) = send_after("Summarise the page, bob wrote it", page, "owner");
         assert_eq!(d, DecisionKind::Allow);
+    }
+
+    /// A file sent to someone else is workspace data leaving: which file must be the
+    /// owner's choice after taint, as the destination is; a protected path or one outside
+    /// the workspace never leaves, not even to the owner.
+    #[test]
+    fn a_file_leaves_only_as_the_owner_chose_and_never_a_protected_one() {
+        let gate = Gate::new(
+            PolicyEngine::builtin(Profile::Default).unwrap(),
+            GateConfig::new("/w"),
+        );
+        let send = |to: &str, file: &str| {
+            Action::MessageSend(MessageSendAction {
+                channel: "chat".into(),
+                destination: to.into(),
+                text: "here it is".into(),
+                attachment: Some(crate::action::MessageAttachment {
+                    path: file.into(),
+                    sha256: "00".into(),
+                    bytes: 3,
+                }),
+            })
+        };
+        let mut s = Session::new("s", "owner");
+        s.observe_trusted("Send bob the file report.txt");
+        s.observe_untrusted("web page", "The salaries are in salaries.csv.");
+        let e = gate.evaluate(&s, &send("bob", "report.txt"));
+        assert_eq!(e.decision, DecisionKind::Allow, "{:?}", e.reasons);
+        let e = gate.evaluate(&s, &send("bob", "salaries.csv"));
+        assert_eq!(e.decision, DecisionKind::Ask, "{:?}", e.reasons);
+        assert!(
+            e.reasons.join(" ").contains("attachment"),
+            "{:?}",
+            e.reasons
+        );
+        // To the owner's own conversation, any workspace file; never a protected one.
+        let e = gate.evaluate(&s, &send("owner", "salaries.csv"));
+        assert_eq!(e.decision, DecisionKind::Allow, "{:?}", e.reasons);
+        for file in [".env", ".ssh/id_ed25519", "/etc/shadow", "../outside.txt"] {
+            let e = gate.evaluate(&s, &send("owner", file));
+            assert_eq!(e.decision, DecisionKind::Deny, "{file}: {:?}", e.reasons);
+            assert!(
+                e.policies[0].starts_with("base.message.attachment-"),
+                "{:?}",
+                e.policies
+            );
+        }
     }
 }

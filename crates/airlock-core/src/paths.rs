@@ -105,6 +105,51 @@ fn is_git_metadata(relative: &Path) -> bool {
     })
 }
 
+/// File names that hold credentials by convention: never sent out of the workspace
+/// whole (a message's attachment), whatever the policy allows for messages.
+const CREDENTIAL_NAMES: &[&str] = &[
+    ".env",
+    ".envrc",
+    ".netrc",
+    "_netrc",
+    ".npmrc",
+    ".pypirc",
+    ".pgpass",
+    ".git-credentials",
+    ".htpasswd",
+    "credentials",
+    "credentials.json",
+    "id_rsa",
+    "id_dsa",
+    "id_ecdsa",
+    "id_ed25519",
+    "secrets.yaml",
+    "secrets.yml",
+    "secrets.json",
+];
+/// Extensions of key and keystore files.
+const CREDENTIAL_EXTENSIONS: &[&str] = &["pem", "key", "p12", "pfx", "jks", "kdbx", "keystore"];
+/// Directories whose every file is someone's credentials or keys.
+const CREDENTIAL_DIRS: &[&str] = &[".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker"];
+
+/// Whether a workspace-relative path names a file that holds credentials by
+/// convention: `.env` (and `.env.*`), SSH and TLS keys, `.netrc`, cloud CLI credentials.
+pub fn looks_like_credentials(relative: &Path) -> bool {
+    let in_dir = relative.components().any(|c| {
+        let c = c.as_os_str().to_string_lossy().to_ascii_lowercase();
+        CREDENTIAL_DIRS.contains(&c.as_str())
+    });
+    let Some(name) = relative.file_name() else {
+        return in_dir;
+    };
+    let name = name.to_string_lossy().to_ascii_lowercase();
+    let ext = name.rsplit_once('.').map(|(_, e)| e).unwrap_or("");
+    in_dir
+        || CREDENTIAL_NAMES.contains(&name.as_str())
+        || name.starts_with(".env.")
+        || CREDENTIAL_EXTENSIONS.contains(&ext)
+}
+
 /// Compute [`PathFacts`] for `path` against `workspace` and the protected list.
 pub fn path_facts(path: &str, workspace: &Path, protected: &[String]) -> PathFacts {
     let normalized = normalize_lexically(path, workspace);

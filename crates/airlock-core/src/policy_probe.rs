@@ -227,6 +227,13 @@ fn probe_actions(listed_hosts: &[String]) -> Vec<(String, serde_json::Value)> {
             format!("message.send to {to}"),
             json!({"type": "message.send", "channel": "chat", "destination": to, "text": "hello"}),
         ));
+        for file in ["report.pdf", ".env"] {
+            base.push((
+                format!("message.send of {file} to {to}"),
+                json!({"type": "message.send", "channel": "chat", "destination": to, "text": "here",
+                       "attachment": {"path": file, "sha256": "00", "bytes": 10}}),
+            ));
+        }
     }
     base.push((
         "tool.call read-only".into(),

@@ -110,6 +110,8 @@ pub struct HostExecutors {
     shared: Arc<Shared>,
     /// Messages delivered to the conversation's own channel, in order.
     delivered: Mutex<Vec<String>>,
+    /// Workspace files the Gate let a message carry, for the channel to send.
+    files: Mutex<Vec<SentFile>>,
     /// Where delivered messages are shown as they arrive (`None` for `--json`).
     messages_to: Option<crate::service::caller::Notices>,
     /// The session's memory, when the host keeps it.
@@ -169,6 +171,7 @@ impl HostExecutors {
                 notices,
             }),
             delivered: Mutex::new(Vec::new()),
+            files: Mutex::new(Vec::new()),
             messages_to,
             memory: None,
             conversation_with: None,
@@ -202,6 +205,12 @@ impl HostExecutors {
             shared.extras = extras;
         }
         self
+    }
+
+    /// The files delivered to the conversation since the last call (taken: each is sent
+    /// once).
+    pub fn take_files(&self) -> Vec<SentFile> {
+        std::mem::take(&mut *self.files.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// The messages delivered to the conversation so far.
@@ -329,17 +338,89 @@ impl Executors for HostExecutors {
                 m.destination, self.shared.channel
             ));
         }
+        let file = match &m.attachment {
+            Some(a) => match self.attached_file(a) {
+                Ok(f) => Some(f),
+                Err(e) => return ToolOutput::error(e),
+            },
+            None => None,
+        };
         if let Some(to) = &self.messages_to {
             to.line(&format!(
                 "message: {}",
                 airlock_core::terminal_text::escape_block(&m.text)
             ));
+            if let Some(f) = &file {
+                to.line(&format!(
+                    "file: {} ({} bytes)",
+                    airlock_core::terminal_text::escape_line(&f.name),
+                    f.bytes.len()
+                ));
+            }
+        }
+        if let Some(f) = file {
+            self.files.lock().unwrap_or_else(|p| p.into_inner()).push(f);
         }
         self.delivered
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(m.text.clone());
         ToolOutput::ok(format!("delivered to {}", self.shared.channel))
+    }
+}
+
+/// A workspace file a message carries out, read again after the Gate's decision.
+#[derive(Debug, Clone)]
+pub struct SentFile {
+    /// The file's name (its last path component, with anything but letters, digits, `.`,
+    /// `-` and `_` replaced), for the platform to show.
+    pub name: String,
+    pub bytes: Vec<u8>,
+}
+
+/// Files one conversation may send before the host's channel has sent them (a turn's).
+const MAX_PENDING_FILES: usize = 10;
+
+impl HostExecutors {
+    /// Read the authorized attachment again, beneath the workspace root, and check it
+    /// is the content whose hash the Gate (and any approver) saw.
+    fn attached_file(
+        &self,
+        a: &airlock_core::action::MessageAttachment,
+    ) -> Result<SentFile, String> {
+        use airlock_agent::agent::MAX_ATTACHMENT_BYTES;
+        if self.files.lock().unwrap_or_else(|p| p.into_inner()).len() >= MAX_PENDING_FILES {
+            return Err(format!(
+                "at most {MAX_PENDING_FILES} files are sent in one turn\nhelp: put them in one archive and send that"
+            ));
+        }
+        let files = airlock_agent::agent::WorkspaceFiles::open(&self.shared.workspace)
+            .map_err(|e| e.to_string())?;
+        let bytes = files
+            .attachment_bytes(&a.path, MAX_ATTACHMENT_BYTES)
+            .map_err(|e| e.to_string())?;
+        let actual = airlock_core::canonical::sha256_hex(&bytes);
+        if actual != a.sha256 {
+            return Err(format!(
+                "`{}` changed after the Gate decided on it (sha256 {} was decided, the file is now {actual}); nothing was sent\nhelp: send it again",
+                a.path, a.sha256
+            ));
+        }
+        let name: String = std::path::Path::new(&a.path)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "file".into())
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(100)
+            .collect();
+        Ok(SentFile { name, bytes })
     }
 }
 

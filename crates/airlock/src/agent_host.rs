@@ -243,6 +243,11 @@ impl AgentHost {
         self.executors.delivered()
     }
 
+    /// Workspace files the Gate let this conversation's messages carry, not yet taken.
+    pub fn take_files(&self) -> Vec<crate::agent_executors::SentFile> {
+        self.executors.take_files()
+    }
+
     /// Stop the runtime and flush the audit log.
     pub fn close(self) -> anyhow::Result<()> {
         let AgentHost {

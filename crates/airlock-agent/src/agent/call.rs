@@ -215,6 +215,7 @@ impl Agent<'_> {
             channel: self.config.channel.clone(),
             destination: destination.to_string(),
             text: text.to_string(),
+            attachment: None,
         };
         let arguments = json!({"destination": destination, "text": text});
         let call = ToolCall {

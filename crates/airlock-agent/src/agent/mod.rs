@@ -50,7 +50,10 @@ pub use memory_tools::{
 pub use outcome::{AgentError, LimitKind, LimitScope, Outcome, ToolCallReport, TurnReport};
 pub use preview::preview;
 pub use run::{Agent, TurnInput};
-pub use tools::{content_hash, definitions, plan, ListDir, PlannedCall, ReadFile, TOOL_NAMES};
+pub use tools::{
+    content_hash, definitions, plan, ListDir, PlannedCall, ReadFile, MAX_ATTACHMENT_BYTES,
+    TOOL_NAMES,
+};
 pub use workspace::{
     FileToolError, WorkspaceFiles, MAX_LIST_ENTRIES, MAX_READ_BYTES, MAX_WRITE_BYTES,
 };

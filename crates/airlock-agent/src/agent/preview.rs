@@ -51,7 +51,18 @@ pub fn preview(call: &PlannedCall) -> ApprovalPreview {
             } else {
                 a.destination.clone()
             },
-            text: cap(a.text.clone(), MAX_PREVIEW_BYTES / 2),
+            // The file it carries out is part of what is approved: its path, size and
+            // the start of its hash, after the text.
+            text: match &a.attachment {
+                Some(f) => format!(
+                    "{}\n[with the workspace file {} ({} bytes, sha256 {})]",
+                    cap(a.text.clone(), MAX_PREVIEW_BYTES / 2),
+                    f.path,
+                    f.bytes,
+                    f.sha256.get(..16).unwrap_or(&f.sha256)
+                ),
+                None => cap(a.text.clone(), MAX_PREVIEW_BYTES / 2),
+            },
         },
         // Memory changes the Gate asks about are held in the memory store's review queue,
         // not here; this covers an operator policy that routes them anyway.

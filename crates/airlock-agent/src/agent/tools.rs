@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use airlock_core::action::{
-    ExecAction, FsWriteAction, MessageSendAction, NetRequestAction, PathAction,
+    ExecAction, FsWriteAction, MessageAttachment, MessageSendAction, NetRequestAction, PathAction,
 };
 use airlock_core::{Action, IntoAction};
 
@@ -127,8 +127,16 @@ struct FetchArgs {
 struct MessageArgs {
     #[serde(default)]
     destination: String,
+    #[serde(default)]
     text: String,
+    /// A workspace file to send with the message.
+    #[serde(default)]
+    file: Option<String>,
 }
+
+/// Largest workspace file a message may carry: under every chat platform's upload limit
+/// for bots (Discord's is the lowest).
+pub const MAX_ATTACHMENT_BYTES: usize = 8 * 1024 * 1024;
 
 /// Turn a model's tool call into a planned call. `Err` is the text of the tool error the
 /// model gets back. `conversation_with` is the third party the conversation is with, if
@@ -238,10 +246,29 @@ pub fn plan(
                 }
                 _ => a.destination,
             };
+            // The file is read now only to bind its hash into the action the Gate decides
+            // on; the executor reads it again and sends it only if the hash still matches.
+            let attachment = match a.file {
+                Some(path) => {
+                    let bytes = files
+                        .attachment_bytes(&path, MAX_ATTACHMENT_BYTES)
+                        .map_err(|e| e.to_string())?;
+                    Some(MessageAttachment {
+                        sha256: sha256_hex(&bytes),
+                        bytes: bytes.len() as u64,
+                        path,
+                    })
+                }
+                None if a.text.trim().is_empty() => {
+                    return Err("a message needs `text`, a `file`, or both".into())
+                }
+                None => None,
+            };
             Ok(PlannedCall::SendMessage(MessageSendAction {
                 channel: channel.to_string(),
                 destination,
                 text: a.text,
+                attachment,
             }))
         }
         name if super::memory_tools::is_memory_tool(name) => {
@@ -345,8 +372,8 @@ fn builtin_definitions() -> Vec<ToolDefinition> {
         ),
         def(
             "send_message",
-            "Send a message. An empty destination (or \"owner\") replies in this conversation.",
-            json!({"type": "object", "properties": {"destination": string, "text": string}, "required": ["text"]}),
+            "Send a message, optionally with a workspace file (`file`, a path in the workspace, at most 8 MiB). An empty destination (or \"owner\") replies in this conversation.",
+            json!({"type": "object", "properties": {"destination": string, "text": string, "file": string}}),
         ),
     ]
 }

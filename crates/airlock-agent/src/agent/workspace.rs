@@ -216,7 +216,26 @@ impl WorkspaceFiles {
         Ok(out)
     }
 
+    /// The bytes of a file to send with a message: a regular file beneath the root, with
+    /// one link, of at most `limit` bytes (a longer one is refused, never cut: what is
+    /// sent must be the whole file whose hash was decided on).
+    pub fn attachment_bytes(&self, path: &str, limit: usize) -> Result<Vec<u8>, FileToolError> {
+        let (buf, truncated) = self.read_bytes_capped(path, limit)?;
+        if truncated {
+            return Err(FileToolError::TooLarge {
+                size: limit + 1,
+                limit,
+            });
+        }
+        Ok(buf)
+    }
+
     fn read_capped(&self, path: &str, cap: usize) -> Result<(String, bool), FileToolError> {
+        let (buf, truncated) = self.read_bytes_capped(path, cap)?;
+        Ok((String::from_utf8_lossy(&buf).into_owned(), truncated))
+    }
+
+    fn read_bytes_capped(&self, path: &str, cap: usize) -> Result<(Vec<u8>, bool), FileToolError> {
         // Non-blocking: opening a FIFO for reading would otherwise wait for a writer.
         let fd = self.open_beneath(
             path,
@@ -245,7 +264,7 @@ impl WorkspaceFiles {
             })?;
         let truncated = buf.len() > cap;
         buf.truncate(cap);
-        Ok((String::from_utf8_lossy(&buf).into_owned(), truncated))
+        Ok((buf, truncated))
     }
 
     /// Resolve `path` beneath the root with the kernel's help. Never walks paths itself.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, patch, post};
 use axum::{Json, Router};
@@ -64,6 +64,8 @@ struct Inner {
     replay_overlap: u64,
     rate_limited: usize,
     broken: usize,
+    /// Files sent with messages: channel, file name, bytes.
+    files: Vec<(String, String, Vec<u8>)>,
 }
 
 impl Inner {
@@ -364,6 +366,11 @@ impl FakeDiscord {
         self.shared.lock().calls.clone()
     }
 
+    /// The files sent with messages so far: channel id, file name and bytes.
+    pub fn files(&self) -> Vec<(String, String, Vec<u8>)> {
+        self.shared.lock().files.clone()
+    }
+
     /// The bodies of the calls whose route starts with `prefix`.
     pub fn calls_of(&self, prefix: &str) -> Vec<Value> {
         self.calls()
@@ -515,22 +522,79 @@ fn message_object(id: &str, channel: &str, body: &Value) -> Value {
     })
 }
 
+/// A message-with-file form: its `payload_json`, and its one file (name and bytes), whose
+/// name the payload's `attachments` must give as Discord requires.
+async fn read_upload(
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<(Value, Option<(String, Vec<u8>)>), &'static str> {
+    let fields = super::form_fields(headers, body)
+        .await
+        .ok_or("the form is not multipart/form-data")?;
+    let payload = fields
+        .iter()
+        .find(|f| f.name == "payload_json")
+        .and_then(|f| serde_json::from_slice::<Value>(&f.bytes).ok())
+        .ok_or("payload_json: a JSON object is required")?;
+    let file = fields
+        .iter()
+        .find(|f| f.name == "files[0]")
+        .ok_or("files[0]: a file is required")?;
+    let name = file
+        .file_name
+        .clone()
+        .ok_or("files[0]: a filename is required")?;
+    if payload["attachments"][0]["filename"] != name.as_str() {
+        return Err("attachments: the filename must match files[0]");
+    }
+    if file.bytes.len() > 10 * 1024 * 1024 {
+        return Err("files[0]: Request entity too large");
+    }
+    Ok((payload, Some((name, file.bytes.clone()))))
+}
+
 async fn create_message(
     State(s): State<Arc<Shared>>,
     Path(channel): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let body = match admit(&s, &headers, true, &body) {
-        Ok(b) => b,
-        Err(r) => return *r,
+    let multipart = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("multipart/form-data"));
+    // A message with files comes as a form: `payload_json` and `files[n]`.
+    let (body, file) = if multipart {
+        if let Err(r) = admit(&s, &headers, true, b"") {
+            return *r;
+        }
+        match read_upload(&headers, body).await {
+            Ok(found) => found,
+            Err(why) => return invalid_form(why),
+        }
+    } else {
+        match admit(&s, &headers, true, &body) {
+            Ok(b) => (b, None),
+            Err(r) => return *r,
+        }
     };
     let mut inner = s.lock();
+    let mut logged = body.clone();
+    if let Some((name, bytes)) = &file {
+        logged["file"] = json!({"filename": name, "bytes": bytes.len()});
+    }
     inner
         .calls
-        .push((format!("POST /channels/{channel}/messages"), body.clone()));
-    if let Err(r) = check_message(&body) {
-        return *r;
+        .push((format!("POST /channels/{channel}/messages"), logged));
+    match &file {
+        Some((name, bytes)) => inner
+            .files
+            .push((channel.clone(), name.clone(), bytes.clone())),
+        None => {
+            if let Err(r) = check_message(&body) {
+                return *r;
+            }
+        }
     }
     let id = inner.id();
     inner.messages.insert(id.clone());

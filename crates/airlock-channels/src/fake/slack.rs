@@ -68,6 +68,10 @@ struct Inner {
     pongs: usize,
     rate_limited: usize,
     ack_timeout: Option<Duration>,
+    /// Uploads asked for (file id → name and length), then their bytes once sent.
+    uploads: HashMap<String, (String, usize, Option<Vec<u8>>)>,
+    /// Files completed into a chat: channel (with `/thread` for a thread), name, bytes.
+    files: Vec<(String, String, Vec<u8>)>,
 }
 
 struct Shared {
@@ -100,6 +104,7 @@ impl FakeSlack {
         });
         let app = Router::new()
             .route("/api/{method}", post(api))
+            .route("/upload/{file_id}", post(upload))
             .route("/link/", get(link))
             .with_state(shared.clone());
         let tls = TestTls::new();
@@ -321,6 +326,11 @@ impl FakeSlack {
         self.lock().calls.clone()
     }
 
+    /// The files completed into chats so far: channel (`C…/ts` in a thread), name, bytes.
+    pub fn files(&self) -> Vec<(String, String, Vec<u8>)> {
+        self.lock().files.clone()
+    }
+
     /// Every call of `method`.
     pub fn calls_of(&self, method: &str) -> Vec<Value> {
         self.calls()
@@ -369,6 +379,31 @@ fn read_body(headers: &HeaderMap, body: &[u8]) -> Option<Value> {
 
 /// The fake app's bot user (`auth.test`): a message mentions it as `<@U0AIRLOCK>`.
 pub const BOT_USER_ID: &str = "U0AIRLOCK";
+
+/// The upload URL `files.getUploadURLExternal` gave: the file's bytes, as a form's
+/// `file`, of exactly the length that was announced.
+async fn upload(
+    State(s): State<Arc<Shared>>,
+    Path(file_id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Some(fields) = super::form_fields(&headers, body).await else {
+        return (StatusCode::BAD_REQUEST, "not a form").into_response();
+    };
+    let Some(file) = fields.into_iter().find(|f| f.name == "file") else {
+        return (StatusCode::BAD_REQUEST, "no file").into_response();
+    };
+    let mut inner = s.inner.lock().unwrap();
+    match inner.uploads.get_mut(&file_id) {
+        Some((_, length, stored)) if *length == file.bytes.len() && stored.is_none() => {
+            *stored = Some(file.bytes);
+            (StatusCode::OK, "OK - 17").into_response()
+        }
+        Some(_) => (StatusCode::BAD_REQUEST, "length mismatch").into_response(),
+        None => (StatusCode::NOT_FOUND, "no such upload").into_response(),
+    }
+}
 
 async fn api(
     State(s): State<Arc<Shared>>,
@@ -468,6 +503,43 @@ async fn api(
                     Json(json!({"ok": true, "message_ts": ts})).into_response()
                 }
             }
+        }
+        "files.getUploadURLExternal" => {
+            let name = body["filename"].as_str().unwrap_or_default().to_string();
+            let Some(length) = body["length"]
+                .as_str()
+                .and_then(|l| l.parse::<usize>().ok())
+            else {
+                return refused("invalid_arguments");
+            };
+            if name.is_empty() {
+                return refused("invalid_arguments");
+            }
+            inner.next_id += 1;
+            let id = format!("F0{:08}", inner.next_id);
+            inner.uploads.insert(id.clone(), (name, length, None));
+            let port = s.port.get().copied().unwrap_or_default();
+            Json(json!({"ok": true, "file_id": id,
+                        "upload_url": format!("https://127.0.0.1:{port}/upload/{id}")}))
+            .into_response()
+        }
+        "files.completeUploadExternal" => {
+            let Some(channel) = body["channel_id"].as_str().map(str::to_string) else {
+                return refused("invalid_arguments");
+            };
+            let id = body["files"][0]["id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let Some((name, _, Some(bytes))) = inner.uploads.remove(&id) else {
+                return refused("file_not_found");
+            };
+            let chat = match body["thread_ts"].as_str() {
+                Some(ts) => format!("{channel}/{ts}"),
+                None => channel,
+            };
+            inner.files.push((chat, name, bytes));
+            Json(json!({"ok": true, "files": [{"id": id}]})).into_response()
         }
         "auth.test" => Json(
             json!({"ok": true, "url": "https://fake.slack.test/", "team": "Fake",

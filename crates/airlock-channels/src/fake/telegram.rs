@@ -21,6 +21,8 @@ struct Inner {
     /// Sends still to answer with 429, and how many were.
     limited_sends: usize,
     limited_served: usize,
+    /// Documents sent (`sendDocument`): chat id, file name and bytes.
+    documents: Vec<(String, String, Vec<u8>)>,
 }
 
 struct Shared {
@@ -100,6 +102,11 @@ impl FakeTelegram {
         })
     }
 
+    /// The documents sent so far: chat id, file name and bytes.
+    pub fn documents(&self) -> Vec<(String, String, Vec<u8>)> {
+        self.shared.inner.lock().unwrap().documents.clone()
+    }
+
     /// The next `n` polls fail with `502 Bad Gateway` and a page that is not the API's.
     pub fn fail_polls(&self, n: usize) {
         self.shared.inner.lock().unwrap().failing_polls = n;
@@ -143,6 +150,28 @@ impl FakeTelegram {
 pub const BOT_ID: i64 = 7_000_000;
 pub const BOT_USERNAME: &str = "airlock_test_bot";
 
+/// A `sendDocument` form: its `chat_id`, and its `document` kept in the fake's list (the
+/// call's log gets the name and size).
+async fn read_form(s: &Shared, mut form: axum::extract::Multipart) -> Option<Value> {
+    let mut chat = None;
+    let mut document = None;
+    while let Ok(Some(field)) = form.next_field().await {
+        match field.name() {
+            Some("chat_id") => chat = Some(field.text().await.ok()?),
+            Some("document") => {
+                let name = field.file_name()?.to_string();
+                document = Some((name, field.bytes().await.ok()?.to_vec()));
+            }
+            _ => return None,
+        }
+    }
+    let (chat, (name, bytes)) = (chat?, document?);
+    let logged = json!({"chat_id": chat.parse::<i64>().map_or(Value::from(chat.clone()), Value::from),
+                        "document": {"file_name": name, "bytes": bytes.len()}});
+    s.inner.lock().unwrap().documents.push((chat, name, bytes));
+    Some(logged)
+}
+
 fn refused(code: i64, description: &str) -> Json<Value> {
     Json(json!({"ok": false, "error_code": code, "description": description}))
 }
@@ -150,9 +179,33 @@ fn refused(code: i64, description: &str) -> Json<Value> {
 async fn api(
     State(s): State<Arc<Shared>>,
     Path((bot, method)): Path<(String, String)>,
-    Json(body): Json<Value>,
+    request: axum::extract::Request,
 ) -> axum::response::Response {
+    use axum::extract::FromRequest;
     use axum::response::IntoResponse;
+    let multipart = request
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("multipart/form-data"));
+    // Uploads come as a form (as Telegram takes them); every other method as JSON.
+    let body = if multipart {
+        match axum::extract::Multipart::from_request(request, &()).await {
+            Ok(form) => match read_form(&s, form).await {
+                Some(body) => body,
+                None => {
+                    return refused(400, "Bad Request: the form is not one this fake reads")
+                        .into_response()
+                }
+            },
+            Err(e) => return e.into_response(),
+        }
+    } else {
+        match Json::<Value>::from_request(request, &()).await {
+            Ok(Json(body)) => body,
+            Err(e) => return e.into_response(),
+        }
+    };
     if method == "getUpdates" {
         let mut inner = s.inner.lock().unwrap();
         if inner.failing_polls > 0 {
@@ -236,6 +289,14 @@ async fn answer(s: Arc<Shared>, bot: String, method: String, body: Value) -> Jso
                          "chat": {"id": body["chat_id"], "type": "private"}, "text": body["text"]}}))
         }
         "answerCallbackQuery" => Json(json!({"ok": true, "result": true})),
+        "sendDocument" => {
+            let mut inner = s.inner.lock().unwrap();
+            inner.next_message += 1;
+            let id = inner.next_message;
+            Json(json!({"ok": true, "result": {"message_id": id, "date": 0,
+                         "chat": {"id": body["chat_id"], "type": "private"},
+                         "document": {"file_name": body["document"]["file_name"]}}}))
+        }
         "getMe" => Json(json!({"ok": true, "result": {"id": BOT_ID, "is_bot": true,
                      "first_name": "Airlock", "username": BOT_USERNAME}})),
         _ => refused(404, "Not Found: method not found"),

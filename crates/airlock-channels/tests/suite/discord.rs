@@ -502,3 +502,26 @@ fn the_constructor_needs_no_runtime_and_makes_a_channel() {
     let channel: Box<dyn Channel> = Box::new(dc);
     assert_eq!(channel.name(), "discord");
 }
+
+/// A file goes out as a message whose form carries it as `files[0]`, named in its
+/// `payload_json`; the bot learns its own id (from `READY`) for mentions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_is_sent_as_an_attachment_and_the_bot_knows_its_mention() {
+    let fake = fake();
+    let dc = adapter(&fake, TOKEN);
+    fake.push_message("100", None, "7", "owner", "hi");
+    collect(&dc, 1).await;
+    let id = airlock_channels::fake::discord::BOT_ID;
+    assert!(dc.mention_forms().contains(&format!("<@{id}>")));
+    let bytes: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    dc.send_file(&ChatId("100".into()), "data.bin", &bytes)
+        .await
+        .unwrap();
+    let files = fake.files();
+    assert_eq!(files.len(), 1);
+    assert_eq!(
+        (files[0].0.as_str(), files[0].1.as_str()),
+        ("100", "data.bin")
+    );
+    assert_eq!(files[0].2, bytes);
+}

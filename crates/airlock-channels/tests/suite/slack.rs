@@ -528,3 +528,31 @@ async fn a_thread_is_a_chat_of_its_own() {
         "C0TEAM"
     );
 }
+
+/// A file goes out in Slack's three steps (an upload URL for its name and length, the
+/// bytes there, the upload completed into the chat's thread); the bot learns its own user
+/// id (from `auth.test`) for mentions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_is_uploaded_into_the_thread_and_the_bot_knows_its_mention() {
+    let fake = FakeSlack::start(APP, BOT);
+    let slack = adapter(&fake, APP, BOT);
+    let _ = slack.next_events().await.unwrap();
+    assert_eq!(
+        slack.mention_forms(),
+        vec![format!("<@{}>", airlock_channels::fake::slack::BOT_USER_ID)]
+    );
+    let bytes: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    slack
+        .send_file(
+            &ChatId("C0TEAM/1700000000.000100".into()),
+            "data.bin",
+            &bytes,
+        )
+        .await
+        .unwrap();
+    let files = fake.files();
+    assert_eq!(files.len(), 1);
+    assert_eq!(files[0].0, "C0TEAM/1700000000.000100");
+    assert_eq!(files[0].1, "data.bin");
+    assert_eq!(files[0].2, bytes);
+}

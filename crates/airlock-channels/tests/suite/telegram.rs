@@ -130,3 +130,29 @@ async fn a_refused_token_is_an_error_that_does_not_carry_the_token() {
     let err = gone.next_events().await.unwrap_err().to_string();
     assert!(!err.contains("secret-in-url"), "{err}");
 }
+
+/// A file goes out as `sendDocument` with exactly its bytes and name; the bot learns its
+/// own `@username` (from `getMe`) before its first poll, for mentions in groups.
+#[tokio::test]
+async fn a_file_is_sent_as_a_document_and_the_bot_knows_its_mention() {
+    let fake = FakeTelegram::start(TOKEN);
+    let tg = adapter(&fake, TOKEN);
+    assert!(tg.mention_forms().is_empty());
+    tg.next_events().await.unwrap();
+    assert_eq!(
+        tg.mention_forms(),
+        vec![format!(
+            "@{}",
+            airlock_channels::fake::telegram::BOT_USERNAME
+        )]
+    );
+    let bytes: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    tg.send_file(&ChatId("42".into()), "data.bin", &bytes)
+        .await
+        .unwrap();
+    let docs = fake.documents();
+    assert_eq!(docs.len(), 1);
+    assert_eq!(docs[0].0, "42");
+    assert_eq!(docs[0].1, "data.bin");
+    assert_eq!(docs[0].2, bytes);
+}

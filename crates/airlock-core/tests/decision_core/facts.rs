@@ -19,6 +19,7 @@ fn message(destination: &str, text: &str) -> Action {
         channel: "slack".into(),
         destination: destination.into(),
         text: text.into(),
+        attachment: None,
     })
 }
 

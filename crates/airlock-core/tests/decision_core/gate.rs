@@ -478,6 +478,7 @@ fn a_destination_the_owner_named_and_the_page_talks_about_is_called_contested() 
         channel: "email".into(),
         destination: "bob@corp.example".into(),
         text: "the report".into(),
+        attachment: None,
     });
     let e = g.evaluate(&s, &msg);
     assert_ne!(e.decision, DecisionKind::Allow, "{:?}", e.reasons);
@@ -558,6 +559,7 @@ fn a_tool_result_taints_the_session_and_a_source_the_owner_named_vouches_for_its
         channel: "email".into(),
         destination: "lena@studio-park.example".into(),
         text: "welcome to the project".into(),
+        attachment: None,
     });
     let untraced = |s: &Session| {
         gate().evaluate(s, &mail).facts["context"]["provenance"]["untraced"].to_string()

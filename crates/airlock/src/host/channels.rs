@@ -1072,6 +1072,7 @@ impl Running {
         let report = agent.run_turn_from(input, None);
         approvals.stop();
         let delivered = agent.delivered();
+        let files = agent.take_files();
         agent.close()?;
         let report = report?;
         if matches!(report.outcome, airlock_agent::agent::Outcome::Killed) {
@@ -1115,7 +1116,30 @@ impl Running {
             reply
         };
         self.say(chat, &reply);
+        self.send_files(chat, files);
         Ok(())
+    }
+
+    /// Send the files the turn's messages carried (each one's `message.send` was decided
+    /// and recorded by then), each with a record of what left.
+    fn send_files(&self, chat: &ChatId, files: Vec<crate::agent_executors::SentFile>) {
+        for f in files {
+            let sha256 = airlock_core::canonical::sha256_hex(&f.bytes);
+            match self.paced(chat, || self.channel.send_file(chat, &f.name, &f.bytes)) {
+                Ok(_) => self.record(
+                    "channel-file-sent",
+                    json!({"channel": self.name, "chat": chat.0, "name": f.name,
+                           "bytes": f.bytes.len(), "sha256": sha256}),
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %e, "sending a file to a chat");
+                    self.say(
+                        chat,
+                        &format!("(the file {} could not be sent: {e})", f.name),
+                    );
+                }
+            }
+        }
     }
 }
 

@@ -1088,3 +1088,98 @@ async fn members_are_bound_and_unbound_by_the_gates_decision() {
     assert_eq!(allowed[1]["action"]["role"], "none");
     assert!(verify(&f.home).status.success());
 }
+
+/// A workspace file leaves only as a `message.send` the Gate decided: the owner asks for
+/// one in their own chat and gets exactly its bytes as a document (recorded with its
+/// hash); a member's request in a group for the same file is held for the owner (the
+/// card names the file, its size and hash), and denied, the group gets no document.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workspace_file_is_sent_only_as_the_gate_decides() {
+    const GROUP: i64 = -100_777;
+    const MEMBER: i64 = 7878;
+    let f = fixture();
+    let model = ScriptedModel::start([
+        Step::tool_call(
+            "c1",
+            "shell",
+            r#"{"command":"printf 'quarterly numbers' > report.txt"}"#,
+        ),
+        Step::tool_call(
+            "c2",
+            "send_message",
+            r#"{"text":"the report","file":"report.txt"}"#,
+        ),
+        Step::text("Sent."),
+        // The group's chat is a session with a workspace of its own.
+        Step::tool_call(
+            "c3",
+            "shell",
+            r#"{"command":"printf 'quarterly numbers' > report.txt"}"#,
+        ),
+        Step::tool_call(
+            "c4",
+            "send_message",
+            r#"{"text":"here you go","file":"report.txt"}"#,
+        ),
+        Step::text(""),
+    ])
+    .await
+    .unwrap();
+    let (fake, code) = configure(&f, &model, &["--group-trigger", "/ai"]);
+    let host = start_host(&f);
+    pair_owner(&fake, &code);
+    bind(&f, &[(MEMBER, "member")]);
+
+    fake.push_message(
+        OWNER,
+        OWNER,
+        "owner",
+        "write the report and send me report.txt",
+    );
+    fake.wait_for("sendMessage", |b| {
+        b["chat_id"] == OWNER && b["text"].as_str().unwrap_or("").contains("Sent.")
+    });
+    wait_for("the document to arrive", || !fake.documents().is_empty());
+    let docs = fake.documents();
+    assert_eq!(docs.len(), 1, "{docs:?}");
+    assert_eq!(docs[0].0, OWNER.to_string());
+    assert_eq!(docs[0].1, "report.txt");
+    assert_eq!(docs[0].2, b"quarterly numbers");
+    wait_for("the file's record", || {
+        !kinds(&f, "channel-file-sent").is_empty()
+    });
+    let sent = kinds(&f, "channel-file-sent");
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    let sha = airlock_core::canonical::sha256_hex(b"quarterly numbers");
+    assert_eq!(sent[0]["detail"]["sha256"], sha.as_str());
+    let allowed: Vec<_> = audit_records(&f.home)
+        .into_iter()
+        .filter(|r| {
+            r["kind"] == "decision"
+                && r["action"]["type"] == "message.send"
+                && r["decision"] == "allow"
+        })
+        .collect();
+    assert_eq!(allowed[0]["action"]["attachment"]["sha256"], sha.as_str());
+
+    // A member asks for it in a group: held, shown to the owner with the file's hash.
+    fake.push_message(GROUP, MEMBER, "member", "/ai send report.txt here");
+    wait_for("the file's message to be held", || pending(&f).len() == 1);
+    let card = fake.wait_for("sendMessage", |b| {
+        b.get("reply_markup").is_some() && b["text"].as_str().unwrap_or("").contains("here you go")
+    });
+    assert_eq!(card["chat_id"], OWNER);
+    let text = card["text"].as_str().unwrap();
+    assert!(
+        text.contains("report.txt") && text.contains("17 bytes") && text.contains(&sha[..16]),
+        "{text}"
+    );
+    let held = pending(&f);
+    let o = airlock(&f.home, &["approvals", "deny", &held[0].id]);
+    assert!(o.status.success(), "{o:?}");
+    fake.wait_for("sendMessage", |b| b["chat_id"] == GROUP);
+    assert_eq!(fake.documents().len(), 1, "{:?}", fake.documents());
+    assert_eq!(kinds(&f, "channel-file-sent").len(), 1);
+    drop(host);
+    assert!(verify(&f.home).status.success());
+}

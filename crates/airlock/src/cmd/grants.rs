@@ -18,8 +18,8 @@ use airlock_store::{GrantAdmin, GrantScope, GrantTarget, StoreError, Timestamp};
 
 use crate::home::Home;
 use crate::service::approvals::{open_store, operator_detail, OPERATOR};
-pub use crate::service::grants::{append_revocation, grant_json, revoke_all_recorded};
 use crate::service::decider::Decider;
+pub use crate::service::grants::{append_revocation, grant_json, revoke_all_recorded};
 use crate::{config, runtime};
 
 /// `airlock grants …`

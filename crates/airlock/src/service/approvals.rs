@@ -333,12 +333,12 @@ pub fn deny_as(home: &Home, input: &DenyInput, who: &Decider) -> anyhow::Result<
         denied.session_id.as_str(),
         &who.attribution(),
     )
-        .with_action(payload, denied.payload_hash.clone())
-        .with_detail(json!({
-            "approval_id": denied.id,
-            "decided_by": who.detail(),
-            "reason": reason,
-        }));
+    .with_action(payload, denied.payload_hash.clone())
+    .with_detail(json!({
+        "approval_id": denied.id,
+        "decided_by": who.detail(),
+        "reason": reason,
+    }));
     log.append(ev).map_err(|e| {
         fault(anyhow::anyhow!(
             "denied `{id}`, but its audit record failed: {e}"

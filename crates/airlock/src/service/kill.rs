@@ -171,16 +171,17 @@ pub fn kill_sessions_as(
                 run_root.display()
             );
         }
-        let ev = AuditEvent::by("session-killed", id.as_str(), &who.attribution()).with_detail(json!({
-            "decided_by": who.detail(),
-            "in_store": k.in_store,
-            "already_killed": k.already_killed,
-            "cancelled_approvals": k.cancelled_approvals,
-            "revoked_grants": k.revoked_grants,
-            "run_dir": k.run_dir,
-            "helpers_killed": k.helpers_killed,
-            "helpers_left": k.helpers_left,
-        }));
+        let ev =
+            AuditEvent::by("session-killed", id.as_str(), &who.attribution()).with_detail(json!({
+                "decided_by": who.detail(),
+                "in_store": k.in_store,
+                "already_killed": k.already_killed,
+                "cancelled_approvals": k.cancelled_approvals,
+                "revoked_grants": k.revoked_grants,
+                "run_dir": k.run_dir,
+                "helpers_killed": k.helpers_killed,
+                "helpers_left": k.helpers_left,
+            }));
         log.append(ev).map_err(|e| {
             fault(anyhow::anyhow!(
                 "session `{id}` was killed, but its audit record failed: {e}"

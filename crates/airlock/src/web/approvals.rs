@@ -153,8 +153,9 @@ fn preview(p: &ApprovalPreview) -> Markup {
     }
 }
 
+/// A diff line's class by its first mark (the workspace's diffs indent their hunks).
 fn diff_class(line: &str) -> &'static str {
-    match line.as_bytes().first() {
+    match line.trim_start_matches(' ').as_bytes().first() {
         Some(b'+') => "add",
         Some(b'-') => "del",
         Some(b'@') => "hunk",
@@ -257,7 +258,13 @@ pub async fn decide(
     if !web.host.rate.take("owner") {
         let (error, help) = web.host.rate.refusal("owner");
         return web
-            .outcome_page(&login, "Refused", false, &format!("{error}\nhelp: {help}"), "/approvals")
+            .outcome_page(
+                &login,
+                "Refused",
+                false,
+                &format!("{error}\nhelp: {help}"),
+                "/approvals",
+            )
             .await;
     }
     let done = tokio::task::spawn_blocking(move || -> anyhow::Result<String> {
@@ -309,11 +316,21 @@ pub async fn decide(
         Err(e) => (false, e.to_string()),
     };
     tracing::info!(login = %login.id, ok, "web: an approval decision");
-    web.outcome_page(&login, if ok { "Done" } else { "Refused" }, ok, &message, "/approvals")
-        .await
+    web.outcome_page(
+        &login,
+        if ok { "Done" } else { "Refused" },
+        ok,
+        &message,
+        "/approvals",
+    )
+    .await
 }
 
 /// `GET /approvals/count`: how many wait (the script polls it to refresh the list).
 pub async fn count(State(web): State<Arc<WebState>>, LoggedIn(_): LoggedIn) -> Response {
-    web.chrome().await.approvals_pending.to_string().into_response()
+    web.chrome()
+        .await
+        .approvals_pending
+        .to_string()
+        .into_response()
 }

@@ -4,7 +4,7 @@
 //!   the page's own origin (a state change must have one): a page of another site, or a
 //!   name rebound to 127.0.0.1, gets a 403 and nothing else;
 //! - every answer has a strict Content-Security-Policy (no inline script, no framing), is
-//!   never cached, sends no referrer, and has no CORS header (no other origin may read it);
+//!   never cached, sends no referrer to another origin, and has no CORS header (no other origin may read it);
 //! - a handler that needs a login takes [`LoggedIn`]; one that changes state takes
 //!   [`Checked`], which is a login plus a form whose CSRF token is that login's.
 
@@ -43,13 +43,21 @@ pub async fn check_request(
         None => next.run(request).await,
     };
     let h = response.headers_mut();
-    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    // Not `no-referrer`: under it a browser sends `Origin: null` with the page's own
+    // forms, and the Origin check above needs the real one. Nothing leaves the origin.
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(
         "cross-origin-opener-policy",

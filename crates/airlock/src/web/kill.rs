@@ -29,10 +29,17 @@ impl HasCsrf for KillForm {
     }
 }
 
-pub async fn kill(State(web): State<Arc<WebState>>, Checked(login, form): Checked<KillForm>) -> Response {
+pub async fn kill(
+    State(web): State<Arc<WebState>>,
+    Checked(login, form): Checked<KillForm>,
+) -> Response {
     let all = form.all.as_deref() == Some("true");
     let input = KillInput {
-        session: if all { None } else { form.session.filter(|s| !s.is_empty()) },
+        session: if all {
+            None
+        } else {
+            form.session.filter(|s| !s.is_empty())
+        },
         all,
     };
     tracing::warn!(login = %login.id, session = ?input.session, all, "web: kill switch");
@@ -71,6 +78,12 @@ pub async fn kill(State(web): State<Arc<WebState>>, Checked(login, form): Checke
         Ok(Err(e)) => (false, format!("{e:#}")),
         Err(e) => (false, e.to_string()),
     };
-    web.outcome_page(&login, if ok { "Killed" } else { "Kill refused" }, ok, &message, "/")
-        .await
+    web.outcome_page(
+        &login,
+        if ok { "Killed" } else { "Kill refused" },
+        ok,
+        &message,
+        "/",
+    )
+    .await
 }

@@ -60,7 +60,10 @@ pub async fn login(State(web): State<Arc<WebState>>, Query(q): Query<LinkQuery>)
                 },
             );
             (
-                [(header::SET_COOKIE, web.cookie(&cookie, web.logins.session_ttl().as_secs()))],
+                [(
+                    header::SET_COOKIE,
+                    web.cookie(&cookie, web.logins.session_ttl().as_secs()),
+                )],
                 Html(page.into_string()),
             )
                 .into_response()
@@ -94,7 +97,11 @@ pub async fn logout(
         "Logged out",
         html! { p id="logged-out" { "Logged out. Run " code { "airlock web" } " to log in again." } },
     );
-    ([(header::SET_COOKIE, web.cookie("", 0))], Html(page.into_string())).into_response()
+    (
+        [(header::SET_COOKIE, web.cookie("", 0))],
+        Html(page.into_string()),
+    )
+        .into_response()
 }
 
 /// `GET /welcome`: where a browser without a login lands.

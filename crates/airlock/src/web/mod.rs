@@ -141,9 +141,10 @@ impl WebState {
     pub async fn chrome(&self) -> layout::Chrome {
         let home = self.host.home.clone();
         let live: Vec<String> = self.host.live.status().into_iter().map(|l| l.id).collect();
-        let report =
-            tokio::task::spawn_blocking(move || crate::service::status::store_status(&home, None, None))
-                .await;
+        let report = tokio::task::spawn_blocking(move || {
+            crate::service::status::store_status(&home, None, None)
+        })
+        .await;
         let mut chrome = layout::Chrome::default();
         if let Ok(Ok(r)) = report {
             chrome.approvals_pending = r.approvals_pending;

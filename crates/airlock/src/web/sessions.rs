@@ -116,7 +116,8 @@ pub async fn one(
         Ok(Err(e)) => html! { p class="error" { (untrusted::block(&format!("{e:#}"))) } },
         Err(e) => html! { p class="error" { (e.to_string()) } },
     };
-    Html(layout::page(&format!("Session {id}"), &login, &chrome, body).into_string()).into_response()
+    Html(layout::page(&format!("Session {id}"), &login, &chrome, body).into_string())
+        .into_response()
 }
 
 fn transcript_view(entries: &[TranscriptEntry]) -> Markup {

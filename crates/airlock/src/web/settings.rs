@@ -56,7 +56,10 @@ pub fn check(section: &WebSection) -> anyhow::Result<Option<WebSettings>> {
     })?;
     if !addr.ip().is_loopback() {
         let missing: Vec<&str> = [
-            ("web.public_name (a DNS name, never an IP)", public_name_ok(section)),
+            (
+                "web.public_name (a DNS name, never an IP)",
+                public_name_ok(section),
+            ),
             ("web.tls_cert", section.tls_cert.is_some()),
             ("web.tls_key", section.tls_key.is_some()),
         ]

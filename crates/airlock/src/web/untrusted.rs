@@ -34,7 +34,11 @@ pub fn block(text: &str) -> Markup {
 }
 
 fn fold(text: &str, shown: &str, keep_lines: bool) -> Markup {
-    let class = if keep_lines { "untrusted block" } else { "untrusted" };
+    let class = if keep_lines {
+        "untrusted block"
+    } else {
+        "untrusted"
+    };
     if shown.len() == text.len() {
         return html! { span class=(class) { (visible(text, keep_lines, &[])) } };
     }

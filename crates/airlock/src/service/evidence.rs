@@ -128,9 +128,14 @@ fn needles(action: &Value) -> Vec<(String, String)> {
         push(arg, s);
         for word in s.split(|c: char| c.is_whitespace() || "\"'`;|&<>(){}=,".contains(c)) {
             push(arg, word);
+            // A URL's host and path segments: a page names where to send things in
+            // pieces ("POST it to /collect").
             if let Ok(u) = url::Url::parse(word) {
                 if let Some(h) = u.host_str() {
                     push(arg, h);
+                }
+                for seg in u.path_segments().into_iter().flatten() {
+                    push(arg, seg);
                 }
             }
         }
@@ -197,6 +202,108 @@ fn find(text: &str, needles: &[(String, String)]) -> Vec<Mention> {
         }
     }
     out
+}
+
+/// Most sources and actions a data-flow picture holds.
+const MAX_FLOW_ITEMS: usize = 200;
+
+/// A session's flow of untrusted content: where it came in, when the session became
+/// tainted, and which later actions each source mentions the arguments of.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Flow {
+    pub sources: Vec<FlowSource>,
+    /// Transcript position of the first untrusted content (the session is tainted after).
+    pub tainted_at: Option<i64>,
+    pub actions: Vec<FlowAction>,
+    /// Items left out past [`MAX_FLOW_ITEMS`].
+    pub left_out: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FlowSource {
+    pub seq: i64,
+    pub label: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FlowAction {
+    pub seq: i64,
+    pub label: String,
+    /// The Gate's decision (`allow`, `ask`, `deny`), when recorded.
+    pub decision: Option<String>,
+    /// Indexes into [`Flow::sources`] of earlier sources that mention its arguments.
+    pub influenced_by: Vec<usize>,
+}
+
+/// The flow of `session_id`, read from its transcript.
+pub fn flow(home: &Home, session_id: &str) -> anyhow::Result<Flow> {
+    let store = open_store(home)?;
+    let transcript = store
+        .transcript(session_id)
+        .map_err(|e| anyhow::anyhow!("cannot read the transcript of the session: {e}"))?;
+    let mut out = Flow::default();
+    let mut texts: Vec<&str> = Vec::new();
+    let mut labels = std::collections::HashMap::new();
+    let mut action_of_call = std::collections::HashMap::new();
+    for entry in &transcript {
+        match &entry.event {
+            TranscriptEvent::ToolCall {
+                call_id,
+                tool,
+                arguments,
+                ..
+            } => {
+                let label = call_label(tool, arguments);
+                labels.insert(call_id.clone(), label.clone());
+                if out.actions.len() >= MAX_FLOW_ITEMS {
+                    out.left_out += 1;
+                    continue;
+                }
+                let needles = needles(arguments);
+                let influenced_by = texts
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, t)| !needles.is_empty() && !find(t, &needles).is_empty())
+                    .map(|(i, _)| i)
+                    .collect();
+                action_of_call.insert(call_id.clone(), out.actions.len());
+                out.actions.push(FlowAction {
+                    seq: entry.seq,
+                    label,
+                    decision: None,
+                    influenced_by,
+                });
+            }
+            TranscriptEvent::Decision {
+                call_id, decision, ..
+            } => {
+                if let Some(&i) = action_of_call.get(call_id) {
+                    out.actions[i].decision = Some(decision.as_str().to_string());
+                }
+            }
+            TranscriptEvent::Result {
+                call_id,
+                text,
+                untrusted: true,
+            } => {
+                out.tainted_at.get_or_insert(entry.seq);
+                if out.sources.len() >= MAX_FLOW_ITEMS {
+                    out.left_out += 1;
+                    continue;
+                }
+                texts.push(text);
+                out.sources.push(FlowSource {
+                    seq: entry.seq,
+                    label: labels
+                        .get(call_id)
+                        .cloned()
+                        .unwrap_or_else(|| format!("tool call {call_id}")),
+                });
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

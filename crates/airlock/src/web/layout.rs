@@ -37,6 +37,9 @@ pub fn page(title: &str, login: &WebLogin, chrome: &Chrome, body: Markup) -> Mar
                             }
                         }
                         a href="/audit" { "Audit" }
+                        a href="/budgets" { "Budgets" }
+                        a href="/memory" { "Memory" }
+                        a href="/settings" { "Settings" }
                         form method="post" action="/logout" class="inline" {
                             (csrf(login))
                             button type="submit" class="link" { "Log out" }

@@ -10,17 +10,23 @@
 //!
 //! Modules: [`settings`] (`[web]` checked), [`auth`] (links and logins), [`guard`]
 //! (Host/Origin, headers, login and CSRF extractors), [`layout`] (the frame and kill
-//! switch), [`untrusted`] (showing untrusted text), and one module per page or action:
-//! [`sessions`], [`approvals`], [`audit`], [`kill`], [`login`], [`assets`].
+//! switch), [`untrusted`] (showing untrusted text), [`chart`] (small SVG charts), and one
+//! module per page or action: [`sessions`], [`dataflow`], [`approvals`], [`audit`],
+//! [`budgets`], [`memory`], [`config_page`] (settings), [`kill`], [`login`], [`assets`].
 
 pub mod approvals;
 pub mod assets;
 pub mod audit;
 pub mod auth;
+pub mod budgets;
+pub mod chart;
+pub mod config_page;
+pub mod dataflow;
 pub mod guard;
 pub mod kill;
 pub mod layout;
 pub mod login;
+pub mod memory;
 pub mod sessions;
 pub mod settings;
 pub mod untrusted;
@@ -117,6 +123,11 @@ pub fn router(state: Arc<WebState>) -> Router {
     Router::new()
         .route("/", get(sessions::list))
         .route("/sessions/{id}", get(sessions::one))
+        .route("/sessions/{id}/flow", get(dataflow::page))
+        .route("/budgets", get(budgets::page))
+        .route("/memory", get(memory::page))
+        .route("/memory/decide", post(memory::decide))
+        .route("/settings", get(config_page::page))
         .route("/approvals", get(approvals::list))
         .route("/approvals/count", get(approvals::count))
         .route("/approvals/decide", post(approvals::decide))

@@ -110,6 +110,7 @@ pub async fn one(
                 " · principal " (untrusted::line(&record.gate.principal.to_string()))
                 @if record.gate.taint.is_tainted() { " · " span class="tainted" { "tainted" } }
             }
+            p { a href=(format!("/sessions/{id}/flow")) id="flow-link" { "Data flow" } }
             (kill_button(&login, &id))
             (transcript_view(&transcript))
         },

@@ -11,7 +11,7 @@
 //! Modules: [`settings`] (`[web]` checked), [`auth`] (links and logins), [`guard`]
 //! (Host/Origin, headers, login and CSRF extractors), [`layout`] (the frame and kill
 //! switch), [`untrusted`] (showing untrusted text), [`chart`] (small SVG charts), and one
-//! module per page or action: [`sessions`], [`dataflow`], [`approvals`], [`audit`],
+//! module per page or action: [`sessions`], [`start`] (new work), [`dataflow`], [`approvals`], [`audit`],
 //! [`budgets`], [`memory`], [`config_page`] (settings), [`kill`], [`login`], [`assets`].
 
 pub mod approvals;
@@ -29,6 +29,7 @@ pub mod login;
 pub mod memory;
 pub mod sessions;
 pub mod settings;
+pub mod start;
 pub mod untrusted;
 
 use std::sync::{Arc, Mutex};
@@ -124,6 +125,8 @@ pub fn router(state: Arc<WebState>) -> Router {
         .route("/", get(sessions::list))
         .route("/sessions/{id}", get(sessions::one))
         .route("/sessions/{id}/flow", get(dataflow::page))
+        .route("/sessions/{id}/length", get(sessions::length))
+        .route("/sessions/start", post(start::start))
         .route("/budgets", get(budgets::page))
         .route("/memory", get(memory::page))
         .route("/memory/decide", post(memory::decide))

@@ -34,6 +34,12 @@ fn overview(
     live: &[crate::host::sessions::LiveSessionStatus],
 ) -> Markup {
     html! {
+        form method="post" action="/sessions/start" class="start" {
+            (csrf(login))
+            label for="new-prompt" { "New task" }
+            textarea name="prompt" id="new-prompt" rows="2" maxlength="16384" required {}
+            button type="submit" id="start" { "Start" }
+        }
         p {
             a href="/approvals" { (r.approvals_pending) " approval(s) waiting" }
         }
@@ -112,7 +118,18 @@ pub async fn one(
             }
             p { a href=(format!("/sessions/{id}/flow")) id="flow-link" { "Data flow" } }
             (kill_button(&login, &id))
-            (transcript_view(&transcript))
+            div id="transcript" data-length=(transcript.len()) data-session=(id) {
+                (transcript_view(&transcript))
+            }
+            @if record.status.as_str() == "active" {
+                form method="post" action="/sessions/start" class="start" {
+                    (csrf(&login))
+                    input type="hidden" name="session" value=(id);
+                    label for="next-prompt" { "Message" }
+                    textarea name="prompt" id="next-prompt" rows="2" maxlength="16384" required {}
+                    button type="submit" id="send" { "Send" }
+                }
+            }
         },
         Ok(Err(e)) => html! { p class="error" { (untrusted::block(&format!("{e:#}"))) } },
         Err(e) => html! { p class="error" { (e.to_string()) } },
@@ -181,5 +198,28 @@ fn message_text(content: &serde_json::Value) -> String {
             .collect::<Vec<_>>()
             .join("\n"),
         other => other.to_string(),
+    }
+}
+
+/// `GET /sessions/{id}/length`: how many entries its transcript has (the page's script
+/// polls it and redraws the page when the session has said more).
+pub async fn length(
+    State(web): State<Arc<WebState>>,
+    LoggedIn(_): LoggedIn,
+    Path(id): Path<String>,
+) -> Response {
+    let home = web.host.home.clone();
+    let n = tokio::task::spawn_blocking(move || {
+        airlock_store::validate_id("session", &id).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let store = crate::service::approvals::open_store(&home)?;
+        store
+            .transcript(&id)
+            .map(|t| t.len())
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    })
+    .await;
+    match n {
+        Ok(Ok(n)) => n.to_string().into_response(),
+        _ => (axum::http::StatusCode::NOT_FOUND, "no such session").into_response(),
     }
 }

@@ -829,6 +829,130 @@ async fn web_a_held_memory_change_is_shown_and_rejected_from_the_page() {
     b.close().await;
 }
 
+/// Work started from the page: a new task runs in the host with the configured model,
+/// its session's page shows the answer, and a next message sent from that page is
+/// answered there too, the page following the transcript as it grows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_a_task_started_from_the_page_is_answered_and_takes_a_next_message() {
+    use airlock_agent::provider::ProviderKind;
+    use airlock_agent::scripted::SCRIPTED_MODEL_NAME;
+    let f = fixture();
+    let model = ScriptedModel::start([
+        Step::text("Hello from the model, <b>not bold</b>."),
+        Step::text("Second answer."),
+    ])
+    .await
+    .unwrap();
+    init(
+        &f,
+        &format!(
+            "{WEB}\n[provider]\nkind = \"openai\"\nmodel = \"{SCRIPTED_MODEL_NAME}\"\nbase_url = \"{}\"\n",
+            model.base_url(ProviderKind::Openai)
+        ),
+    );
+    let host = Host::start(&f.home);
+    let b = Browser::start(1280, 900).await;
+    let base = base_of(&browser_login(&b, &f).await);
+    b.client
+        .find(Locator::Css("#new-prompt"))
+        .await
+        .unwrap()
+        .send_keys("Say hello")
+        .await
+        .unwrap();
+    b.client
+        .find(Locator::Css("#start"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.client
+        .wait()
+        .for_element(Locator::Css("#outcome.ok"))
+        .await
+        .unwrap();
+    // The new session is listed once the run has made it; its page has the answer.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let session = loop {
+        b.client.goto(&format!("{base}/")).await.unwrap();
+        if let Ok(row) = b.client.find(Locator::Css("tr[data-session]")).await {
+            break row.attr("data-session").await.unwrap().unwrap();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no session appeared: {}",
+            host.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let answered = |text: &'static str| {
+        let b = &b;
+        let base = base.clone();
+        let session = session.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let page = b.text().await;
+                if page.contains(text) {
+                    return page;
+                }
+                assert!(Instant::now() < deadline, "no {text:?} on the page: {page}");
+                if !b
+                    .client
+                    .current_url()
+                    .await
+                    .unwrap()
+                    .path()
+                    .starts_with("/sessions/")
+                {
+                    b.client
+                        .goto(&format!("{base}/sessions/{session}"))
+                        .await
+                        .unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    b.client
+        .goto(&format!("{base}/sessions/{session}"))
+        .await
+        .unwrap();
+    let page = answered("Hello from the model, <b>not bold</b>.").await;
+    assert!(page.contains("Say hello"), "{page}");
+    // The next message, from the session's page; the page follows the transcript (its
+    // script redraws it when the session has said more).
+    b.client
+        .find(Locator::Css("#next-prompt"))
+        .await
+        .unwrap()
+        .send_keys("And again")
+        .await
+        .unwrap();
+    b.client
+        .find(Locator::Css("#send"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.client
+        .wait()
+        .for_element(Locator::Css("#outcome.ok"))
+        .await
+        .unwrap();
+    b.client
+        .goto(&format!("{base}/sessions/{session}"))
+        .await
+        .unwrap();
+    answered("Second answer.").await;
+    assert!(!b.pwned().await);
+    b.close().await;
+    drop(host);
+    assert!(verify(&f.home).status.success());
+}
+
 /// The command's processes in the sandbox (not the `airlock` naming it).
 fn sandboxed(marker: &str) -> bool {
     let o = Command::new("pgrep")

@@ -140,7 +140,7 @@ fn needles(action: &Value) -> Vec<(String, String)> {
             }
         }
     }
-    found.sort_by(|a, b| b.1.len().cmp(&a.1.len()));
+    found.sort_by_key(|b| std::cmp::Reverse(b.1.len()));
     found.truncate(MAX_NEEDLES);
     found
 }
@@ -229,7 +229,8 @@ pub struct FlowSource {
 pub struct FlowAction {
     pub seq: i64,
     pub label: String,
-    /// The Gate's decision (`allow`, `ask`, `deny`), when recorded.
+    /// The Gate's decision (`allow`, `ask`, `deny`), when recorded; a held call's ask and
+    /// its answer as `ask → allow`.
     pub decision: Option<String>,
     /// Indexes into [`Flow::sources`] of earlier sources that mention its arguments.
     pub influenced_by: Vec<usize>,
@@ -277,8 +278,13 @@ pub fn flow(home: &Home, session_id: &str) -> anyhow::Result<Flow> {
             TranscriptEvent::Decision {
                 call_id, decision, ..
             } => {
+                // A held call has its ask and then its answer: both are shown.
                 if let Some(&i) = action_of_call.get(call_id) {
-                    out.actions[i].decision = Some(decision.as_str().to_string());
+                    let d = &mut out.actions[i].decision;
+                    *d = Some(match d.take() {
+                        Some(before) => format!("{before} → {}", decision.as_str()),
+                        None => decision.as_str().to_string(),
+                    });
                 }
             }
             TranscriptEvent::Result {

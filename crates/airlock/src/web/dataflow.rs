@@ -76,11 +76,15 @@ fn short(text: &str) -> String {
     }
 }
 
+/// The colour of a decision: the last word counts (`ask → deny` is a denial), and a held
+/// call that was let through is amber, not green.
 fn colour(decision: Option<&str>) -> &'static str {
-    match decision {
+    let Some(d) = decision else { return "#5b6470" };
+    match d.rsplit(' ').next() {
+        Some("deny") => "#b3261e",
+        Some("allow") if d.starts_with("ask") => "#c58a00",
         Some("allow") => "#1e6b34",
         Some("ask") => "#c58a00",
-        Some("deny") => "#b3261e",
         _ => "#5b6470",
     }
 }
@@ -89,9 +93,11 @@ fn colour(decision: Option<&str>) -> &'static str {
 pub fn picture(flow: &Flow) -> Markup {
     let rows = rows(flow);
     let height = rows.len() as i64 * ROW + 50;
+    // The line sits just above the first untrusted source's row, and its label above it on
+    // the sources' side, where nothing is drawn before the first source.
     let taint_y = flow.tainted_at.map(|s| {
         let i = rows.partition_point(|r| *r < s) as i64;
-        i * ROW + 24
+        i * ROW + 22
     });
     html! {
         svg class="flow" xmlns="http://www.w3.org/2000/svg" width="100%" viewBox=(format!("0 0 660 {height}"))
@@ -100,7 +106,7 @@ pub fn picture(flow: &Flow) -> Markup {
             text x="360" y="16" font-size="12" font-weight="bold" { "Actions (Gate decision)" }
             @if let Some(y) = taint_y {
                 line x1="0" y1=(y) x2="660" y2=(y) stroke="#b3261e" stroke-dasharray="4 3" {}
-                text x="560" y=(y - 3) font-size="10" fill="#b3261e" { "tainted from here" }
+                text x="10" y=(y - 3) font-size="10" fill="#b3261e" { "tainted from here" }
             }
             @for a in &flow.actions {
                 @for s in &a.influenced_by {

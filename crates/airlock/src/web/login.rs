@@ -43,12 +43,22 @@ pub async fn login(State(web): State<Arc<WebState>>, Query(q): Query<LinkQuery>)
             (StatusCode::INTERNAL_SERVER_ERROR, "cannot open a login").into_response()
         }
         Ok(Ok((cookie, login))) => {
-            web.record(
-                "web-login",
-                Some(&login.id),
-                json!({"expires_in_secs": web.logins.session_ttl().as_secs()}),
-            )
-            .await;
+            // A login that cannot be recorded does not happen.
+            if !web
+                .record(
+                    "web-login",
+                    Some(&login.id),
+                    json!({"expires_in_secs": web.logins.session_ttl().as_secs()}),
+                )
+                .await
+            {
+                web.logins.logout(&cookie);
+                return (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the login could not be recorded in the audit log, so it was not made; see the host's log",
+                )
+                    .into_response();
+            }
             // A page, not a redirect, moves on to `/`: the next request is then made from
             // this site, so the SameSite=Strict cookie goes with it however the link was
             // opened.
@@ -124,8 +134,14 @@ impl WebState {
         format!("{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}")
     }
 
-    /// Append a record of a login event as the owner's act through the web.
-    async fn record(&self, kind: &'static str, login: Option<&str>, detail: serde_json::Value) {
+    /// Append a record of a login event as the owner's act through the web; whether it
+    /// was recorded.
+    async fn record(
+        &self,
+        kind: &'static str,
+        login: Option<&str>,
+        detail: serde_json::Value,
+    ) -> bool {
         let home = self.host.home.clone();
         let who = Decider::web(login.unwrap_or("-"));
         let done = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
@@ -141,8 +157,12 @@ impl WebState {
             Ok(())
         })
         .await;
-        if let Ok(Err(e)) | Err(e) = done.map_err(anyhow::Error::from) {
-            tracing::error!(error = %e, kind, "web: cannot record a login event");
+        match done.map_err(anyhow::Error::from) {
+            Ok(Ok(())) => true,
+            Ok(Err(e)) | Err(e) => {
+                tracing::error!(error = %e, kind, "web: cannot record a login event");
+                false
+            }
         }
     }
 }

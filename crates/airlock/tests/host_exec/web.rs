@@ -294,7 +294,7 @@ const COMMAND: &str = "echo '<img src=x onerror=window.__pwned=1><script>window.
 async fn web_a_held_action_shows_payload_reasons_and_provenance_and_approving_runs_exactly_it() {
     let f = fixture();
     // The strict profile holds any command that is not read-only.
-    init(&f, &format!("{WEB}"));
+    init(&f, WEB);
     let cfg = f.home.join("config/airlock.toml");
     let text = std::fs::read_to_string(&cfg).unwrap();
     std::fs::write(
@@ -309,7 +309,7 @@ async fn web_a_held_action_shows_payload_reasons_and_provenance_and_approving_ru
         Step::tool_call(
             "c2",
             "shell",
-            &serde_json::json!({ "command": COMMAND }).to_string(),
+            serde_json::json!({ "command": COMMAND }).to_string(),
         ),
         Step::text("Done: <script>window.__pwned='reply'</script>"),
     ])
@@ -724,6 +724,17 @@ async fn web_a_fetched_page_stays_inert_and_a_held_post_is_sent_as_approved() {
         1,
         "{}",
         b.client.source().await.unwrap()
+    );
+    // The POST was held, then let through: its ask and its answer.
+    assert_eq!(
+        b.client
+            .find_all(Locator::Css(
+                "svg.flow g.action[data-decision='ask → allow']"
+            ))
+            .await
+            .unwrap()
+            .len(),
+        1
     );
     b.screenshot("dataflow").await;
     assert!(!b.pwned().await);

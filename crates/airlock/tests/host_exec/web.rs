@@ -645,6 +645,14 @@ async fn web_a_fetched_page_stays_inert_and_a_held_post_is_sent_as_approved() {
         .unwrap();
     assert_eq!(marked, "collect", "{shown}");
     assert!(!b.pwned().await, "a script of the untrusted text ran");
+    // Approved with a grant from the form: this exact payload, in this session, 15 minutes.
+    b.client
+        .find(Locator::Css(&format!("{card_css} select[name=duration]")))
+        .await
+        .unwrap()
+        .select_by_value("15m")
+        .await
+        .unwrap();
     b.client
         .find(Locator::Css(&format!("{card_css} button.approve")))
         .await
@@ -657,6 +665,26 @@ async fn web_a_fetched_page_stays_inert_and_a_held_post_is_sent_as_approved() {
         .for_element(Locator::Css("#outcome.ok"))
         .await
         .unwrap();
+    let outcome = b.text().await;
+    assert!(
+        outcome.contains("granted the same payload for 15m, reaching this session"),
+        "{outcome}"
+    );
+    let grant = audit_records(&f.home)
+        .into_iter()
+        .find(|r| r["kind"] == "grant-created")
+        .expect("a grant-created record");
+    assert_eq!(grant["via"], "web", "{grant}");
+    assert_eq!(grant["action_hash"], held.payload_hash.as_str(), "{grant}");
+    let expires = grant["detail"]["expires_at_ms"].as_i64().unwrap();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert!(
+        expires > now_ms && expires <= now_ms + 15 * 60 * 1000,
+        "{grant}"
+    );
     let o = tokio::task::spawn_blocking(move || run.wait_with_output().unwrap())
         .await
         .unwrap();

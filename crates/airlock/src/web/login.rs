@@ -25,8 +25,12 @@ pub struct LinkQuery {
 pub async fn login(State(web): State<Arc<WebState>>, Query(q): Query<LinkQuery>) -> Response {
     match web.logins.redeem(&q.token) {
         Err(why) => {
-            web.record("web-login-refused", None, json!({"why": why.as_str()}))
-                .await;
+            // Any page the browser opens can send it here with a guess; each refusal is
+            // recorded, up to the host's request rate, so guesses cannot flood the log.
+            if web.host.rate.take("web-login-refused") {
+                web.record("web-login-refused", None, json!({"why": why.as_str()}))
+                    .await;
+            }
             let page = layout::bare(
                 "This login link cannot be used",
                 html! {

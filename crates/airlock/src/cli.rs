@@ -99,6 +99,9 @@ pub enum Command {
     Grants(cmd::grants::GrantsCommand),
     /// The kill switch: stop a session (or all), its sandboxes, approvals, grants and egress.
     Kill(cmd::kill::KillArgs),
+    /// Print a one-time login link for the host's web page (it works once, within a
+    /// minute), and open it in a browser where there is a display.
+    Web(cmd::web::WebArgs),
     /// Run one task with the configured model, without interaction. Approvals go to the
     /// queue and are denied at the timeout. Exit status: 0 completed, 3 a budget or limit
     /// was reached, 137 killed, 4 the model provider failed, 1 on error.
@@ -279,6 +282,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Memory(c) => cmd::memory::run(c),
         Command::Grants(c) => cmd::grants::run(c),
         Command::Kill(a) => cmd::kill::run(a),
+        Command::Web(a) => cmd::web::run(a),
         Command::Net(c) => cmd::net::run(c),
         Command::Secret(c) => cmd::secret::run(c),
         Command::Channel(c) => cmd::channel::run(c),

@@ -40,6 +40,33 @@ pub struct Config {
     /// Limits of `airlock serve`.
     #[serde(default)]
     pub host: HostSection,
+    /// The web page `airlock serve` serves (`docs/web.md`); off unless `listen` is set.
+    #[serde(default)]
+    pub web: WebSection,
+}
+
+/// `[web]`: where `airlock serve` serves the web page. Without `listen` there is no web
+/// page. The host checks the rest when it starts ([`crate::web::settings`]): an address
+/// other than loopback needs a public DNS name, a TLS certificate and key, and passkeys,
+/// and the host refuses to start rather than serve it without them.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebSection {
+    /// `127.0.0.1:7464`, `[::1]:7464`; port 0 picks a free one (the login link names it).
+    #[serde(default)]
+    pub listen: Option<String>,
+    /// The DNS name the page is reached by when it listens off loopback.
+    #[serde(default)]
+    pub public_name: Option<String>,
+    /// PEM certificate chain for `public_name`.
+    #[serde(default)]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// PEM private key of `tls_cert`.
+    #[serde(default)]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// Minutes a login lasts (default 720, at most a week).
+    #[serde(default)]
+    pub session_minutes: Option<u64>,
 }
 
 /// `[host]`: what `airlock serve` takes on at once. A run beyond `max_sandboxes` waits in a
@@ -441,6 +468,12 @@ checkpoint_every = 256
 # base_url = "https://api.anthropic.com"
 # api_key_secret = "anthropic"       # a name in `airlock secret list`, never the key itself
 # max_tokens = 4096
+
+# The web page `airlock serve` serves (docs/web.md); off while `listen` is unset.
+# `airlock web` prints a one-time login link. Only loopback is served.
+# [web]
+# listen = "127.0.0.1:7464"
+# session_minutes = 720
 
 [agent]
 # Limits of the agent loop; the model can change none of them.

@@ -35,3 +35,4 @@ pub mod runtime;
 pub mod sandbox_helper;
 pub mod service;
 pub mod transaction;
+pub mod web;

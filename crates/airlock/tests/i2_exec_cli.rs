@@ -10,6 +10,7 @@ mod shell_differential;
 
 mod host_exec;
 mod host_fixture;
+mod https_run_fixture;
 
 fn exec(f: &Fixture, extra: &[&str], cmd: &str) -> Output {
     Command::new(airlock_bin())

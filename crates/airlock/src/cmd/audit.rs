@@ -8,17 +8,7 @@ use crate::runtime;
 
 pub fn verify() -> anyhow::Result<i32> {
     let home = Home::from_env()?;
-    let key_path = airlock_audit::public_key_path(&home.audit_key());
-    let key = airlock_audit::load_verifier(&key_path)
-        .map_err(|e| anyhow::anyhow!("{e}\nhelp: run `airlock init` first"))?;
-    let mark = home.audit_mark();
-    let trust = Trust {
-        key: &key,
-        mark: Some(&mark),
-    };
-    let report = airlock_audit::verify_with(&home.audit_dir(), &trust)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    print_report(&report)
+    print_report(&crate::service::audit::verify(&home)?)
 }
 
 /// `airlock audit verify --export FILE`: rebuild the log from an export, in a private

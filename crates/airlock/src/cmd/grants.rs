@@ -18,6 +18,7 @@ use airlock_store::{GrantAdmin, GrantScope, GrantTarget, StoreError, Timestamp};
 
 use crate::home::Home;
 use crate::service::approvals::{open_store, operator_detail, OPERATOR};
+use crate::service::decider::Decider;
 pub use crate::service::grants::{append_revocation, grant_json, revoke_all_recorded};
 use crate::{config, runtime};
 
@@ -124,7 +125,7 @@ fn revoke_one(home: &Home, id: &str) -> anyhow::Result<i32> {
         }
         Err(e) => anyhow::bail!("cannot revoke grant `{shown}`: {e}"),
     };
-    append_revocation(&mut log, &revoked, "grants revoke")?;
+    append_revocation(&mut log, &revoked, "grants revoke", &Decider::cli())?;
     log.close().map_err(|e| anyhow::anyhow!("{e}"))?;
     crate::out!("revoked grant {shown}: {}", target_summary(&revoked.target));
     Ok(0)
@@ -134,7 +135,7 @@ fn revoke_all(home: &Home) -> anyhow::Result<i32> {
     let cfg = config::load(&home.config_file())?;
     let store = open_store(home)?;
     let mut log = runtime::open_audit(home, &cfg)?;
-    let revoked = revoke_all_recorded(&store, &mut log, "grants revoke --all")?;
+    let revoked = revoke_all_recorded(&store, &mut log, "grants revoke --all", &Decider::cli())?;
     log.close().map_err(|e| anyhow::anyhow!("{e}"))?;
     crate::out!("{} grant(s) revoked", revoked);
     Ok(0)

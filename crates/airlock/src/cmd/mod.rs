@@ -21,3 +21,4 @@ pub mod sandbox;
 pub mod secret;
 pub mod serve;
 pub mod service;
+pub mod web;

@@ -18,6 +18,7 @@ use serde::de::DeserializeOwned;
 use super::socket::Peer;
 use super::Host;
 use crate::service::check::{self, CheckRequest};
+use crate::service::decider::Decider;
 use crate::service::replay;
 use crate::service::status::{self, HostStatus};
 
@@ -91,6 +92,7 @@ pub fn router(host: Arc<Host>) -> Router {
         .route("/v1/approvals/show", post(show_approval_route))
         .route("/v1/audit/tail", post(audit_tail_route))
         .route("/v1/memory/act", post(memory_act_route))
+        .route("/v1/web/login", post(web_login_route))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -281,12 +283,11 @@ async fn kill_route(
 ) -> Result<Json<crate::service::kill::KillReport>, ApiError> {
     let input: crate::service::kill::KillInput = parse(&body)?;
     tracing::warn!(session = ?input.session, all = input.all, "kill through the host");
-    let report = serve_blocking(&host, input, crate::service::kill::kill_sessions).await?;
-    // The chats that live here end too (their clients are told).
-    let ids: Vec<String> = report.0.killed.iter().map(|k| k.id.clone()).collect();
-    let h = host.clone();
-    let _ = tokio::task::spawn_blocking(move || h.live.killed(&ids)).await;
-    Ok(report)
+    tokio::task::spawn_blocking(move || host.kill(&input, &Decider::cli()))
+        .await
+        .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?
+        .map(Json)
+        .map_err(ApiError::from_service)
 }
 
 /// The queue, as `airlock approvals list` shows it (the same service embedded).
@@ -365,4 +366,20 @@ async fn memory_act_route(
         .unwrap_or_default();
     tracing::info!(act = %kind, "memory change through the host");
     serve_blocking(&host, act, crate::service::memory::act).await
+}
+
+/// A one-time login link for the web page (`airlock web`): only the operator reaches this
+/// socket, so whoever asks here is the owner.
+async fn web_login_route(
+    State(host): State<Arc<Host>>,
+) -> Result<Json<crate::web::LoginLink>, ApiError> {
+    let Some(web) = host.web.as_ref() else {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "this host serves no web page ([web] listen is not set)",
+            "add `[web]` with `listen = \"127.0.0.1:7464\"` to airlock.toml and restart the host",
+        ));
+    };
+    tracing::info!("a web login link was made");
+    web.login_link().map(Json).map_err(ApiError::internal)
 }

@@ -260,7 +260,8 @@ fn embedded(subcommand: &str) -> anyhow::Result<std::process::Command> {
     Ok(cmd)
 }
 
-fn agent_command(req: &AgentRequest) -> anyhow::Result<std::process::Command> {
+/// The embedded `run` or `chat` a request asks for (the web page starts its runs with it).
+pub(crate) fn agent_command(req: &AgentRequest) -> anyhow::Result<std::process::Command> {
     absolute("cwd", &req.cwd)?;
     let mut cmd = embedded(if req.chat { "chat" } else { "run" })?;
     // The host's own model overrides never leak into a client's session: only the

@@ -49,6 +49,24 @@ pub struct Host {
     pub rate: rate::RateLimits,
     /// Set on a stop signal: new runs are refused while those in flight finish.
     pub stopping: std::sync::atomic::AtomicBool,
+    /// The web page, when `[web] listen` is set (`docs/web.md`).
+    pub web: Option<crate::web::Web>,
+}
+
+impl Host {
+    /// The kill switch as the host pulls it, for every client (the socket's `/v1/kill`,
+    /// the web page): the service kills the sessions and records `who`'s act, and the
+    /// chats that live here end too (their clients are told). Blocking.
+    pub fn kill(
+        &self,
+        input: &crate::service::kill::KillInput,
+        who: &crate::service::decider::Decider,
+    ) -> anyhow::Result<crate::service::kill::KillReport> {
+        let report = crate::service::kill::kill_sessions_as(&self.home, input, who)?;
+        let ids: Vec<String> = report.killed.iter().map(|k| k.id.clone()).collect();
+        self.live.killed(&ids);
+        Ok(report)
+    }
 }
 
 /// How long a stopping host lets runs in flight finish before it exits (and so kills them).
@@ -67,6 +85,8 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
         tracing::warn!(interrupted = ?recovered.interrupted, orphaned_approvals = recovered.orphaned, "recovered what the last run of the host left");
     }
     let limits = warm.config().host.clone();
+    // A `[web]` the host cannot serve safely stops the start, before anything runs.
+    let web = crate::web::Web::prepare(&warm.config().web)?;
     let host = Arc::new(Host {
         home: home.clone(),
         warm,
@@ -79,6 +99,7 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
         run_store: crate::service::exec::open_run_store(&home)?,
         rate: rate::RateLimits::new(limits.requests_per_minute),
         stopping: std::sync::atomic::AtomicBool::new(false),
+        web,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -168,6 +189,14 @@ async fn run(host: Arc<Host>) -> anyhow::Result<()> {
             }
         }
     });
+    let web = tokio::spawn({
+        let host = host.clone();
+        async move {
+            if let Err(e) = crate::web::serve(host).await {
+                tracing::error!(error = %e, "the web page stopped");
+            }
+        }
+    });
     let app = api::router(host.clone());
     let served = axum::serve(
         listener,
@@ -176,6 +205,7 @@ async fn run(host: Arc<Host>) -> anyhow::Result<()> {
     .with_graceful_shutdown(stop_signal())
     .await;
     reloading.abort();
+    web.abort();
     served.map_err(|e| anyhow::anyhow!("serving {}: {e}", path.display()))
 }
 

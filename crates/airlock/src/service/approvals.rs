@@ -20,6 +20,7 @@ use airlock_store::{
 };
 
 use crate::home::Home;
+use crate::service::decider::Decider;
 use crate::service::fault;
 use crate::{config, runtime};
 
@@ -184,8 +185,13 @@ pub fn show(home: &Home, id: &str) -> anyhow::Result<ApprovalShown> {
     })
 }
 
-/// Approve a pending request, with a grant when `duration` is given.
+/// Approve a pending request as the owner at the command line ([`approve_as`]).
 pub fn approve(home: &Home, input: &ApproveInput) -> anyhow::Result<Approved> {
+    approve_as(home, input, &Decider::cli())
+}
+
+/// Approve a pending request, with a grant when `duration` is given, as `who` decides.
+pub fn approve_as(home: &Home, input: &ApproveInput, who: &Decider) -> anyhow::Result<Approved> {
     let store = open_store(home).map_err(fault)?;
     let id = input.id.as_str();
     if input.scope.is_some() && input.duration.is_none() {
@@ -222,7 +228,7 @@ pub fn approve(home: &Home, input: &ApproveInput) -> anyhow::Result<Approved> {
                 action_hash: request.payload_hash.clone(),
             },
         },
-        created_by: OPERATOR.into(),
+        created_by: who.principal().into(),
         expires_at: now.plus(d),
     });
     // The audit log must be writable before anything is decided.
@@ -231,7 +237,7 @@ pub fn approve(home: &Home, input: &ApproveInput) -> anyhow::Result<Approved> {
         .approve(
             id,
             &ApproveRequest {
-                approver: OPERATOR,
+                approver: who.principal(),
                 payload_hash: input.hash.as_deref().unwrap_or(&request.payload_hash),
                 grant: grant.clone(),
             },
@@ -243,12 +249,12 @@ pub fn approve(home: &Home, input: &ApproveInput) -> anyhow::Result<Approved> {
     let ev = AuditEvent::by(
         "approval-granted",
         approved.request.session_id.as_str(),
-        &operator(),
+        &who.attribution(),
     )
     .with_action(payload.clone(), approved.request.payload_hash.clone())
     .with_detail(json!({
         "approval_id": approved.request.id,
-        "decided_by": operator_detail(),
+        "decided_by": who.detail(),
         "grant_id": approved.grant_id,
     }));
     log.append(ev).map_err(|e| {
@@ -260,7 +266,7 @@ pub fn approve(home: &Home, input: &ApproveInput) -> anyhow::Result<Approved> {
         let ev = AuditEvent::by(
             "grant-created",
             approved.request.session_id.as_str(),
-            &operator(),
+            &who.attribution(),
         )
         .with_action(payload, approved.request.payload_hash.clone())
         .with_detail(json!({
@@ -271,7 +277,7 @@ pub fn approve(home: &Home, input: &ApproveInput) -> anyhow::Result<Approved> {
             "shape": pattern.as_ref().map(|p| &p.shape),
             "matches": pattern.as_ref().map(|p| &p.summary),
             "expires_at_ms": g.expires_at.as_unix_ms(),
-            "decided_by": operator_detail(),
+            "decided_by": who.detail(),
         }));
         log.append(ev).map_err(|e| {
             fault(anyhow::anyhow!(
@@ -303,8 +309,13 @@ pub fn approve(home: &Home, input: &ApproveInput) -> anyhow::Result<Approved> {
     })
 }
 
-/// Deny a pending request.
+/// Deny a pending request as the owner at the command line ([`deny_as`]).
 pub fn deny(home: &Home, input: &DenyInput) -> anyhow::Result<Denied> {
+    deny_as(home, input, &Decider::cli())
+}
+
+/// Deny a pending request, as `who` decides.
+pub fn deny_as(home: &Home, input: &DenyInput, who: &Decider) -> anyhow::Result<Denied> {
     let store = open_store(home).map_err(fault)?;
     let id = input.id.as_str();
     let reason = input.reason.as_deref();
@@ -313,17 +324,21 @@ pub fn deny(home: &Home, input: &DenyInput) -> anyhow::Result<Denied> {
     let cfg = config::load(&home.config_file()).map_err(fault)?;
     let mut log = runtime::open_audit(home, &cfg).map_err(fault)?;
     let denied = store
-        .deny(id, OPERATOR, reason, now)
+        .deny(id, who.principal(), reason, now)
         .map_err(|e| decision_error(id, e))?;
     let payload: serde_json::Value =
         serde_json::from_str(&denied.payload).unwrap_or(serde_json::Value::Null);
-    let ev = AuditEvent::by("approval-denied", denied.session_id.as_str(), &operator())
-        .with_action(payload, denied.payload_hash.clone())
-        .with_detail(json!({
-            "approval_id": denied.id,
-            "decided_by": operator_detail(),
-            "reason": reason,
-        }));
+    let ev = AuditEvent::by(
+        "approval-denied",
+        denied.session_id.as_str(),
+        &who.attribution(),
+    )
+    .with_action(payload, denied.payload_hash.clone())
+    .with_detail(json!({
+        "approval_id": denied.id,
+        "decided_by": who.detail(),
+        "reason": reason,
+    }));
     log.append(ev).map_err(|e| {
         fault(anyhow::anyhow!(
             "denied `{id}`, but its audit record failed: {e}"
@@ -388,17 +403,13 @@ pub fn open_store(home: &Home) -> anyhow::Result<SqliteStore> {
 
 /// The local operator at the command line, as audit records name them.
 pub fn operator() -> airlock_core::Attribution {
-    airlock_core::Attribution::owner_cli()
+    Decider::cli().attribution()
 }
 
-/// Who decided, for audit records: the operator principal and the Unix user behind it.
+/// Who decided at the command line, for audit records: the operator principal and the
+/// Unix user behind it ([`Decider::detail`]).
 pub fn operator_detail() -> serde_json::Value {
-    json!({
-        "principal": OPERATOR,
-        "via": "cli",
-        "uid": nix::unistd::getuid().as_raw(),
-        "user": std::env::var("USER").ok().map(|u| escape_line(&u)),
-    })
+    Decider::cli().detail()
 }
 
 pub fn get(store: &SqliteStore, id: &str) -> anyhow::Result<ApprovalRequest> {

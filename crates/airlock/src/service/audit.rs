@@ -62,3 +62,17 @@ pub fn tail(
     })
     .map_err(|e| fault(anyhow::anyhow!("{e}")))?
 }
+
+/// Verify the home's audit log against its public key and high-water mark, as `airlock
+/// audit verify` and the web page's audit timeline show it.
+pub fn verify(home: &Home) -> anyhow::Result<airlock_audit::VerifyReport> {
+    let key_path = airlock_audit::public_key_path(&home.audit_key());
+    let key = airlock_audit::load_verifier(&key_path)
+        .map_err(|e| anyhow::anyhow!("{e}\nhelp: run `airlock init` first"))?;
+    let mark = home.audit_mark();
+    let trust = airlock_audit::Trust {
+        key: &key,
+        mark: Some(&mark),
+    };
+    airlock_audit::verify_with(&home.audit_dir(), &trust).map_err(|e| fault(anyhow::anyhow!("{e}")))
+}

@@ -6,32 +6,38 @@ use airlock_audit::{AuditEvent, AuditLog};
 use airlock_core::terminal_text::escape_line;
 use airlock_store::{Grant, GrantAdmin, GrantScope, GrantTarget, Timestamp};
 
-use crate::service::approvals::{operator_detail, OPERATOR};
+use crate::service::decider::Decider;
 
-/// Revoke every grant in the store and leave one audit record per grant. Shared with
-/// `airlock kill --all`. Returns how many were revoked.
+/// Revoke every grant in the store and leave one audit record per grant, each `who`'s act.
+/// Shared with `airlock kill --all`. Returns how many were revoked.
 pub fn revoke_all_recorded(
     store: &impl GrantAdmin,
     log: &mut AuditLog,
     via: &str,
+    who: &Decider,
 ) -> anyhow::Result<usize> {
     let revoked = store
         .revoke_all_grants(Timestamp::now())
         .map_err(|e| anyhow::anyhow!("cannot revoke the grants: {e}"))?;
     for g in &revoked {
-        append_revocation(log, g, via)?;
+        append_revocation(log, g, via, who)?;
     }
     Ok(revoked.len())
 }
 
-pub fn append_revocation(log: &mut AuditLog, g: &Grant, via: &str) -> anyhow::Result<()> {
+pub fn append_revocation(
+    log: &mut AuditLog,
+    g: &Grant,
+    via: &str,
+    who: &Decider,
+) -> anyhow::Result<()> {
     let session = match &g.scope {
         GrantScope::Session { session_id } => session_id.as_str(),
         GrantScope::Rule => "-",
     };
-    let ev = AuditEvent::new("grant-revoked", session, OPERATOR).with_detail(json!({
+    let ev = AuditEvent::by("grant-revoked", session, &who.attribution()).with_detail(json!({
         "grant": grant_json(g),
-        "decided_by": operator_detail(),
+        "decided_by": who.detail(),
         "command": via,
     }));
     log.append(ev).map_err(|e| {

@@ -36,7 +36,8 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use crate::home::Home;
-use crate::service::approvals::{open_store, operator, operator_detail, OPERATOR};
+use crate::service::approvals::open_store;
+use crate::service::decider::Decider;
 use crate::service::fault;
 use crate::{config, runtime};
 
@@ -102,8 +103,17 @@ struct Killed {
     helpers_left: Vec<u32>,
 }
 
-/// Kill `input`'s sessions, each recorded as the operator's act.
+/// Kill `input`'s sessions, each recorded as the act of the operator at the command line.
 pub fn kill_sessions(home: &Home, input: &KillInput) -> anyhow::Result<KillReport> {
+    kill_sessions_as(home, input, &Decider::cli())
+}
+
+/// Kill `input`'s sessions, each recorded as `who`'s act.
+pub fn kill_sessions_as(
+    home: &Home,
+    input: &KillInput,
+    who: &Decider,
+) -> anyhow::Result<KillReport> {
     anyhow::ensure!(
         input.all != input.session.is_some(),
         "name one session or --all\nhelp: airlock kill <session> | airlock kill --all"
@@ -142,6 +152,7 @@ pub fn kill_sessions(home: &Home, input: &KillInput) -> anyhow::Result<KillRepor
             &store,
             &mut log,
             "kill --all",
+            who,
         )?)
     } else {
         None
@@ -149,7 +160,7 @@ pub fn kill_sessions(home: &Home, input: &KillInput) -> anyhow::Result<KillRepor
 
     let mut killed = Vec::new();
     for id in &targets {
-        let k = kill_one(&store, &run_root, id)?;
+        let k = kill_one(&store, &run_root, id, who)?;
         if !k.in_store && k.run_dir.is_none() {
             if input.all {
                 continue;
@@ -160,16 +171,17 @@ pub fn kill_sessions(home: &Home, input: &KillInput) -> anyhow::Result<KillRepor
                 run_root.display()
             );
         }
-        let ev = AuditEvent::by("session-killed", id.as_str(), &operator()).with_detail(json!({
-            "decided_by": operator_detail(),
-            "in_store": k.in_store,
-            "already_killed": k.already_killed,
-            "cancelled_approvals": k.cancelled_approvals,
-            "revoked_grants": k.revoked_grants,
-            "run_dir": k.run_dir,
-            "helpers_killed": k.helpers_killed,
-            "helpers_left": k.helpers_left,
-        }));
+        let ev =
+            AuditEvent::by("session-killed", id.as_str(), &who.attribution()).with_detail(json!({
+                "decided_by": who.detail(),
+                "in_store": k.in_store,
+                "already_killed": k.already_killed,
+                "cancelled_approvals": k.cancelled_approvals,
+                "revoked_grants": k.revoked_grants,
+                "run_dir": k.run_dir,
+                "helpers_killed": k.helpers_killed,
+                "helpers_left": k.helpers_left,
+            }));
         log.append(ev).map_err(|e| {
             fault(anyhow::anyhow!(
                 "session `{id}` was killed, but its audit record failed: {e}"
@@ -196,11 +208,12 @@ fn kill_one(
     store: &airlock_store::SqliteStore,
     run_root: &Path,
     id: &str,
+    who: &Decider,
 ) -> anyhow::Result<Killed> {
     let mut k = Killed::default();
     // The store first: an exec that starts after this sees the session killed and never
     // launches (it checks after registering its run dir).
-    match store.kill_session(id, OPERATOR, Timestamp::now()) {
+    match store.kill_session(id, who.principal(), Timestamp::now()) {
         Ok(report) => {
             k.in_store = true;
             k.already_killed = report.already_killed;

@@ -13,7 +13,8 @@ use airlock_core::terminal_text::escape_line;
 use airlock_store::{MemoryOperator, MemoryRecord, MemoryVersion, SqliteStore, Timestamp};
 
 use crate::home::Home;
-use crate::service::approvals::{open_store, operator, operator_detail, OPERATOR};
+use crate::service::approvals::open_store;
+use crate::service::decider::Decider;
 use crate::service::fault;
 use crate::{config, runtime};
 
@@ -151,6 +152,71 @@ pub enum MemoryActed {
     },
 }
 
+/// A held change to memory as the operator reviews it: the record now and the one
+/// proposed, each as pretty JSON through its declared type.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReviewView {
+    pub change: String,
+    pub record_id: String,
+    pub namespace: String,
+    pub tier: String,
+    /// `write`, or `forget` (no proposed record).
+    pub op: String,
+    pub session: String,
+    pub principal: String,
+    pub tool_call: String,
+    pub tainted: bool,
+    pub reasons: Vec<String>,
+    /// The record as it is, and its version; `None` for a new record.
+    pub current: Option<(i64, String)>,
+    pub proposed: Option<String>,
+}
+
+/// The changes waiting for review, for the web page (`airlock memory review` prints the
+/// same).
+pub fn reviews(home: &Home) -> anyhow::Result<(Vec<ReviewView>, usize)> {
+    let store = open_memory_store(home).map_err(fault)?;
+    let listing = store
+        .operator_memory_reviews(false)
+        .map_err(|e| fault(store_err("cannot list held changes", e)))?;
+    let pretty = |r: Option<&MemoryRecord>| {
+        serde_json::to_string_pretty(&record_json(r)).unwrap_or_default()
+    };
+    let items = listing
+        .items
+        .iter()
+        .map(|c| {
+            let current = match c.base_version {
+                Some(_) => store
+                    .operator_memory_show(&c.record_id)
+                    .ok()
+                    .map(|v| (v.version, pretty(v.record.as_ref()))),
+                None => None,
+            };
+            ReviewView {
+                change: c.id.clone(),
+                record_id: c.record_id.clone(),
+                namespace: c.namespace.key(),
+                tier: c.tier.as_str().to_string(),
+                op: if c.record.is_some() {
+                    "write"
+                } else {
+                    "forget"
+                }
+                .into(),
+                session: c.provenance.session_id.clone(),
+                principal: c.provenance.principal.clone(),
+                tool_call: c.provenance.tool_call_id.clone(),
+                tainted: c.provenance.tainted,
+                reasons: c.reasons.clone(),
+                current,
+                proposed: c.record.as_ref().map(|r| pretty(Some(r))),
+            }
+        })
+        .collect();
+    Ok((items, listing.corrupt.len()))
+}
+
 /// Open the audit log before changing anything, so a change is never made that cannot be
 /// recorded.
 fn audit_log(home: &Home) -> anyhow::Result<airlock_audit::AuditLog> {
@@ -160,13 +226,14 @@ fn audit_log(home: &Home) -> anyhow::Result<airlock_audit::AuditLog> {
 
 fn record(
     mut log: airlock_audit::AuditLog,
+    who: &Decider,
     kind: &str,
     session: &str,
     detail: Value,
 ) -> anyhow::Result<()> {
     let mut detail = detail;
-    detail["decided_by"] = operator_detail();
-    log.append(AuditEvent::by(kind, session, &operator()).with_detail(detail))
+    detail["decided_by"] = who.detail();
+    log.append(AuditEvent::by(kind, session, &who.attribution()).with_detail(detail))
         .map_err(|e| {
             fault(anyhow::anyhow!(
                 "the change was made, but its audit record failed: {e}"
@@ -176,8 +243,13 @@ fn record(
     Ok(())
 }
 
-/// Make `act`, recorded.
+/// Make `act` as the operator at the command line, recorded ([`act_as`]).
 pub fn act(home: &Home, act: &MemoryAct) -> anyhow::Result<MemoryActed> {
+    act_as(home, act, &Decider::cli())
+}
+
+/// Make `act` as `who`, recorded.
+pub fn act_as(home: &Home, act: &MemoryAct, who: &Decider) -> anyhow::Result<MemoryActed> {
     let store = open_memory_store(home).map_err(fault)?;
     let now = Timestamp::now();
     match act {
@@ -187,10 +259,11 @@ pub fn act(home: &Home, act: &MemoryAct) -> anyhow::Result<MemoryActed> {
                 .operator_memory_review(change)
                 .map_err(|e| store_err("cannot read the change", e))?;
             let v = store
-                .operator_memory_approve(change, OPERATOR, now)
+                .operator_memory_approve(change, who.principal(), now)
                 .map_err(|e| store_err(&format!("cannot approve `{}`", escape_line(change)), e))?;
             record(
                 log,
+                who,
                 "memory-review-approved",
                 &held.provenance.session_id,
                 json!({"change": change, "version": version_json(&v)}),
@@ -203,10 +276,11 @@ pub fn act(home: &Home, act: &MemoryAct) -> anyhow::Result<MemoryActed> {
         MemoryAct::Reject { change } => {
             let log = audit_log(home)?;
             let c = store
-                .operator_memory_reject(change, OPERATOR, now)
+                .operator_memory_reject(change, who.principal(), now)
                 .map_err(|e| store_err(&format!("cannot reject `{}`", escape_line(change)), e))?;
             record(
                 log,
+                who,
                 "memory-review-rejected",
                 &c.provenance.session_id,
                 json!({"change": c.id, "record": c.record_id, "tier": c.tier.as_str(),
@@ -219,10 +293,11 @@ pub fn act(home: &Home, act: &MemoryAct) -> anyhow::Result<MemoryActed> {
         MemoryAct::Rollback { id, to } => {
             let log = audit_log(home)?;
             let v = store
-                .operator_memory_rollback(id, *to, OPERATOR, now)
+                .operator_memory_rollback(id, *to, who.principal(), now)
                 .map_err(|e| store_err(&format!("cannot roll back `{}`", escape_line(id)), e))?;
             record(
                 log,
+                who,
                 "memory-rollback",
                 "operator",
                 json!({"record": id, "to": to, "version": version_json(&v)}),
@@ -234,7 +309,7 @@ pub fn act(home: &Home, act: &MemoryAct) -> anyhow::Result<MemoryActed> {
         MemoryAct::RollbackSession { session } => {
             let log = audit_log(home)?;
             let r = store
-                .operator_memory_rollback_session(session, OPERATOR, now)
+                .operator_memory_rollback_session(session, who.principal(), now)
                 .map_err(|e| {
                     store_err(
                         &format!("cannot roll back session `{}`", escape_line(session)),
@@ -243,6 +318,7 @@ pub fn act(home: &Home, act: &MemoryAct) -> anyhow::Result<MemoryActed> {
                 })?;
             record(
                 log,
+                who,
                 "memory-rollback-session",
                 session,
                 json!({
@@ -263,6 +339,7 @@ pub fn act(home: &Home, act: &MemoryAct) -> anyhow::Result<MemoryActed> {
                 .map_err(|e| store_err(&format!("cannot purge `{}`", escape_line(id)), e))?;
             record(
                 log,
+                who,
                 "memory-purge",
                 "operator",
                 json!({"record": id, "versions": n}),
@@ -275,10 +352,11 @@ pub fn act(home: &Home, act: &MemoryAct) -> anyhow::Result<MemoryActed> {
         MemoryAct::RegisterSchema { name, text } => {
             let log = audit_log(home)?;
             store
-                .operator_memory_register_schema(name, text, OPERATOR, now)
+                .operator_memory_register_schema(name, text, who.principal(), now)
                 .map_err(|e| store_err(&format!("schema {}", escape_line(name)), e))?;
             record(
                 log,
+                who,
                 "memory-schema-registered",
                 "operator",
                 json!({"name": name, "schema_sha256": airlock_core::canonical::sha256_hex(text.as_bytes())}),

@@ -8,6 +8,8 @@ pub mod audit;
 pub mod caller;
 pub mod check;
 pub mod conversation;
+pub mod decider;
+pub mod evidence;
 pub mod exec;
 pub mod grants;
 pub mod kill;

@@ -9,9 +9,11 @@ use super::exec_fixture::{airlock_bin, fixture, Fixture};
 use super::host_fixture::Host;
 use super::{audit_records, exec, verify};
 
+mod browser;
 mod chat_platforms;
 mod sessions;
 mod telegram;
+mod web;
 mod webhook;
 
 fn status(f: &Fixture) -> serde_json::Value {

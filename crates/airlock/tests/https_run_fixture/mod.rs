@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use airlock_agent::scripted::ScriptedModel;
 use airlock_proxy::{NetRule, NetRules};
 
+#[allow(unused_imports)]
 pub use crate::exec_fixture::report;
 use crate::exec_fixture::scripted_command;
 

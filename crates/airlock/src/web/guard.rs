@@ -1,0 +1,178 @@
+//! What every request to the page passes before a handler sees it, and what every answer
+//! carries:
+//! - its `Host` must be one of the page's own addresses, and its `Origin`, when it has one,
+//!   the page's own origin (a state change must have one): a page of another site, or a
+//!   name rebound to 127.0.0.1, gets a 403 and nothing else;
+//! - every answer has a strict Content-Security-Policy (no inline script, no framing), is
+//!   never cached, sends no referrer to another origin, and has no CORS header (no other origin may read it);
+//! - a handler that needs a login takes [`LoggedIn`]; one that changes state takes
+//!   [`Checked`], which is a login plus a form whose CSRF token is that login's.
+
+use std::sync::Arc;
+
+use axum::extract::{FromRequest, FromRequestParts, Request, State};
+use axum::http::header::{self, HeaderMap, HeaderValue};
+use axum::http::request::Parts;
+use axum::http::{Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Form;
+use serde::de::DeserializeOwned;
+
+use super::auth::WebLogin;
+use super::WebState;
+
+/// The policy every answer carries: own-origin scripts, styles and images only, no
+/// inline script or style, forms only to itself, never framed.
+pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// The login cookie's name.
+pub const COOKIE: &str = "airlock_web";
+
+/// Check `Host` and `Origin`, then add the security headers to the answer.
+pub async fn check_request(
+    State(web): State<Arc<WebState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let mut response = match refusal(&web, request.method(), request.headers()) {
+        Some(why) => {
+            tracing::warn!(why = %why, "web: refused a request");
+            (StatusCode::FORBIDDEN, why).into_response()
+        }
+        None => next.run(request).await,
+    };
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    // Not `no-referrer`: under it a browser sends `Origin: null` with the page's own
+    // forms, and the Origin check above needs the real one. Nothing leaves the origin.
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        "cross-origin-opener-policy",
+        HeaderValue::from_static("same-origin"),
+    );
+    h.insert(
+        "cross-origin-resource-policy",
+        HeaderValue::from_static("same-origin"),
+    );
+    response
+}
+
+/// Why a request is refused before it is looked at, if it is.
+fn refusal(web: &WebState, method: &Method, headers: &HeaderMap) -> Option<String> {
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    match host {
+        Some(h) if web.bound.hosts.iter().any(|a| a == h) => {}
+        _ => {
+            return Some(format!(
+                "this page answers only to {} (the Host header names another address)",
+                web.bound.hosts.join(" or ")
+            ))
+        }
+    }
+    match headers.get(header::ORIGIN).map(|v| v.to_str()) {
+        Some(Ok(o)) if web.bound.origins.iter().any(|a| a == o) => None,
+        Some(_) => Some("a request from another site's page is refused".into()),
+        None if method == Method::GET || method == Method::HEAD => None,
+        None => Some("a change without an Origin header is refused".into()),
+    }
+}
+
+/// The cookie's value in a request, if it has one.
+pub fn cookie_of(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|kv| {
+            let (k, v) = kv.trim().split_once('=')?;
+            (k == COOKIE).then(|| v.to_string())
+        })
+}
+
+/// A request from a logged-in browser.
+pub struct LoggedIn(pub WebLogin);
+
+/// The answer to a request that needs a login and has none: the page that says how to
+/// get one (a redirect for a page, a 401 for a change).
+pub struct NotLoggedIn(Method);
+
+impl IntoResponse for NotLoggedIn {
+    fn into_response(self) -> Response {
+        if self.0 == Method::GET {
+            Redirect::to("/welcome").into_response()
+        } else {
+            (
+                StatusCode::UNAUTHORIZED,
+                "not logged in: run `airlock web` for a login link",
+            )
+                .into_response()
+        }
+    }
+}
+
+impl FromRequestParts<Arc<WebState>> for LoggedIn {
+    type Rejection = NotLoggedIn;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        web: &Arc<WebState>,
+    ) -> Result<Self, Self::Rejection> {
+        cookie_of(&parts.headers)
+            .and_then(|c| web.logins.session(&c))
+            .map(LoggedIn)
+            .ok_or_else(|| NotLoggedIn(parts.method.clone()))
+    }
+}
+
+/// A form that carries the login's CSRF token in its `csrf` field.
+pub trait HasCsrf {
+    fn csrf(&self) -> &str;
+}
+
+/// A state change: a logged-in request whose form carries that login's CSRF token.
+pub struct Checked<T>(pub WebLogin, pub T);
+
+impl<T> FromRequest<Arc<WebState>> for Checked<T>
+where
+    T: DeserializeOwned + HasCsrf + Send,
+{
+    type Rejection = Response;
+
+    async fn from_request(req: Request, web: &Arc<WebState>) -> Result<Self, Self::Rejection> {
+        let (mut parts, body) = req.into_parts();
+        let LoggedIn(login) = LoggedIn::from_request_parts(&mut parts, web)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let req = Request::from_parts(parts, body);
+        let Form(form) = Form::<T>::from_request(req, web).await.map_err(|e| {
+            (
+                StatusCode::BAD_REQUEST,
+                format!("the form is not what this page sends: {e}"),
+            )
+                .into_response()
+        })?;
+        if !login.csrf_matches(form.csrf()) {
+            tracing::warn!(login = %login.id, "web: refused a change without this login's CSRF token");
+            return Err((
+                StatusCode::FORBIDDEN,
+                "the form's CSRF token is missing or not this login's: reload the page and try again",
+            )
+                .into_response());
+        }
+        Ok(Checked(login, form))
+    }
+}

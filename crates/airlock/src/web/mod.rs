@@ -1,0 +1,193 @@
+//! The web page `airlock serve` serves (`docs/web.md`): sessions, approvals with the exact
+//! payload and its provenance, the audit timeline, and the kill switch on every page.
+//!
+//! It is one more client of the host's services, in the host's own process: every
+//! decision goes through [`crate::service`] with the web principal attached (the owner,
+//! via `web`, and the login's id), exactly as the socket's API calls them for the
+//! command line. It listens on loopback only ([`settings`]); a login is a one-time link
+//! from `airlock web` ([`auth`]); every request passes [`guard`]; every value a model,
+//! tool or sender wrote is shown through [`untrusted`].
+//!
+//! Modules: [`settings`] (`[web]` checked), [`auth`] (links and logins), [`guard`]
+//! (Host/Origin, headers, login and CSRF extractors), [`layout`] (the frame and kill
+//! switch), [`untrusted`] (showing untrusted text), [`chart`] (small SVG charts), and one
+//! module per page or action: [`sessions`], [`start`] (new work), [`dataflow`], [`approvals`], [`audit`],
+//! [`budgets`], [`memory`], [`config_page`] (settings), [`kill`], [`login`], [`assets`].
+
+pub mod approvals;
+pub mod assets;
+pub mod audit;
+pub mod auth;
+pub mod budgets;
+pub mod chart;
+pub mod config_page;
+pub mod dataflow;
+pub mod guard;
+pub mod kill;
+pub mod layout;
+pub mod login;
+pub mod memory;
+pub mod sessions;
+pub mod settings;
+pub mod start;
+pub mod untrusted;
+
+use std::sync::{Arc, Mutex};
+
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::host::Host;
+
+/// The page's bound listener and its logins, made when the host starts (so a bad `[web]`
+/// stops the start) and served once the host runs.
+pub struct Web {
+    pub bound: settings::Bound,
+    pub logins: Arc<auth::Logins>,
+    listener: Mutex<Option<std::net::TcpListener>>,
+}
+
+impl Web {
+    /// Check `[web]` and bind its address; `None` when the page is off.
+    pub fn prepare(section: &crate::config::WebSection) -> anyhow::Result<Option<Web>> {
+        let Some(s) = settings::check(section)? else {
+            return Ok(None);
+        };
+        let listener = std::net::TcpListener::bind(s.listen).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot listen on web.listen = {} for the web page: {e}\nhelp: choose another port in [web] listen (port 0 picks a free one), or stop what uses it",
+                s.listen
+            )
+        })?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        Ok(Some(Web {
+            bound: settings::Bound::at(addr),
+            logins: Arc::new(auth::Logins::new(s.session)),
+            listener: Mutex::new(Some(listener)),
+        }))
+    }
+
+    /// A new one-time login link.
+    pub fn login_link(&self) -> anyhow::Result<LoginLink> {
+        let token = self.logins.new_link()?;
+        Ok(LoginLink {
+            url: format!("{}/login?token={token}", self.bound.base_url),
+            expires_in_secs: auth::LINK_TTL.as_secs(),
+        })
+    }
+}
+
+/// What `POST /v1/web/login` answers (`airlock web` prints it).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct LoginLink {
+    pub url: String,
+    pub expires_in_secs: u64,
+}
+
+/// What every handler of the page shares.
+pub struct WebState {
+    pub host: Arc<Host>,
+    pub bound: settings::Bound,
+    pub logins: Arc<auth::Logins>,
+}
+
+/// Serve the page until the host stops. Nothing when it is off.
+pub async fn serve(host: Arc<Host>) -> anyhow::Result<()> {
+    let Some(web) = host.web.as_ref() else {
+        return Ok(());
+    };
+    let Some(listener) = web
+        .listener
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+    else {
+        return Ok(());
+    };
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let state = Arc::new(WebState {
+        host: host.clone(),
+        bound: web.bound.clone(),
+        logins: web.logins.clone(),
+    });
+    tracing::info!(url = %state.bound.base_url, "serving the web page");
+    axum::serve(listener, router(state))
+        .await
+        .map_err(|e| anyhow::anyhow!("serving the web page: {e}"))
+}
+
+/// Every route of the page.
+pub fn router(state: Arc<WebState>) -> Router {
+    Router::new()
+        .route("/", get(sessions::list))
+        .route("/sessions/{id}", get(sessions::one))
+        .route("/sessions/{id}/flow", get(dataflow::page))
+        .route("/sessions/{id}/length", get(sessions::length))
+        .route("/sessions/start", post(start::start))
+        .route("/budgets", get(budgets::page))
+        .route("/memory", get(memory::page))
+        .route("/memory/decide", post(memory::decide))
+        .route("/settings", get(config_page::page))
+        .route("/approvals", get(approvals::list))
+        .route("/approvals/count", get(approvals::count))
+        .route("/approvals/decide", post(approvals::decide))
+        .route("/audit", get(audit::timeline))
+        .route("/kill", post(kill::kill))
+        .route("/login", get(login::login))
+        .route("/logout", post(login::logout))
+        .route("/welcome", get(login::welcome))
+        .route("/static/web.css", get(assets::css))
+        .route("/static/web.js", get(assets::js))
+        .fallback(|| async { (StatusCode::NOT_FOUND, "no such page") })
+        .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            guard::check_request,
+        ))
+        .with_state(state)
+}
+
+impl WebState {
+    /// What the frame needs: the sessions the kill switch can name, and the queue's length.
+    pub async fn chrome(&self) -> layout::Chrome {
+        let home = self.host.home.clone();
+        let live: Vec<String> = self.host.live.status().into_iter().map(|l| l.id).collect();
+        let report = tokio::task::spawn_blocking(move || {
+            crate::service::status::store_status(&home, None, None)
+        })
+        .await;
+        let mut chrome = layout::Chrome::default();
+        if let Ok(Ok(r)) = report {
+            chrome.approvals_pending = r.approvals_pending;
+            chrome.sessions = r.sessions.into_iter().map(|s| s.id).collect();
+        }
+        for id in live {
+            if !chrome.sessions.contains(&id) {
+                chrome.sessions.push(id);
+            }
+        }
+        chrome
+    }
+
+    /// The page that says how a change went: 200 when done, 400 when refused.
+    pub async fn outcome_page(
+        &self,
+        login: &auth::WebLogin,
+        title: &str,
+        ok: bool,
+        message: &str,
+        back: &str,
+    ) -> Response {
+        let chrome = self.chrome().await;
+        let status = if ok {
+            StatusCode::OK
+        } else {
+            StatusCode::BAD_REQUEST
+        };
+        let page = layout::page(title, login, &chrome, layout::outcome(ok, message, back));
+        (status, Html(page.into_string())).into_response()
+    }
+}

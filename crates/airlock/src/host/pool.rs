@@ -47,13 +47,21 @@ pub struct PoolStatus {
     pub last_error: Option<String>,
 }
 
+/// What the pool builds for.
+#[derive(Clone)]
+struct Template {
+    profile: SandboxProfile,
+    /// [`airlock_sandbox::pool_key`] of `profile`.
+    key: String,
+    /// The config the run that showed it was made under.
+    config: Arc<crate::config::Config>,
+}
+
 #[derive(Default)]
 struct State {
     /// The profile runs asked for last, and its base's key: what the pool builds for.
-    template: Option<(SandboxProfile, String)>,
+    template: Option<Template>,
     ready: Vec<PooledSandbox>,
-    /// The config the pooled sandboxes were built under.
-    config: Option<Arc<crate::config::Config>>,
     stopping: bool,
     status: PoolStatus,
 }
@@ -94,7 +102,11 @@ impl SandboxPool {
     /// A live pooled sandbox built for `profile`'s base, or `None` (the run then builds
     /// its own). Sandboxes built for another base are discarded, and the pool turns to
     /// building for this one.
-    pub fn take(&self, profile: &SandboxProfile) -> Option<PooledSandbox> {
+    pub fn take(
+        &self,
+        profile: &SandboxProfile,
+        config: &Arc<crate::config::Config>,
+    ) -> Option<PooledSandbox> {
         let key = match airlock_sandbox::pool_key(profile) {
             Ok(key) => key,
             Err(e) => {
@@ -108,10 +120,14 @@ impl SandboxPool {
             if s.stopping {
                 return None;
             }
-            if s.template.as_ref().map(|(_, k)| k) != Some(&key) {
+            if s.template.as_ref().map(|t| &t.key) != Some(&key) {
                 stale.append(&mut s.ready);
-                s.template = Some((profile.clone(), key));
             }
+            s.template = Some(Template {
+                profile: profile.clone(),
+                key,
+                config: config.clone(),
+            });
             let mut taken = None;
             while let Some(sandbox) = s.ready.pop() {
                 if sandbox.is_alive() {
@@ -160,9 +176,11 @@ impl SandboxPool {
                 let mut s = self.lock();
                 let cfg = config();
                 s.status.size = cfg.host.sandbox_pool;
-                // A config reload discards what was built under the old config; the next
-                // run shows what to build for.
-                if s.config.as_ref().is_some_and(|old| !Arc::ptr_eq(old, &cfg)) {
+                // A config reloaded since the last run may change the confinement: what
+                // was built for that run's profile is discarded, and the next run shows
+                // what to build for. (A run under the new config already replaced the
+                // template, and discarded what did not fit it.)
+                if s.template.as_ref().is_some_and(|t| !Arc::ptr_eq(&t.config, &cfg)) {
                     let stale = std::mem::take(&mut s.ready);
                     s.status.discarded += stale.len() as u64;
                     s.template = None;
@@ -171,7 +189,6 @@ impl SandboxPool {
                     tracing::info!("config reloaded: pooled sandboxes discarded");
                     s = self.lock();
                 }
-                s.config = Some(cfg.clone());
                 let dead: Vec<PooledSandbox> = {
                     let (live, dead) = std::mem::take(&mut s.ready)
                         .into_iter()
@@ -196,7 +213,7 @@ impl SandboxPool {
                 }
                 (s.template.clone(), cfg)
             };
-            let Some((profile, key)) = template else {
+            let Some(Template { profile, key, .. }) = template else {
                 continue;
             };
             let built = crate::sandbox_helper::locate_for(home, &cfg)
@@ -204,7 +221,7 @@ impl SandboxPool {
             match built {
                 Ok(sandbox) => {
                     let mut s = self.lock();
-                    let fits = !s.stopping && s.template.as_ref().map(|(_, k)| k) == Some(&key);
+                    let fits = !s.stopping && s.template.as_ref().map(|t| &t.key) == Some(&key);
                     if fits {
                         s.ready.push(sandbox);
                         s.status.last_error = None;

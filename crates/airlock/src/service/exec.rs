@@ -229,7 +229,7 @@ pub fn exec(
     let pooled = match loaded {
         Loaded::Warm {
             pool: Some(pool), ..
-        } if cfg.host.sandbox_pool > 0 => pool.take(&profile_sb),
+        } if cfg.host.sandbox_pool > 0 => pool.take(&profile_sb, &cfg),
         _ => None,
     };
     let mut preparing = Preparing::start(

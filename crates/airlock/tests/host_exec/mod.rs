@@ -9,7 +9,9 @@ use super::exec_fixture::{airlock_bin, fixture, Fixture};
 use super::host_fixture::Host;
 use super::{audit_records, exec, verify};
 
+mod audit_writer;
 mod chat_platforms;
+mod pool;
 mod sessions;
 mod telegram;
 mod webhook;

@@ -448,7 +448,11 @@ impl Egress {
         // everything is written.
         let deadline = Instant::now() + DRAIN_TIMEOUT;
         let mut drained = true;
-        while self.records.as_ref().is_some_and(|t| Arc::strong_count(t) > 1) {
+        while self
+            .records
+            .as_ref()
+            .is_some_and(|t| Arc::strong_count(t) > 1)
+        {
             if Instant::now() > deadline {
                 drained = false;
                 break;

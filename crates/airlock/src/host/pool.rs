@@ -180,7 +180,10 @@ impl SandboxPool {
                 // was built for that run's profile is discarded, and the next run shows
                 // what to build for. (A run under the new config already replaced the
                 // template, and discarded what did not fit it.)
-                if s.template.as_ref().is_some_and(|t| !Arc::ptr_eq(&t.config, &cfg)) {
+                if s.template
+                    .as_ref()
+                    .is_some_and(|t| !Arc::ptr_eq(&t.config, &cfg))
+                {
                     let stale = std::mem::take(&mut s.ready);
                     s.status.discarded += stale.len() as u64;
                     s.template = None;
@@ -198,7 +201,10 @@ impl SandboxPool {
                 };
                 if !dead.is_empty() {
                     s.status.discarded += dead.len() as u64;
-                    tracing::warn!(count = dead.len(), "pooled sandboxes died while waiting; discarded");
+                    tracing::warn!(
+                        count = dead.len(),
+                        "pooled sandboxes died while waiting; discarded"
+                    );
                 }
                 if s.stopping {
                     return;

@@ -21,12 +21,20 @@ fn i1_runs_through_the_host_share_one_writer_that_checkpoints_every_n_records_an
     let path = f.home.join("config/airlock.toml");
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains("checkpoint_every = 256"), "{text}");
-    std::fs::write(&path, text.replace("checkpoint_every = 256", "checkpoint_every = 8")).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("checkpoint_every = 256", "checkpoint_every = 8"),
+    )
+    .unwrap();
     let mut host = Host::start(&f.home);
     let (records, signed) = (audit_records(&f.home).len(), checkpoints(&f.home));
     for i in 0..12 {
         let o = exec(&f, &[], &format!("echo run-{i}"));
-        assert_eq!(String::from_utf8_lossy(&o.stdout), format!("run-{i}\n"), "{o:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout),
+            format!("run-{i}\n"),
+            "{o:?}"
+        );
     }
     let appended = audit_records(&f.home).len() - records;
     // Each run appends its decision and its execution record (and each is synced

@@ -39,7 +39,8 @@ fn i2_a_pooled_sandbox_serves_one_run_and_the_next_sees_nothing_of_it() {
     assert!(o.status.success(), "{o:?}");
     wait_for_pool(&f, 2);
     let taken = pool_count(&f, "taken");
-    let leave = "echo left > /tmp/left-behind; (setsid sleep 271 </dev/null >/dev/null 2>&1 &); echo ok";
+    let leave =
+        "echo left > /tmp/left-behind; (setsid sleep 271 </dev/null >/dev/null 2>&1 &); echo ok";
     let o = exec(&f, &[], leave);
     assert_eq!(String::from_utf8_lossy(&o.stdout), "ok\n", "{o:?}");
     assert!(
@@ -49,7 +50,11 @@ fn i2_a_pooled_sandbox_serves_one_run_and_the_next_sees_nothing_of_it() {
     let look = "test -e /tmp/left-behind && echo seen; echo looked";
     let o = exec(&f, &[], look);
     assert_eq!(String::from_utf8_lossy(&o.stdout), "looked\n", "{o:?}");
-    assert_eq!(pool_count(&f, "taken"), taken + 2, "both runs took a pooled sandbox");
+    assert_eq!(
+        pool_count(&f, "taken"),
+        taken + 2,
+        "both runs took a pooled sandbox"
+    );
     // Two sandboxes, not one used twice: their namespaces differ.
     let (a, b) = (&executions_of(&f, leave)[0], &executions_of(&f, look)[0]);
     for ns in ["mnt", "pid", "net", "user"] {
@@ -96,7 +101,11 @@ fn i2_a_pooled_sandbox_gets_the_runs_own_workspace_and_cwd_and_attests_them() {
         "{out}"
     );
     assert!(!out.contains("mine") && !out.contains("theirs"), "{out}");
-    assert_eq!(pool_count(&f, "taken"), taken + 1, "the run took a pooled sandbox");
+    assert_eq!(
+        pool_count(&f, "taken"),
+        taken + 1,
+        "the run took a pooled sandbox"
+    );
     let rec = &executions_of(&f, command)[0];
     let attached = &rec["detail"]["attestation"]["attached"];
     assert_eq!(
@@ -122,8 +131,7 @@ fn i2_a_pooled_sandbox_gets_the_runs_own_workspace_and_cwd_and_attests_them() {
 }
 
 #[test]
-fn i2_a_config_change_discards_the_pooled_sandboxes_and_the_next_run_has_the_new_confinement()
-{
+fn i2_a_config_change_discards_the_pooled_sandboxes_and_the_next_run_has_the_new_confinement() {
     let f = fixture();
     init(&f, "");
     let _host = Host::start(&f.home);
@@ -135,7 +143,11 @@ fn i2_a_config_change_discards_the_pooled_sandboxes_and_the_next_run_has_the_new
     let path = f.home.join("config/airlock.toml");
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains("\nuid = 65534\n"), "{text}");
-    std::fs::write(&path, text.replacen("\nuid = 65534\n", "\nuid = 65533\n", 1)).unwrap();
+    std::fs::write(
+        &path,
+        text.replacen("\nuid = 65534\n", "\nuid = 65533\n", 1),
+    )
+    .unwrap();
     let discarded = pool_count(&f, "discarded");
     let after = String::from_utf8_lossy(&exec(&f, &[], "id -u").stdout).into_owned();
     if root {
@@ -143,7 +155,7 @@ fn i2_a_config_change_discards_the_pooled_sandboxes_and_the_next_run_has_the_new
         assert_eq!(after, "65533\n", "the run after the edit has the new uid");
     }
     wait_for("the stale sandboxes to be discarded", || {
-        pool_count(&f, "discarded") >= discarded + 1
+        pool_count(&f, "discarded") > discarded
     });
     // The pool refills for the new confinement, and its runs have it.
     wait_for_pool(&f, 2);
@@ -171,7 +183,11 @@ fn kill_9_of_the_host_with_a_full_pool_leaves_no_sandbox_process() {
         .flat_map(|h| children_of(*h).into_iter().map(|(pid, _)| pid))
         .chain(helpers.iter().copied())
         .collect();
-    assert_eq!(sandboxed.len(), 4, "helpers and their PID 1s: {sandboxed:?}");
+    assert_eq!(
+        sandboxed.len(),
+        4,
+        "helpers and their PID 1s: {sandboxed:?}"
+    );
     host.signal(nix::sys::signal::Signal::SIGKILL);
     host.wait();
     wait_for("every pooled sandbox's processes to be gone", || {

@@ -51,16 +51,21 @@ pub struct PoolStatus {
 #[derive(Clone)]
 struct Template {
     profile: SandboxProfile,
-    /// [`airlock_sandbox::pool_key`] of `profile`.
-    key: String,
+    /// `profile.base()`: runs with an equal base are served by the same sandboxes.
+    base: SandboxProfile,
+    /// [`airlock_sandbox::pool_key`] of `profile`, computed by the builder (it reads the
+    /// host's files, so never on a run's critical path); `None` until then.
+    key: Option<String>,
+    /// Changes whenever the base does: a build for an older one is discarded.
+    generation: u64,
     /// The config the run that showed it was made under.
     config: Arc<crate::config::Config>,
 }
 
 #[derive(Default)]
 struct State {
-    /// The profile runs asked for last, and its base's key: what the pool builds for.
     template: Option<Template>,
+    generation: u64,
     ready: Vec<PooledSandbox>,
     stopping: bool,
     status: PoolStatus,
@@ -101,33 +106,36 @@ impl SandboxPool {
 
     /// A live pooled sandbox built for `profile`'s base, or `None` (the run then builds
     /// its own). Sandboxes built for another base are discarded, and the pool turns to
-    /// building for this one.
+    /// building for this one. Cheap: no file is read here (the sandbox's attach checks
+    /// the whole base, the host's files included, and refuses one that does not fit).
     pub fn take(
         &self,
         profile: &SandboxProfile,
         config: &Arc<crate::config::Config>,
     ) -> Option<PooledSandbox> {
-        let key = match airlock_sandbox::pool_key(profile) {
-            Ok(key) => key,
-            Err(e) => {
-                tracing::debug!(error = %e, "no pool key for this run's profile");
-                return None;
-            }
-        };
+        let base = profile.base();
         let mut stale = Vec::new();
         let taken = {
             let mut s = self.lock();
             if s.stopping {
                 return None;
             }
-            if s.template.as_ref().map(|t| &t.key) != Some(&key) {
+            let same = s.template.as_ref().is_some_and(|t| t.base == base);
+            if same {
+                if let Some(t) = s.template.as_mut() {
+                    t.config = config.clone();
+                }
+            } else {
                 stale.append(&mut s.ready);
+                s.generation += 1;
+                s.template = Some(Template {
+                    profile: profile.clone(),
+                    base,
+                    key: None,
+                    generation: s.generation,
+                    config: config.clone(),
+                });
             }
-            s.template = Some(Template {
-                profile: profile.clone(),
-                key,
-                config: config.clone(),
-            });
             let mut taken = None;
             while let Some(sandbox) = s.ready.pop() {
                 if sandbox.is_alive() {
@@ -147,6 +155,25 @@ impl SandboxPool {
         // Killed and reaped outside the lock.
         drop(stale);
         taken
+    }
+
+    /// A pooled sandbox did not fit its run although the profiles' bases were equal (the
+    /// host's `/etc` or the proxy's CA changed): what is pooled is discarded and the key
+    /// computed again.
+    pub fn mismatched(&self) {
+        let stale = {
+            let mut s = self.lock();
+            s.generation += 1;
+            let generation = s.generation;
+            if let Some(t) = s.template.as_mut() {
+                t.key = None;
+                t.generation = generation;
+            }
+            std::mem::take(&mut s.ready)
+        };
+        self.lock().status.discarded += stale.len() as u64;
+        self.wake.notify_all();
+        drop(stale);
     }
 
     /// What `airlock status` shows.
@@ -219,15 +246,33 @@ impl SandboxPool {
                 }
                 (s.template.clone(), cfg)
             };
-            let Some(Template { profile, key, .. }) = template else {
+            let Some(template) = template else {
                 continue;
             };
+            if template.key.is_none() {
+                let key = airlock_sandbox::pool_key(&template.profile);
+                let mut s = self.lock();
+                match (key, s.template.as_mut()) {
+                    (Ok(key), Some(t)) if t.generation == template.generation => t.key = Some(key),
+                    (Err(e), _) => {
+                        s.status.last_error = Some(e.to_string());
+                        s.template = None;
+                    }
+                    _ => {}
+                }
+                continue;
+            }
             let built = crate::sandbox_helper::locate_for(home, &cfg)
-                .and_then(|sandbox| Ok(sandbox.build_pooled(&profile)?));
+                .and_then(|sandbox| Ok(sandbox.build_pooled(&template.profile)?));
             match built {
                 Ok(sandbox) => {
                     let mut s = self.lock();
-                    let fits = !s.stopping && s.template.as_ref().map(|t| &t.key) == Some(&key);
+                    // Built for the base in force, from the host's files as the key saw
+                    // them.
+                    let fits = !s.stopping
+                        && s.template.as_ref().is_some_and(|t| {
+                            t.generation == template.generation && sandbox.key().ok() == t.key
+                        });
                     if fits {
                         s.ready.push(sandbox);
                         s.status.last_error = None;

@@ -67,7 +67,7 @@ pub enum Loaded<'a> {
         warm: &'a crate::host::warm::Warm,
         store: &'a SqliteStore,
         audit: &'a crate::host::audit_writer::HostAudit,
-        pool: Option<&'a crate::host::pool::SandboxPool>,
+        pool: Option<&'a Arc<crate::host::pool::SandboxPool>>,
     },
 }
 
@@ -229,7 +229,9 @@ pub fn exec(
     let pooled = match loaded {
         Loaded::Warm {
             pool: Some(pool), ..
-        } if cfg.host.sandbox_pool > 0 => pool.take(&profile_sb, &cfg),
+        } if cfg.host.sandbox_pool > 0 => pool
+            .take(&profile_sb, &cfg)
+            .map(|sandbox| (sandbox, pool.clone())),
         _ => None,
     };
     let mut preparing = Preparing::start(
@@ -542,7 +544,10 @@ impl Preparing {
         cwd: &std::path::Path,
         output: OutputMode,
         hook: impl Fn(u32) + Send + Sync + 'static,
-        pooled: Option<airlock_sandbox::PooledSandbox>,
+        pooled: Option<(
+            airlock_sandbox::PooledSandbox,
+            Arc<crate::host::pool::SandboxPool>,
+        )>,
     ) -> std::io::Result<Preparing> {
         let (profile, cwd) = (profile.clone(), cwd.display().to_string());
         let started = Arc::new(Started::default());
@@ -558,13 +563,14 @@ impl Preparing {
                         hook(pid);
                         started.set();
                     };
-                    if let Some(pooled) = pooled {
+                    if let Some((pooled, pool)) = pooled {
                         match pooled.attach(&profile, &cwd, output.clone(), &spawned) {
                             Ok(prepared) => return Ok(prepared),
-                            Err(
-                                e @ (airlock_sandbox::SandboxError::PoolMismatch(_)
-                                | airlock_sandbox::SandboxError::Protocol(_)),
-                            ) => {
+                            Err(e @ airlock_sandbox::SandboxError::PoolMismatch(_)) => {
+                                tracing::warn!(error = %e, "the pooled sandbox does not fit the run; building one for it");
+                                pool.mismatched();
+                            }
+                            Err(e @ airlock_sandbox::SandboxError::Protocol(_)) => {
                                 tracing::warn!(error = %e, "the pooled sandbox could not take the run; building one for it");
                             }
                             Err(e) => return Err(e.into()),

@@ -49,6 +49,11 @@ pub struct AuditHandle {
     pub(crate) log: Arc<Mutex<AuditLog>>,
     pub(crate) session: String,
     pub(crate) who: airlock_core::Attribution,
+    /// Held by this handle and by every write it queued: the proxy's records are all
+    /// written once only outside holders are left ([`crate::server::Proxy::records_token`]).
+    /// The log itself may be shared with other proxies (a host's one writer), so its own
+    /// count says nothing about this proxy.
+    pub(crate) pending: Arc<()>,
 }
 
 impl AuditHandle {
@@ -57,7 +62,9 @@ impl AuditHandle {
     pub(crate) fn event(&self, kind: &str, detail: Value) {
         let ev = AuditEvent::by(kind, &self.session, &self.who).with_detail(detail);
         let log = self.log.clone();
+        let pending = self.pending.clone();
         let write = move || {
+            let _pending = pending;
             let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
             if let Err(e) = log.append(ev) {
                 tracing::error!("audit append failed: {e}");

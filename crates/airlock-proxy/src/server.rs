@@ -168,6 +168,13 @@ impl Drop for ProxyHandle {
 }
 
 impl Proxy {
+    /// A share of the token every audit write of this proxy holds until it is written:
+    /// once the proxy and its tasks are gone, the records are all written when the
+    /// caller's share is the only one left (`Arc::strong_count(&token) == 1`).
+    pub fn records_token(&self) -> Arc<()> {
+        self.inner.audit.pending.clone()
+    }
+
     /// Build the proxy. Registers every secret value with the audit log's redactor, so no
     /// record can ever hold one.
     pub fn new(cfg: ProxyConfig) -> Result<Proxy, ProxyError> {
@@ -191,6 +198,7 @@ impl Proxy {
             // Requests from inside the sandbox come from commands the session's model
             // proposed: they are the agent's, under the session principal's authority.
             who: cfg.session.attribution()?,
+            pending: Arc::new(()),
         };
         Ok(Proxy {
             inner: Arc::new(Inner {

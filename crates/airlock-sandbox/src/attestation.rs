@@ -164,6 +164,22 @@ pub struct Attestation {
     /// The workspace overlay's layers, when the profile has one.
     #[serde(default)]
     pub overlay: Option<OverlayReport>,
+    /// What the run attached to its sandbox, as the payload sees it: the same for a
+    /// sandbox built for the run and for one taken from a pool, whose workspace, working
+    /// directory and environment arrive only with the run.
+    #[serde(default)]
+    pub attached: Option<AttachedReport>,
+}
+
+/// The run's own part of the sandbox, read back by the payload right before it attests.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttachedReport {
+    /// The payload's working directory (`getcwd`).
+    pub cwd: PathBuf,
+    /// The workspace at its path inside the sandbox (`lstat`).
+    pub workspace: FileId,
+    /// SHA-256 of the environment the command will get ([`crate::payload_env::digest`]).
+    pub env_sha256: String,
 }
 
 /// One way the attested confinement falls short of the profile.
@@ -191,6 +207,8 @@ pub struct HostView {
     pub relay_socket: Option<(u64, u64)>,
     /// The workspace and overlay layers the host made, when the profile has an overlay.
     pub overlay: Option<OverlayReport>,
+    /// The run's working directory, workspace and environment as the host asked for them.
+    pub attached: Option<AttachedReport>,
 }
 
 fn shortfall(feature: &str, detail: String, help: &str) -> Shortfall {
@@ -217,6 +235,7 @@ impl Attestation {
         self.verify_mounts(plan, &mut out);
         self.verify_relay(profile, host, &mut out);
         self.verify_overlay(profile, plan, host, &mut out);
+        self.verify_attached(profile, host, &mut out);
         if self.weakened != profile.weakened {
             out.push(shortfall(
                 "weakened mode",
@@ -437,6 +456,57 @@ impl Attestation {
                 format!("its Landlock ruleset is {}", report.landlock_status),
                 "enable Landlock: boot with lsm=landlock,... (check /sys/kernel/security/lsm)",
             );
+        }
+    }
+
+    /// The run's working directory, environment and workspace are the ones it asked for
+    /// and nothing else: what proves that a pooled sandbox holds this run's parts.
+    fn verify_attached(&self, profile: &SandboxProfile, host: &HostView, out: &mut Vec<Shortfall>) {
+        let Some(expected) = &host.attached else {
+            return;
+        };
+        let help = "the sandbox must hold exactly the run's own workspace, working directory and environment; this is a bug in airlock-sandbox-init or a sandbox taken for another run";
+        let Some(got) = &self.attached else {
+            out.push(shortfall(
+                "attached run",
+                "the sandbox did not report the run's workspace, working directory and environment"
+                    .into(),
+                help,
+            ));
+            return;
+        };
+        if got.cwd != expected.cwd {
+            out.push(shortfall(
+                "working directory",
+                format!(
+                    "the payload works in {}, the run asked for {}",
+                    got.cwd.display(),
+                    expected.cwd.display()
+                ),
+                help,
+            ));
+        }
+        if got.env_sha256 != expected.env_sha256 {
+            out.push(shortfall(
+                "environment",
+                format!(
+                    "the payload's environment hashes to {}, the run's to {}",
+                    got.env_sha256, expected.env_sha256
+                ),
+                help,
+            ));
+        }
+        // Under the overlay the workspace's path shows the overlay's own directory; its
+        // lower layer is checked with the overlay's report instead.
+        if profile.workspace_overlay.is_none() && got.workspace != expected.workspace {
+            out.push(shortfall(
+                "workspace",
+                format!(
+                    "the sandbox's workspace is {:?}, the run's is {:?}",
+                    got.workspace, expected.workspace
+                ),
+                help,
+            ));
         }
     }
 

@@ -33,6 +33,10 @@ pub enum SandboxError {
         message: String,
         help: String,
     },
+    /// A pooled sandbox was built for another base than the run's (another profile or
+    /// config): it is discarded unused, and the run gets a sandbox built for it.
+    #[error("the pooled sandbox does not fit this run: {0}\nhelp: build the run's sandbox from nothing (Sandbox::prepare)")]
+    PoolMismatch(String),
     /// Talking to the helper failed.
     #[error("lost contact with airlock-sandbox-init: {0}\nhelp: this is a bug or the helper was killed; check the system log")]
     Protocol(String),

@@ -1,6 +1,7 @@
 //! The host side of a run: start the helper, send the request, check the attestation, give
 //! the go-ahead, enforce the timeout, collect the output and the exit status.
 
+pub(crate) mod pool;
 pub(crate) mod spawn;
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
@@ -11,20 +12,23 @@ use std::path::{Path, PathBuf};
 use airlock_core::action::ExecAction;
 use airlock_core::Authorized;
 
-use crate::attestation::{namespace_ids, FileId, HostView, OverlayReport};
+use crate::attestation::{
+    namespace_ids, AttachedReport, CgroupReport, FileId, HostView, OverlayReport,
+};
 use crate::cgroup::RunCgroup;
 use crate::error::SandboxError;
 use crate::host_support::usable_landlock_abi;
 use crate::init::{IDENTITY_GID_FLAG, IDENTITY_UID_FLAG};
 use crate::mount_plan::MountPlan;
-use crate::output::{pump, OutputCap, OutputMode, Stream};
+use crate::output::{OutputCap, OutputMode};
 use crate::overlay::WorkspaceOverlay;
 use crate::profile::SandboxProfile;
 use crate::protocol::{
-    InitRequest, CONTROL_FD, FILE_FD, HANDSHAKE_FD, OVERLAY_FD, RELAY_FD, WORKSPACE_FD,
+    self, InitRequest, CONTROL_FD, FILE_FD, HANDSHAKE_FD, OVERLAY_FD, RELAY_FD, WORKSPACE_FD,
 };
 use crate::running::Running;
 pub use crate::running::{PreparedRun, RunOutcome};
+pub use pool::{pool_key, PooledSandbox};
 use spawn::{SpawnSpec, SpawnedChild};
 
 /// Name of the helper binary.
@@ -155,94 +159,93 @@ impl Sandbox {
         cwd: &str,
         output: OutputMode,
     ) -> Result<PreparedRun, SandboxError> {
-        let workspace = profile.validate()?;
-        let cwd = profile.resolve_cwd(&workspace, cwd)?;
-        let mut plan = MountPlan::for_profile(profile, &workspace)?;
-        // The file's contents travel in the sealed memory file, not with the request.
-        let file_contents = plan.file_contents.take();
-        let relay_socket = open_relay_socket(profile)?;
-        let mut host = host_view(profile);
-        host.relay_socket = relay_socket.as_ref().map(|(_, id)| *id);
+        let mut parts = RunParts::new(profile, cwd)?;
         let (cgroup, cgroup_report) = RunCgroup::create(&profile.cgroup);
-        // Under the overlay the workspace is only ever the read-only lower layer.
-        let overlay = profile.workspace_overlay.as_ref();
-        if overlay.is_some() {
-            check_overlay_kernel()?;
-        }
-        let workspace_tree = workspace_tree(&workspace, overlay.is_some(), profile)?;
-        let layers_tree = overlay.map(layers_tree).transpose()?.flatten();
-        host.overlay = overlay
-            .map(|o| expected_layers(&workspace, o))
-            .transpose()?;
-        let request = InitRequest {
-            profile: profile.clone(),
-            plan,
-            workspace: workspace.clone(),
-            cwd,
-            cgroup: cgroup_report,
-            workspace_tree: workspace_tree.is_some(),
-            layers_tree: layers_tree.is_some(),
-        };
-
+        parts.request.cgroup = cgroup_report;
         let (control, control_child) = UnixStream::pair()?;
         let (handshake, handshake_child) = UnixStream::pair()?;
-        let relay_fd = relay_socket.as_ref().map(|(fd, _)| fd);
-        let file = file_contents.as_deref().map(sealed_file).transpose()?;
-        let mut child = self.spawn(
+        let file = parts
+            .file_contents
+            .as_deref()
+            .map(sealed_file)
+            .transpose()?;
+        let child = self.spawn(
             profile,
             &control_child,
             &handshake_child,
-            relay_fd,
+            parts.relay_socket.as_ref().map(|(fd, _)| fd),
             file.as_ref(),
-            [workspace_tree.as_ref(), layers_tree.as_ref()],
+            [parts.workspace_tree.as_ref(), parts.layers_tree.as_ref()],
         )?;
-        drop((
-            control_child,
-            handshake_child,
-            relay_socket,
-            file,
-            workspace_tree,
-            layers_tree,
-        ));
+        drop((control_child, handshake_child, file));
+        let RunParts { request, host, .. } = parts;
         if let Some(hook) = &self.on_spawn {
             (hook.0)(child.id());
         }
-        if let Some(cg) = &cgroup {
-            if let Err(e) = cg.add(child.id()) {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(SandboxError::Setup {
-                    stage: "cgroup".into(),
-                    message: e.to_string(),
-                    help: "check the delegated cgroup's permissions".into(),
-                });
-            }
-        }
-        let cap = OutputCap::new(profile.output_cap_bytes);
-        let out = child
-            .stdout
-            .take()
-            .map(|s| pump(s, output.clone(), Stream::Stdout, cap.clone()));
-        let err = child
-            .stderr
-            .take()
-            .map(|s| pump(s, output, Stream::Stderr, cap.clone()));
+        let mut child = add_to_cgroup(child, cgroup.as_ref())?;
+        let (out, err) = (child.stdout.take(), child.stderr.take());
         let mut running = Running {
             child,
             control,
             handshake,
-            pumps: [out, err],
-            cap,
+            pumps: [None, None],
+            cap: OutputCap::new(profile.output_cap_bytes),
             cgroup,
             status: None,
         };
-        match running.attest(&request, profile, &request.plan, &host) {
+        running.start_pumps(out, err, output);
+        let sent = protocol::send(&mut running.control, &request)
+            .map_err(|e| SandboxError::Protocol(format!("sending the request: {e}")));
+        match sent.and_then(|()| running.attest(profile, &request.plan, &host)) {
             Ok(attestation) => Ok(PreparedRun::new(running, request, attestation)),
             Err(e) => {
                 running.abandon();
                 Err(e)
             }
         }
+    }
+
+    /// Build a sandbox for `profile` only as far as nothing depends on a run (see
+    /// [`PooledSandbox`]): the profile's workspace, working directory, environment,
+    /// overlay and proxy socket are not looked at. The helper's start hook is called when
+    /// the sandbox is taken for a run, not here.
+    pub fn build_pooled(&self, profile: &SandboxProfile) -> Result<PooledSandbox, SandboxError> {
+        let mut plan = MountPlan::base_for_profile(profile)?;
+        let file_contents = plan.file_contents.take();
+        let (cgroup, cgroup_report) = RunCgroup::create(&profile.cgroup);
+        let request = InitRequest {
+            profile: profile.clone(),
+            plan,
+            workspace: PathBuf::from("/"),
+            cwd: PathBuf::from("/"),
+            cgroup: cgroup_report,
+            workspace_tree: false,
+            layers_tree: false,
+            pooled: true,
+        };
+        let base_len = request.plan.steps.len();
+        let request = request.base(base_len);
+        let (control, control_child) = UnixStream::pair()?;
+        let (handshake, handshake_child) = UnixStream::pair()?;
+        let file = file_contents.as_deref().map(sealed_file).transpose()?;
+        let child = self.spawn(
+            profile,
+            &control_child,
+            &handshake_child,
+            None,
+            file.as_ref(),
+            [None, None],
+        )?;
+        drop((control_child, handshake_child, file));
+        let child = add_to_cgroup(child, cgroup.as_ref())?;
+        PooledSandbox::staged(
+            child,
+            control,
+            handshake,
+            cgroup,
+            request,
+            pool::file_digest(file_contents.as_deref()),
+        )
     }
 
     fn spawn(
@@ -300,6 +303,89 @@ impl Sandbox {
             ),
         })
     }
+}
+
+/// What a run adds to a sandbox, computed on the host from its profile: the request with
+/// the whole plan, the descriptors the helper gets with it, and the host's view for the
+/// attestation's check.
+pub(crate) struct RunParts {
+    pub(crate) request: InitRequest,
+    pub(crate) host: HostView,
+    pub(crate) file_contents: Option<Vec<u8>>,
+    pub(crate) relay_socket: Option<RelaySocket>,
+    pub(crate) workspace_tree: Option<OwnedFd>,
+    pub(crate) layers_tree: Option<OwnedFd>,
+}
+
+impl RunParts {
+    pub(crate) fn new(profile: &SandboxProfile, cwd: &str) -> Result<RunParts, SandboxError> {
+        let workspace = profile.validate()?;
+        let cwd = profile.resolve_cwd(&workspace, cwd)?;
+        let mut plan = MountPlan::for_profile(profile, &workspace)?;
+        // The file's contents travel in the sealed memory file, not with the request.
+        let file_contents = plan.file_contents.take();
+        let relay_socket = open_relay_socket(profile)?;
+        let mut host = host_view(profile);
+        host.relay_socket = relay_socket.as_ref().map(|(_, id)| *id);
+        // Under the overlay the workspace is only ever the read-only lower layer.
+        let overlay = profile.workspace_overlay.as_ref();
+        if overlay.is_some() {
+            check_overlay_kernel()?;
+        }
+        let workspace_tree = workspace_tree(&workspace, overlay.is_some(), profile)?;
+        let layers_tree = overlay.map(layers_tree).transpose()?.flatten();
+        host.overlay = overlay
+            .map(|o| expected_layers(&workspace, o))
+            .transpose()?;
+        host.attached = Some(AttachedReport {
+            cwd: cwd.clone(),
+            workspace: FileId::of(&workspace).map_err(|e| SandboxError::Profile {
+                field: "workspace",
+                message: format!("{}: {e}", workspace.display()),
+                help: "pass an existing directory as the workspace".into(),
+            })?,
+            env_sha256: crate::payload_env::digest(&profile.env),
+        });
+        let request = InitRequest {
+            profile: profile.clone(),
+            plan,
+            workspace,
+            cwd,
+            cgroup: CgroupReport::Unavailable {
+                reason: String::new(),
+            },
+            workspace_tree: workspace_tree.is_some(),
+            layers_tree: layers_tree.is_some(),
+            pooled: false,
+        };
+        Ok(RunParts {
+            request,
+            host,
+            file_contents,
+            relay_socket,
+            workspace_tree,
+            layers_tree,
+        })
+    }
+}
+
+/// Put the helper in the run's cgroup, or kill it.
+pub(crate) fn add_to_cgroup(
+    mut child: SpawnedChild,
+    cgroup: Option<&RunCgroup>,
+) -> Result<SpawnedChild, SandboxError> {
+    if let Some(cg) = cgroup {
+        if let Err(e) = cg.add(child.id()) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(SandboxError::Setup {
+                stage: "cgroup".into(),
+                message: e.to_string(),
+                help: "check the delegated cgroup's permissions".into(),
+            });
+        }
+    }
+    Ok(child)
 }
 
 /// A root host hands the workspace to the helper as a detached bind mount of it
@@ -540,7 +626,7 @@ fn check_helper_pin(init: &std::fs::File, path: &Path, pin: &str) -> Result<(), 
 }
 
 /// The proxy socket's `O_PATH` descriptor with its device and inode.
-type RelaySocket = (OwnedFd, (u64, u64));
+pub(crate) type RelaySocket = (OwnedFd, (u64, u64));
 
 /// Open the proxy socket of the profile's relay as an `O_PATH` descriptor for the helper,
 /// with its device and inode (which the relay's attestation must repeat).
@@ -636,5 +722,6 @@ fn host_view(profile: &SandboxProfile) -> HostView {
         landlock_abi: usable_landlock_abi(),
         relay_socket: None,
         overlay: None,
+        attached: None,
     }
 }

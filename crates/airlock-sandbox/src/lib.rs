@@ -68,8 +68,8 @@ pub use attestation::{Attestation, CgroupReport, Shortfall};
 pub use error::SandboxError;
 pub use host_support::{host_support, HostSupport};
 pub use launcher::{
-    check_helper_file, helper_identity, helper_sha256, HelperIdentity, PreparedRun, RunOutcome,
-    Sandbox, INIT_BINARY, INIT_ENV,
+    check_helper_file, helper_identity, helper_sha256, pool_key, HelperIdentity, PooledSandbox,
+    PreparedRun, RunOutcome, Sandbox, INIT_BINARY, INIT_ENV,
 };
 pub use mount_plan::MountPlan;
 pub use output::{ForwardTo, OutputMode};

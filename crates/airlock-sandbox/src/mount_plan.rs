@@ -228,6 +228,23 @@ impl MountPlan {
         workspace: &Path,
         host_root: &Path,
     ) -> Result<MountPlan, SandboxError> {
+        let mut plan = Self::base_for_host_root(profile, host_root)?;
+        plan.steps
+            .extend(workspace_steps(profile, workspace, host_root)?);
+        Ok(plan)
+    }
+
+    /// The steps of [`MountPlan::for_profile`] that depend on nothing a run asks for: the
+    /// whole plan but the workspace's steps, which always come last. A pooled sandbox
+    /// (see [`crate::PooledSandbox`]) is built this far before any request exists.
+    pub fn base_for_profile(profile: &SandboxProfile) -> Result<MountPlan, SandboxError> {
+        Self::base_for_host_root(profile, Path::new("/"))
+    }
+
+    fn base_for_host_root(
+        profile: &SandboxProfile,
+        host_root: &Path,
+    ) -> Result<MountPlan, SandboxError> {
         let host = |p: &str| host_root.join(p.trim_start_matches('/'));
         // The root tmpfs holds the /etc copies too: its size comes with them.
         let etc = etc::etc_steps(host_root);
@@ -360,27 +377,6 @@ impl MountPlan {
                 devices: false,
             });
         }
-        if let Some(overlay) = &profile.workspace_overlay {
-            // The commit decision holds changes to git metadata and protected paths, so
-            // nothing of them is bound read-only: the whole workspace is read-only below
-            // the overlay.
-            steps.push(MountStep::Overlay {
-                target: workspace.to_path_buf(),
-                lower: workspace.to_path_buf(),
-                upper: overlay.upper.clone(),
-                work: overlay.work.clone(),
-            });
-        } else {
-            steps.push(MountStep::Bind {
-                source: workspace.to_path_buf(),
-                target: workspace.to_path_buf(),
-                node: NodeKind::Dir,
-                read_only: false,
-                recursive: false,
-                devices: false,
-            });
-            steps.extend(protected_steps(profile, workspace, host_root)?);
-        }
         Ok(MountPlan {
             steps,
             file_contents,
@@ -398,6 +394,38 @@ impl MountPlan {
     pub fn mounts(&self) -> impl Iterator<Item = &MountStep> {
         self.steps.iter().filter(|s| s.is_mount())
     }
+}
+
+/// The workspace's steps, last in every plan: the run's own workspace (or its overlay) and
+/// the protected paths in it.
+fn workspace_steps(
+    profile: &SandboxProfile,
+    workspace: &Path,
+    host_root: &Path,
+) -> Result<Vec<MountStep>, SandboxError> {
+    let mut steps = Vec::new();
+    if let Some(overlay) = &profile.workspace_overlay {
+        // The commit decision holds changes to git metadata and protected paths, so
+        // nothing of them is bound read-only: the whole workspace is read-only below
+        // the overlay.
+        steps.push(MountStep::Overlay {
+            target: workspace.to_path_buf(),
+            lower: workspace.to_path_buf(),
+            upper: overlay.upper.clone(),
+            work: overlay.work.clone(),
+        });
+    } else {
+        steps.push(MountStep::Bind {
+            source: workspace.to_path_buf(),
+            target: workspace.to_path_buf(),
+            node: NodeKind::Dir,
+            read_only: false,
+            recursive: false,
+            devices: false,
+        });
+        steps.extend(protected_steps(profile, workspace, host_root)?);
+    }
+    Ok(steps)
 }
 
 pub(crate) fn ro_bind(path: &str, node: NodeKind) -> MountStep {

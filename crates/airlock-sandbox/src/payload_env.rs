@@ -42,6 +42,25 @@ pub fn for_payload(env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// SHA-256 (lower-case hex) of `env` as the payload gets it ([`for_payload`]), for the
+/// attestation: the host compares it with the environment the run asked for.
+pub fn digest(env: &BTreeMap<String, String>) -> String {
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    for (k, v) in for_payload(env) {
+        // Lengths first: no two environments give the same bytes.
+        hasher.update((k.len() as u64).to_le_bytes());
+        hasher.update(k.as_bytes());
+        hasher.update((v.len() as u64).to_le_bytes());
+        hasher.update(v.as_bytes());
+    }
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

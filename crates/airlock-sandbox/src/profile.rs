@@ -321,6 +321,26 @@ impl SandboxProfile {
         }
     }
 
+    /// The profile without what a run asks for (see [`crate::protocol::InitRequest::base`]):
+    /// no workspace, working directory, environment, protected paths, overlay, proxy
+    /// socket, timeout nor output cap.
+    pub fn base(&self) -> SandboxProfile {
+        let mut base = self.clone();
+        base.workspace = "/".into();
+        base.allow_broad_workspace = false;
+        base.operator_dirs = OperatorDirs::default();
+        base.protected_paths.clear();
+        base.cwd = None;
+        base.env.clear();
+        base.timeout_secs = 0;
+        base.output_cap_bytes = 0;
+        base.workspace_overlay = None;
+        if let NetworkPolicy::ProxyRelay(relay) = &mut base.network {
+            relay.socket = PathBuf::new();
+        }
+        base
+    }
+
     /// The Landlock ABI a run must prove, given the kernel's best `available` ABI.
     pub fn required_landlock_abi(&self, available: u32) -> u32 {
         let floor = match self.weakened {

@@ -41,7 +41,7 @@ pub const OVERLAY_FD: i32 = 8;
 pub const MAX_MESSAGE: usize = 16 << 20;
 
 /// What the host asks the helper to build and run.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InitRequest {
     pub profile: SandboxProfile,
     pub plan: MountPlan,
@@ -57,6 +57,41 @@ pub struct InitRequest {
     /// The host passed the overlay's run directory as a detached mount on [`OVERLAY_FD`].
     #[serde(default)]
     pub layers_tree: bool,
+    /// A pooled sandbox's base ([`InitRequest::base`]): the helper builds it as far as
+    /// nothing depends on a run, says [`PayloadMessage::Staged`], and waits for the run's
+    /// own request ([`Attach`]), whose base must equal this one.
+    #[serde(default)]
+    pub pooled: bool,
+}
+
+impl InitRequest {
+    /// What of this request a pooled sandbox is built from, when the first `base_len` steps
+    /// of its plan are the ones that do not depend on the run
+    /// ([`MountPlan::base_for_profile`]): everything but the workspace (its steps, its
+    /// overlay, its descriptors), the working directory, the environment, the proxy
+    /// socket, and what only the host reads (timeout, output cap). Two requests with equal
+    /// bases get the same sandbox up to what [`Attach`] brings.
+    pub fn base(&self, base_len: usize) -> InitRequest {
+        let mut base = self.clone();
+        base.profile = self.profile.base();
+        base.plan.steps.truncate(base_len);
+        base.workspace = "/".into();
+        base.cwd = "/".into();
+        base.workspace_tree = false;
+        base.layers_tree = false;
+        base.pooled = true;
+        base
+    }
+}
+
+/// Host -> a pooled sandbox's PID 1, on the handshake channel: the run's whole request.
+/// It comes right after one byte sent with the run's descriptors (`SCM_RIGHTS`), in this
+/// order and only those the request needs: the proxy socket (for a relay), the workspace
+/// tree, the overlay's layers tree.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Attach {
+    pub request: InitRequest,
 }
 
 /// What the payload executes, sent with the go-ahead: the sandbox is built and attested
@@ -97,8 +132,13 @@ pub enum StageMessage {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PayloadMessage {
+    /// A pooled sandbox is built as far as its base goes and waits for [`Attach`].
+    Staged,
     Attestation(Box<Attestation>),
-    Failed { stage: String, message: String },
+    Failed {
+        stage: String,
+        message: String,
+    },
 }
 
 /// Host -> payload.

@@ -18,7 +18,7 @@ use crate::git_guard::GitGuard;
 use crate::launcher::setup_error;
 use crate::launcher::spawn::SpawnedChild;
 use crate::mount_plan::MountPlan;
-use crate::output::OutputCap;
+use crate::output::{pump, OutputCap, OutputMode, Stream};
 use crate::profile::SandboxProfile;
 use crate::protocol::{
     self, ExecOrder, HostCommand, InitRequest, PayloadMessage, StageMessage, Verdict,
@@ -188,16 +188,28 @@ pub(crate) struct Running {
 }
 
 impl Running {
-    /// Send the request and check the attestation that comes back against the profile.
+    /// Start copying the helper's output to `output`, under the run's cap.
+    pub(crate) fn start_pumps(
+        &mut self,
+        out: Option<std::fs::File>,
+        err: Option<std::fs::File>,
+        output: OutputMode,
+    ) {
+        let cap = self.cap.clone();
+        self.pumps = [
+            out.map(|s| pump(s, output.clone(), Stream::Stdout, cap.clone())),
+            err.map(|s| pump(s, output, Stream::Stderr, cap)),
+        ];
+    }
+
+    /// Read the attestation that comes back (the request was sent) and check it against
+    /// the profile.
     pub(crate) fn attest(
         &mut self,
-        request: &InitRequest,
         profile: &SandboxProfile,
         plan: &MountPlan,
         host: &HostView,
     ) -> Result<Attestation, SandboxError> {
-        protocol::send(&mut self.control, request)
-            .map_err(|e| SandboxError::Protocol(format!("sending the request: {e}")))?;
         self.handshake.set_read_timeout(Some(SETUP_TIMEOUT))?;
         let mut hs_reader = BufReader::new(self.handshake.try_clone()?);
         let message = protocol::recv::<PayloadMessage>(&mut hs_reader);
@@ -205,6 +217,11 @@ impl Running {
             Ok(Some(PayloadMessage::Attestation(a))) => *a,
             Ok(Some(PayloadMessage::Failed { stage, message })) => {
                 return Err(setup_error(stage, message))
+            }
+            Ok(Some(PayloadMessage::Staged)) => {
+                return Err(SandboxError::Protocol(
+                    "the sandbox reported a staged base instead of its attestation".into(),
+                ))
             }
             Ok(None) => return Err(self.stage_failure()),
             Err(e) => {
@@ -275,7 +292,7 @@ impl Running {
     }
 
     /// A setup failure reported by stage 0 on the control channel.
-    fn stage_failure(&mut self) -> SandboxError {
+    pub(crate) fn stage_failure(&mut self) -> SandboxError {
         let _ = self.control.set_read_timeout(Some(SETUP_TIMEOUT));
         let reader = self.control.try_clone().map(BufReader::new);
         match reader.map(|mut r| protocol::recv::<StageMessage>(&mut r)) {

@@ -123,8 +123,22 @@ fn hand_to_sandbox_uid(path: &Path) {
     }
 }
 
+/// How the probe run's sandbox is built.
+#[derive(Clone, Copy, PartialEq)]
+enum Built {
+    /// For the run, from nothing.
+    ForTheRun,
+    /// Ahead of the run ([`airlock_sandbox::Sandbox::build_pooled`], for another workspace),
+    /// the run's workspace, cwd, environment attached when it is taken.
+    Pooled,
+}
+
 /// Run the whole probe suite in the sandbox as the current user and check everything.
 fn run_probe_suite() {
+    run_probe_suite_in(Built::ForTheRun)
+}
+
+fn run_probe_suite_in(built: Built) {
     let _one_at_a_time = SUITE
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -177,8 +191,29 @@ fn run_probe_suite() {
         sh_quote(&ws.display().to_string()),
         sh_quote(&unix_path.display().to_string()),
     );
-    let out = common::run_in(&ws, &profile, &command)
-        .unwrap_or_else(|e| panic!("the sandbox refused the probe run: {e}"));
+    let out = match built {
+        Built::ForTheRun => common::run_in(&ws, &profile, &command),
+        Built::Pooled => {
+            let (_other_dir, other) = common::workspace();
+            let mut base = profile.clone();
+            base.workspace = other;
+            let pooled = common::sandbox()
+                .build_pooled(&base)
+                .unwrap_or_else(|e| panic!("building the pooled sandbox: {e}"));
+            pooled
+                .attach(&profile, "", airlock_sandbox::OutputMode::Capture, |_| {})
+                .and_then(|prepared| {
+                    prepared.run(&airlock_core::testing::authorize_for_tests(
+                        airlock_core::action::ExecAction {
+                            command: command.clone(),
+                            cwd: String::new(),
+                            env: vec![],
+                        },
+                    ))
+                })
+        }
+    }
+    .unwrap_or_else(|e| panic!("the sandbox refused the probe run: {e}"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
 
@@ -255,6 +290,13 @@ fn run_probe_suite() {
 #[test]
 fn escape_probes_pass_as_the_calling_user() {
     run_probe_suite();
+}
+
+/// I2 through a pool: a sandbox built before the run's workspace was known, given it
+/// when taken, stops every probe the same way.
+#[test]
+fn i2_escape_probes_pass_through_a_pooled_sandbox() {
+    run_probe_suite_in(Built::Pooled);
 }
 
 #[test]

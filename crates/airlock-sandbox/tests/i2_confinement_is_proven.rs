@@ -6,6 +6,8 @@ mod common;
 mod forced_shortfalls;
 #[path = "suite/overlay.rs"]
 mod overlay;
+#[path = "suite/pooled.rs"]
+mod pooled;
 #[path = "suite/written_files.rs"]
 mod written_files;
 

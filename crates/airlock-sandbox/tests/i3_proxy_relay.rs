@@ -73,6 +73,56 @@ fn tcp_round_trip(port: u16) -> String {
     )
 }
 
+/// A pooled sandbox is built before any proxy socket exists; the run's own socket is
+/// attached with the run, and the relay's attestation names that very socket.
+#[test]
+fn i3_a_pooled_sandbox_gets_the_runs_own_proxy_socket() {
+    let (_d, ws) = workspace();
+    let built_for = echo_proxy();
+    let pooled = sandbox()
+        .build_pooled(&relay_profile(&ws, &built_for))
+        .expect("pooled");
+    // Another proxy (another socket, the same CA) for the run itself.
+    let proxy = echo_proxy();
+    let mut profile = relay_profile(&ws, &proxy);
+    if let NetworkPolicy::ProxyRelay(relay) = &mut profile.network {
+        relay.ca_cert = Some(built_for.cert.clone());
+    }
+    let prepared = pooled
+        .attach(&profile, "", airlock_sandbox::OutputMode::Capture, |_| {})
+        .expect("attach");
+    let out = prepared
+        .run(&airlock_core::testing::authorize_for_tests(
+            airlock_core::action::ExecAction {
+                command: format!(
+                    "/bin/bash -c '{}'",
+                    tcp_round_trip(3128).replace('\'', "'\\''")
+                ),
+                cwd: String::new(),
+                env: vec![],
+            },
+        ))
+        .expect("run");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "echo: hello relay\n",
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    use std::os::unix::fs::MetadataExt;
+    let relay = out.attestation.relay.expect("the relay is attested");
+    let meta = std::fs::metadata(&proxy.socket).unwrap();
+    assert_eq!(
+        (relay.socket_dev, relay.socket_ino),
+        (meta.dev(), meta.ino())
+    );
+    let other = std::fs::metadata(&built_for.socket).unwrap();
+    assert_ne!(
+        (relay.socket_dev, relay.socket_ino),
+        (other.dev(), other.ino())
+    );
+}
+
 #[test]
 fn the_relay_reaches_the_proxy_socket_and_is_attested() {
     let (_d, ws) = workspace();

@@ -93,6 +93,11 @@ pub struct HostSection {
     /// opens it again).
     #[serde(default = "default_session_idle_secs")]
     pub session_idle_secs: u64,
+    /// Sandboxes the host keeps built ahead of runs, each used by one run and never
+    /// again (see `host::pool`). 0 turns the pool off: every run builds its own. Two
+    /// suit a 2-core machine: one is being taken while the next is built.
+    #[serde(default = "default_sandbox_pool")]
+    pub sandbox_pool: usize,
 }
 
 impl Default for HostSection {
@@ -103,6 +108,7 @@ impl Default for HostSection {
             max_sessions: default_max_sessions(),
             requests_per_minute: default_requests_per_minute(),
             session_idle_secs: default_session_idle_secs(),
+            sandbox_pool: default_sandbox_pool(),
         }
     }
 }
@@ -122,6 +128,14 @@ fn default_max_sessions() -> usize {
 fn default_requests_per_minute() -> u32 {
     1200
 }
+
+fn default_sandbox_pool() -> usize {
+    2
+}
+
+/// The most sandboxes `[host] sandbox_pool` may keep built: each holds a helper, a PID 1
+/// and their namespaces.
+pub const MAX_SANDBOX_POOL: usize = 64;
 
 fn default_session_idle_secs() -> u64 {
     30 * 60
@@ -582,6 +596,13 @@ pub fn load(path: &Path) -> anyhow::Result<Config> {
     }
     if cfg.host.max_sandboxes == 0 {
         anyhow::bail!("{}: host.max_sandboxes must be at least 1", path.display());
+    }
+    if cfg.host.sandbox_pool > MAX_SANDBOX_POOL {
+        anyhow::bail!(
+            "{}: host.sandbox_pool is {}; the most is {MAX_SANDBOX_POOL}\nhelp: a few suit most machines (2 on 2 cores); 0 turns the pool off",
+            path.display(),
+            cfg.host.sandbox_pool
+        );
     }
     Ok(cfg)
 }

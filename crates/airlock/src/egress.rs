@@ -313,8 +313,7 @@ impl EgressBinding {
         let (Some(setup), Some(listener)) = (self.setup.take(), self.listener.take()) else {
             return Err(start_err("proxy", &"the binding was already served"));
         };
-        let audit_holders = Arc::strong_count(&audit);
-        let mut cfg = ProxyConfig::new(session.clone(), gate, audit.clone(), setup.rules, setup.ca);
+        let mut cfg = ProxyConfig::new(session.clone(), gate, audit, setup.rules, setup.ca);
         cfg.secrets = setup.secrets;
         cfg.extra_roots_pem = setup.extra_roots_pem;
         if let Some(r) = setup.resolver {
@@ -332,8 +331,7 @@ impl EgressBinding {
             runtime: Some(runtime),
             proxy: None,
             handle: None,
-            audit,
-            audit_holders,
+            records: None,
             dir: self.dir.clone(),
             relay: self.relay.clone(),
             placeholders: std::mem::take(&mut self.placeholders),
@@ -346,6 +344,7 @@ impl EgressBinding {
         });
         match (proxy, handle) {
             (Ok(proxy), Some(Ok(handle))) => {
+                egress.records = Some(proxy.records_token());
                 egress.proxy = Some(proxy);
                 egress.handle = Some(handle);
                 Ok(egress)
@@ -385,9 +384,10 @@ pub struct Egress {
     runtime: Option<tokio::runtime::Runtime>,
     proxy: Option<Proxy>,
     handle: Option<ProxyHandle>,
-    audit: Arc<Mutex<AuditLog>>,
-    /// Holders of the audit log before the proxy took its share.
-    audit_holders: usize,
+    /// The proxy's records token ([`Proxy::records_token`]): its records are all written
+    /// when this is the last share. (The log may be the host's one writer, shared with
+    /// other runs, so its own count says nothing about this run.)
+    records: Option<Arc<()>>,
     dir: PathBuf,
     relay: ProxyRelay,
     placeholders: BTreeMap<String, String>,
@@ -443,11 +443,16 @@ impl Egress {
     fn stop(&mut self) -> bool {
         drop(self.handle.take());
         drop(self.proxy.take());
-        // Every connection task and queued audit write holds a share of the log; when only
-        // the holders from before the proxy remain, everything is written.
+        // Every queued audit write of the proxy holds a share of its records token (and the
+        // proxy's tasks hold the proxy, which holds one); when only ours is left,
+        // everything is written.
         let deadline = Instant::now() + DRAIN_TIMEOUT;
         let mut drained = true;
-        while Arc::strong_count(&self.audit) > self.audit_holders {
+        while self
+            .records
+            .as_ref()
+            .is_some_and(|t| Arc::strong_count(t) > 1)
+        {
             if Instant::now() > deadline {
                 drained = false;
                 break;

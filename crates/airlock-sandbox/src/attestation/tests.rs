@@ -30,6 +30,7 @@ fn fixture() -> (
         landlock_abi: 7,
         relay_socket: None,
         overlay: None,
+        attached: None,
     };
     let mounts = plan
         .mounts()
@@ -84,6 +85,7 @@ fn fixture() -> (
         weakened: None,
         relay: None,
         overlay: None,
+        attached: None,
     };
     (dir, profile, plan, host, att)
 }
@@ -458,5 +460,35 @@ fn overlay_shortfalls_are_named() {
     assert!(
         found.iter().any(|s| s.feature == "workspace overlay"),
         "{found:?}"
+    );
+}
+
+#[test]
+fn i2_a_sandbox_holding_another_runs_workspace_cwd_or_environment_is_refused() {
+    let (_d, profile, plan, mut host, mut good) = fixture();
+    let expected = AttachedReport {
+        cwd: profile.workspace.join("sub"),
+        workspace: FileId { dev: 1, ino: 2 },
+        env_sha256: crate::payload_env::digest(&profile.env),
+    };
+    host.attached = Some(expected.clone());
+    good.attached = Some(expected);
+    assert_eq!(good.verify(&profile, &plan, &host), vec![]);
+    type Mutation = Box<dyn Fn(&mut AttachedReport)>;
+    let cases: Vec<(&str, Mutation)> = vec![
+        ("working directory", Box::new(|a| a.cwd = "/tmp".into())),
+        ("workspace", Box::new(|a| a.workspace.ino = 3)),
+        ("environment", Box::new(|a| a.env_sha256 = "0".repeat(64))),
+    ];
+    for (feature, mutate) in cases {
+        let mut att = good.clone();
+        mutate(att.attached.as_mut().unwrap());
+        assert_eq!(features(&att, &profile, &plan, &host), vec![feature]);
+    }
+    let mut silent = good.clone();
+    silent.attached = None;
+    assert_eq!(
+        features(&silent, &profile, &plan, &host),
+        vec!["attached run"]
     );
 }

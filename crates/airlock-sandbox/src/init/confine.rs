@@ -211,5 +211,6 @@ pub fn collect_attestation(
         weakened: profile.weakened,
         relay: None,
         overlay: None,
+        attached: None,
     })
 }

@@ -24,6 +24,7 @@
 //! leave one out and show the host refusing the run; in this build every hook is a
 //! constant and nothing is ever left out.
 
+mod attach;
 mod clean_start;
 mod confine;
 mod identity;
@@ -147,9 +148,11 @@ fn stage0() -> i32 {
         .steps
         .iter()
         .any(|s| matches!(s, crate::mount_plan::MountStep::File { .. }));
+    // A pooled sandbox gets the run's descriptors only with the run (see [`attach`]).
+    let run_fds = !request.pooled;
     let passed = expect_passed_fd(
         RELAY_FD,
-        request.profile.relay().is_some(),
+        run_fds && request.profile.relay().is_some(),
         InitError::new("egress relay", "the host passed no proxy socket"),
     )
     .and_then(|()| {
@@ -162,14 +165,14 @@ fn stage0() -> i32 {
     .and_then(|()| {
         expect_passed_fd(
             WORKSPACE_FD,
-            request.workspace_tree,
+            run_fds && request.workspace_tree,
             InitError::new("workspace", "the host passed no workspace mount"),
         )
     })
     .and_then(|()| {
         expect_passed_fd(
             OVERLAY_FD,
-            request.layers_tree,
+            run_fds && request.layers_tree,
             InitError::new("workspace overlay", "the host passed no overlay layers"),
         )
     });
@@ -328,13 +331,21 @@ fn supervise(control: &mut UnixStream, child: Pid) -> i32 {
 fn pid1(request: &InitRequest) -> ! {
     // SAFETY: fd 4 is the handshake socket inherited from stage 0; this process owns it.
     let mut handshake = unsafe { UnixStream::from_raw_fd(HANDSHAKE_FD) };
-    let overlay = match pid1_setup(request) {
-        Ok(overlay) => overlay,
+    // A pooled sandbox is built up to its base, then waits for the run's own request,
+    // which from then on is the request (see [`attach`]).
+    let setup = if request.pooled {
+        attach::pooled_setup(request, &mut handshake)
+    } else {
+        pid1_setup(request).map(|overlay| (overlay, None))
+    };
+    let (overlay, attached) = match setup {
+        Ok(done) => done,
         Err(e) => {
             report_payload_failure(&mut handshake, e);
             std::process::exit(EXIT_SETUP_FAILED);
         }
     };
+    let request = attached.as_ref().unwrap_or(request);
     // The relay sets itself up while the payload confines itself; the payload reads its
     // report before attesting.
     let mut relay = match request.profile.relay() {
@@ -381,6 +392,17 @@ fn pid1(request: &InitRequest) -> ! {
 fn pid1_setup(
     request: &InitRequest,
 ) -> Result<Option<crate::attestation::OverlayReport>, InitError> {
+    pid1_prelude()?;
+    let mut root = mounts::StagedRoot::stage()?;
+    pid1_root(request, &mut root, &request.plan.steps)?;
+    let overlay = root.finish()?;
+    pid1_lock_down()?;
+    Ok(overlay)
+}
+
+/// What PID 1 does first, for any sandbox: die with stage 0, let go of the control
+/// channel, become undumpable, name the host and bring up loopback.
+fn pid1_prelude() -> Result<(), InitError> {
     let os = |stage: &'static str| move |e: nix::errno::Errno| InitError::new(stage, e.to_string());
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(os("parent-death signal"))?;
     // SAFETY: closing the control socket fd, which no Rust object in this process owns.
@@ -393,6 +415,16 @@ fn pid1_setup(
     if !layers::skips(Layer::NetNamespace) {
         sys::loopback_up().map_err(|e| InitError::new("loopback", e.to_string()))?;
     }
+    Ok(())
+}
+
+/// Execute `steps` of `request`'s plan into `root`, with the workspace and overlay
+/// descriptors the request says the host passed.
+fn pid1_root(
+    request: &InitRequest,
+    root: &mut mounts::StagedRoot,
+    steps: &[crate::mount_plan::MountStep],
+) -> Result<(), InitError> {
     let workspace_tree = request.workspace_tree.then(|| {
         // SAFETY: fd 7 was passed by the host (checked by stage 0) and nothing else in this
         // process owns it.
@@ -403,11 +435,16 @@ fn pid1_setup(
         // process owns it.
         unsafe { std::os::fd::OwnedFd::from_raw_fd(OVERLAY_FD) }
     });
-    let overlay = mounts::build_root(
-        &request.plan,
+    root.run_steps(
+        steps,
         workspace_tree.map(|t| (request.workspace.as_path(), t)),
         layers_tree,
-    )?;
+    )
+}
+
+/// Once the root is built: no file descriptor of the plan, no capability, no new
+/// privileges.
+fn pid1_lock_down() -> Result<(), InitError> {
     // The file's contents are in the new root; nothing after this needs the descriptor.
     // SAFETY: closing fd 6, which no Rust object in this process owns (EBADF if absent).
     unsafe { libc::close(FILE_FD) };
@@ -415,9 +452,10 @@ fn pid1_setup(
         drop_capabilities()?;
     }
     if !layers::skips(Layer::NoNewPrivs) {
-        nix::sys::prctl::set_no_new_privs().map_err(os("no_new_privs"))?;
+        nix::sys::prctl::set_no_new_privs()
+            .map_err(|e| InitError::new("no_new_privs", e.to_string()))?;
     }
-    Ok(overlay)
+    Ok(())
 }
 
 fn drop_capabilities() -> Result<(), InitError> {
@@ -524,6 +562,7 @@ fn confine_payload(request: &InitRequest) -> Result<crate::attestation::Attestat
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(os("parent-death signal"))?;
     nix::unistd::chdir(&request.cwd)
         .map_err(|e| InitError::new("cwd", format!("{}: {e}", request.cwd.display())))?;
+    let attached = attached_report(request)?;
     confine::apply_rlimits(&request.profile)?;
     let mut landlock = match layers::skipped_landlock() {
         Some(none) => none,
@@ -533,7 +572,23 @@ fn confine_payload(request: &InitRequest) -> Result<crate::attestation::Attestat
     if !layers::skips(Layer::Seccomp) {
         confine::apply_seccomp(&crate::seccomp_policy::deny_list())?;
     }
-    confine::collect_attestation(&request.profile, landlock, request.cgroup.clone())
+    let mut attestation =
+        confine::collect_attestation(&request.profile, landlock, request.cgroup.clone())?;
+    attestation.attached = Some(attached);
+    Ok(attestation)
+}
+
+/// The run's working directory, workspace and environment as the payload has them.
+fn attached_report(request: &InitRequest) -> Result<crate::attestation::AttachedReport, InitError> {
+    let cwd = std::env::current_dir().map_err(|e| InitError::new("cwd", format!("getcwd: {e}")))?;
+    let workspace = crate::attestation::FileId::of(&request.workspace).map_err(|e| {
+        InitError::new("workspace", format!("{}: {e}", request.workspace.display()))
+    })?;
+    Ok(crate::attestation::AttachedReport {
+        cwd,
+        workspace,
+        env_sha256: crate::payload_env::digest(&request.profile.env),
+    })
 }
 
 /// Why `execve` did not happen.

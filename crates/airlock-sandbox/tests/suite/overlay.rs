@@ -297,6 +297,7 @@ fn host_view(a: &airlock_sandbox::Attestation, ws: &Path, o: &WorkspaceOverlay) 
             upper: FileId::of(&o.upper).unwrap(),
             work: FileId::of(&o.work).unwrap(),
         }),
+        attached: None,
     }
 }
 

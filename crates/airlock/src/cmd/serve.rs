@@ -41,6 +41,19 @@ pub fn status(as_json: bool) -> anyhow::Result<i32> {
                 h.max_queued
             );
             crate::out!(
+                "sandbox pool: {} ready (of {}); {} runs took one, {} built their own, {} discarded{}",
+                h.pool.ready,
+                h.pool.size,
+                h.pool.taken,
+                h.pool.missed,
+                h.pool.discarded,
+                h.pool
+                    .last_error
+                    .as_deref()
+                    .map(|e| format!("; last build failed: {}", escape_line(e)))
+                    .unwrap_or_default()
+            );
+            crate::out!(
                 "agent sessions through the host: {} (of {})",
                 h.sessions_running,
                 h.max_sessions

@@ -158,6 +158,7 @@ async fn status_route(
         sessions_running: host.sessions.running(),
         max_sessions: host.sessions.max,
         live_sessions: host.live.status(),
+        pool: host.pool.status(),
     };
     let home = host.home.clone();
     let per_day = Some(host.warm.config().budget.per_day);

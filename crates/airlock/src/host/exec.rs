@@ -494,6 +494,8 @@ fn run_here(
                     crate::service::exec::Loaded::Warm {
                         warm: &host.warm,
                         store: &host.run_store,
+                        audit: &host.audit,
+                        pool: Some(&host.pool),
                     },
                     req,
                     &caller,

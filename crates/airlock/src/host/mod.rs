@@ -11,6 +11,7 @@
 //! flight finish, removes its socket and records its stop.
 
 pub mod api;
+pub mod audit_writer;
 pub mod channels;
 pub mod chat_limits;
 pub mod client;
@@ -18,6 +19,7 @@ pub mod exec;
 pub mod exec_client;
 pub mod exec_wire;
 pub mod lock;
+pub mod pool;
 pub mod rate;
 pub mod recovery;
 pub mod sessions;
@@ -51,6 +53,10 @@ pub struct Host {
     pub stopping: std::sync::atomic::AtomicBool,
     /// The web page, when `[web] listen` is set (`docs/web.md`).
     pub web: Option<crate::web::Web>,
+    /// The one audit writer every run in the host appends through.
+    pub audit: audit_writer::HostAudit,
+    /// Sandboxes built ahead of runs (`[host] sandbox_pool`).
+    pub pool: Arc<pool::SandboxPool>,
 }
 
 impl Host {
@@ -100,7 +106,13 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
         rate: rate::RateLimits::new(limits.requests_per_minute),
         stopping: std::sync::atomic::AtomicBool::new(false),
         web,
+        audit: audit_writer::HostAudit::new(home.clone()),
+        pool: pool::SandboxPool::new(),
     });
+    host.pool.start_builder(home.clone(), {
+        let host = host.clone();
+        move || host.warm.config()
+    })?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("airlock-host")
@@ -128,12 +140,18 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
     }
     let path = socket::socket_path(&home);
     let _ = std::fs::remove_file(&path);
-    let stopped = crate::config_audit::record_system(
-        &home,
-        "host",
-        "host-stop",
-        serde_json::json!({"pid": std::process::id()}),
-    );
+    host.pool.stop();
+    // The stop's record goes through the host's writer, whose close signs the checkpoint
+    // that covers every run's records.
+    let stopped = host
+        .audit
+        .record_system(
+            &host.warm.config(),
+            "host",
+            "host-stop",
+            serde_json::json!({"pid": std::process::id()}),
+        )
+        .and_then(|()| host.audit.close());
     result?;
     stopped?;
     tracing::info!("stopped");

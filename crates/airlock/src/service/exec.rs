@@ -58,14 +58,16 @@ pub struct ExecRequest {
 }
 
 /// What the run may take already loaded: nothing (embedded), or the host's warm config and
-/// Gates (brought up to date with the files first) and its open store for runs' sessions
-/// ([`open_run_store`]).
+/// Gates (brought up to date with the files first), its open store for runs' sessions
+/// ([`open_run_store`]), its one audit writer and its pool of prepared sandboxes.
 #[derive(Clone, Copy)]
 pub enum Loaded<'a> {
     Cold,
     Warm {
         warm: &'a crate::host::warm::Warm,
         store: &'a SqliteStore,
+        audit: &'a crate::host::audit_writer::HostAudit,
+        pool: Option<&'a Arc<crate::host::pool::SandboxPool>>,
     },
 }
 
@@ -83,6 +85,53 @@ pub(crate) fn lock(
     log: &Mutex<airlock_audit::AuditLog>,
 ) -> MutexGuard<'_, airlock_audit::AuditLog> {
     log.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The run's handle on the audit log: its own (embedded), closed with a signed checkpoint
+/// when the run ends, or the host's one writer, which stays open (see
+/// [`crate::host::audit_writer`]).
+struct RunLog {
+    log: Arc<Mutex<airlock_audit::AuditLog>>,
+    shared: bool,
+    /// Appends the writer had refused before this run.
+    failed_before: u64,
+}
+
+impl RunLog {
+    fn open(home: &Home, cfg: &config::Config, loaded: Loaded<'_>) -> anyhow::Result<RunLog> {
+        Ok(match loaded {
+            Loaded::Cold => RunLog {
+                log: Arc::new(Mutex::new(runtime::open_audit(home, cfg)?)),
+                shared: false,
+                failed_before: 0,
+            },
+            Loaded::Warm { audit, .. } => {
+                let log = audit.log(cfg)?;
+                let failed_before = crate::host::audit_writer::failures(&log);
+                RunLog {
+                    log,
+                    shared: true,
+                    failed_before,
+                }
+            }
+        })
+    }
+
+    /// Appends the log refused during this run, and the last one's error.
+    fn refused(&self) -> Option<(u64, String)> {
+        lock(&self.log)
+            .failed_appends()
+            .map(|(n, last)| (n.saturating_sub(self.failed_before), last.to_string()))
+            .filter(|(n, _)| *n > 0)
+    }
+
+    /// Let go of the log: an own one is closed with a signed checkpoint.
+    fn close(self) -> anyhow::Result<()> {
+        match self.shared {
+            true => Ok(()),
+            false => close_log(self.log),
+        }
+    }
 }
 
 /// Close the shared log once every other holder is gone.
@@ -175,8 +224,23 @@ pub fn exec(
     if let Some(h) = &caller.hang_up {
         h.arm(guard.hang_up_switch());
     }
-    let mut preparing =
-        Preparing::start(&profile_sb, &cwd, caller.output.clone(), guard.spawn_hook())?;
+    // In the host, a sandbox built ahead for this profile's base takes the run's own
+    // parts (see `crate::host::pool`); otherwise one is built for the run from nothing.
+    let pooled = match loaded {
+        Loaded::Warm {
+            pool: Some(pool), ..
+        } if cfg.host.sandbox_pool > 0 => pool
+            .take(&profile_sb, &cfg)
+            .map(|sandbox| (sandbox, pool.clone())),
+        _ => None,
+    };
+    let mut preparing = Preparing::start(
+        &profile_sb,
+        &cwd,
+        caller.output.clone(),
+        guard.spawn_hook(),
+        pooled,
+    )?;
     binding.start_runtime()?;
     // The Gate loads once the helper process has started, not beside its start (see
     // `Preparing::wait_started`).
@@ -217,7 +281,7 @@ pub fn exec(
         }),
     };
     phase("gate ready");
-    let opened = gate.and_then(|gate| Ok((gate, runtime::open_audit(&home, &cfg)?)));
+    let opened = gate.and_then(|gate| Ok((gate, RunLog::open(&home, &cfg, loaded)?)));
     phase("gate and audit log loaded");
     let own_store: Option<SqliteStore> = recording
         .map(|r| {
@@ -237,7 +301,8 @@ pub fn exec(
             return Err(e);
         }
     };
-    let (gate, log) = (Arc::new(gate), Arc::new(Mutex::new(log)));
+    let (gate, run_log) = (Arc::new(gate), log);
+    let log = run_log.log.clone();
     transaction::record_recovery(&log, &workspace, recovered.as_deref());
     // The proxy's *ask* requests wait in the approvals queue (`airlock approvals`).
     binding.queue_approvals(
@@ -278,7 +343,8 @@ pub fn exec(
                 ));
             }
             drop(preparing.finish());
-            close_log(log).ok();
+            drop(log);
+            run_log.close().ok();
             end_session(store, &session.id);
             return Ok(EXIT_REFUSED);
         }
@@ -300,7 +366,8 @@ pub fn exec(
                 );
                 notices.line("airlock: not approved; the command did not run");
                 drop(preparing.finish());
-                close_log(log).ok();
+                drop(log);
+                run_log.close().ok();
                 end_session(store, &session.id);
                 return Ok(EXIT_REFUSED);
             }
@@ -326,7 +393,8 @@ pub fn exec(
                     "airlock: approved, but {why}; the command did not run"
                 ));
                 drop(preparing.finish());
-                close_log(log).ok();
+                drop(log);
+                run_log.close().ok();
                 end_session(store, &session.id);
                 return Ok(EXIT_REFUSED);
             }
@@ -344,7 +412,8 @@ pub fn exec(
         Err(e) => {
             drop(preparing.finish());
             record_execution(&token, &session, &log, json!({"refused": e.to_string()}));
-            close_log(log).ok();
+            drop(log);
+            run_log.close().ok();
             end_session(store, &session.id);
             return Err(e.into());
         }
@@ -354,7 +423,8 @@ pub fn exec(
         drop(preparing.finish());
         record_execution(&token, &session, &log, json!({"refused": e.to_string()}));
         drop(egress);
-        close_log(log).ok();
+        drop(log);
+        run_log.close().ok();
         end_session(store, &session.id);
         return Err(e);
     }
@@ -412,10 +482,9 @@ pub fn exec(
     phase("session ended");
     // A record the log refused during the run (a request's decision in the proxy, or the
     // commit's) fails the run even when the command itself succeeded: the operator must hear of it.
-    let refused = lock(&log)
-        .failed_appends()
-        .map(|(n, last)| (n, last.to_string()));
-    close_log(log)?;
+    let refused = run_log.refused();
+    drop(log);
+    run_log.close()?;
     phase("done");
     if let Some((n, last)) = refused {
         anyhow::bail!(
@@ -467,25 +536,49 @@ impl Drop for StartedOnExit {
 }
 
 impl Preparing {
+    /// Build the run's sandbox on its own thread: `pooled` (a sandbox built ahead, see
+    /// `crate::host::pool`) given the run's parts, or one built from nothing when there is
+    /// none or it turns out not to fit (another base, or it died since it was taken).
     fn start(
         profile: &SandboxProfile,
         cwd: &std::path::Path,
         output: OutputMode,
         hook: impl Fn(u32) + Send + Sync + 'static,
+        pooled: Option<(
+            airlock_sandbox::PooledSandbox,
+            Arc<crate::host::pool::SandboxPool>,
+        )>,
     ) -> std::io::Result<Preparing> {
         let (profile, cwd) = (profile.clone(), cwd.display().to_string());
         let started = Arc::new(Started::default());
         let on_exit = StartedOnExit(started.clone());
-        let on_spawn = started.clone();
+        let hook = Arc::new(hook);
         let thread = std::thread::Builder::new()
             .name("airlock-sandbox-prepare".into())
-            .spawn(move || -> anyhow::Result<PreparedRun> {
-                let _on_exit = on_exit;
-                let sandbox = crate::sandbox_helper::locate()?.on_spawn(move |pid| {
-                    hook(pid);
-                    on_spawn.set();
-                });
-                Ok(sandbox.prepare(&profile, &cwd, output)?)
+            .spawn({
+                let started = started.clone();
+                move || -> anyhow::Result<PreparedRun> {
+                    let _on_exit = on_exit;
+                    let spawned = move |pid: u32| {
+                        hook(pid);
+                        started.set();
+                    };
+                    if let Some((pooled, pool)) = pooled {
+                        match pooled.attach(&profile, &cwd, output.clone(), &spawned) {
+                            Ok(prepared) => return Ok(prepared),
+                            Err(e @ airlock_sandbox::SandboxError::PoolMismatch(_)) => {
+                                tracing::warn!(error = %e, "the pooled sandbox does not fit the run; building one for it");
+                                pool.mismatched();
+                            }
+                            Err(e @ airlock_sandbox::SandboxError::Protocol(_)) => {
+                                tracing::warn!(error = %e, "the pooled sandbox could not take the run; building one for it");
+                            }
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                    let sandbox = crate::sandbox_helper::locate()?.on_spawn(spawned);
+                    Ok(sandbox.prepare(&profile, &cwd, output)?)
+                }
             })?;
         Ok(Preparing {
             thread: Some(thread),

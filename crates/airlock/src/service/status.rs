@@ -101,6 +101,9 @@ pub struct HostStatus {
     /// The chats that live in the host, attached to a client or not.
     #[serde(default)]
     pub live_sessions: Vec<crate::host::sessions::LiveSessionStatus>,
+    /// The pool of sandboxes built ahead of runs.
+    #[serde(default)]
+    pub pool: crate::host::pool::PoolStatus,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -1,0 +1,61 @@
+//! The host's one audit writer: runs through the host append to one open log, which signs
+//! a checkpoint every `checkpoint_every` records and once at the host's stop, not once
+//! per run; every record is still there and the chain verifies.
+
+use super::super::exec_fixture::fixture;
+use super::super::host_fixture::Host;
+use super::super::{audit_records, exec, verify};
+use super::init;
+
+fn checkpoints(home: &std::path::Path) -> usize {
+    std::fs::read_to_string(home.join("state/audit/checkpoints.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+#[test]
+fn i1_runs_through_the_host_share_one_writer_that_checkpoints_every_n_records_and_at_stop() {
+    let f = fixture();
+    init(&f, "");
+    let path = f.home.join("config/airlock.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("checkpoint_every = 256"), "{text}");
+    std::fs::write(
+        &path,
+        text.replace("checkpoint_every = 256", "checkpoint_every = 8"),
+    )
+    .unwrap();
+    let mut host = Host::start(&f.home);
+    let (records, signed) = (audit_records(&f.home).len(), checkpoints(&f.home));
+    for i in 0..12 {
+        let o = exec(&f, &[], &format!("echo run-{i}"));
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout),
+            format!("run-{i}\n"),
+            "{o:?}"
+        );
+    }
+    let appended = audit_records(&f.home).len() - records;
+    // Each run appends its decision and its execution record (and each is synced
+    // before the run goes on: I1). Embedded, each run also signed a checkpoint as it
+    // closed its log: 12 more. One writer signs one per 8 records (and the first).
+    assert!(appended >= 24, "{appended} records");
+    let new_checkpoints = checkpoints(&f.home) - signed;
+    assert!(
+        new_checkpoints <= appended / 8 + 1,
+        "{new_checkpoints} checkpoints for {appended} records"
+    );
+    // At the stop, one more covers everything: nothing is left unsigned.
+    host.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(host.wait().success(), "{}", host.log_text());
+    let v = verify(&f.home);
+    let out = String::from_utf8_lossy(&v.stdout);
+    assert!(v.status.success(), "{v:?}");
+    assert!(out.contains(" 0 unsigned tail records"), "{out}");
+    let stop = audit_records(&f.home)
+        .into_iter()
+        .rfind(|r| r["kind"] == "host-stop")
+        .expect("the stop is recorded");
+    assert_eq!(stop["principal"], "system:host", "{stop}");
+}

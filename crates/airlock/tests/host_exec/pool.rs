@@ -1,0 +1,221 @@
+//! The host's pool of prepared sandboxes (`[host] sandbox_pool`): each pooled sandbox
+//! serves one run, gets the run's own workspace, working directory and environment
+//! (attested), is discarded when the config changes its confinement, and dies with the
+//! host.
+
+use std::process::{Command, Stdio};
+
+use super::super::exec_fixture::{airlock_bin, fixture, Fixture};
+use super::super::host_fixture::Host;
+use super::super::{audit_records, exec, verify};
+use super::{children_of, init, processes_with, status, wait_for};
+
+/// Wait until the pool holds `n` built sandboxes.
+fn wait_for_pool(f: &Fixture, n: u64) {
+    wait_for(&format!("{n} pooled sandboxes"), || {
+        status(f)["host"]["pool"]["ready"].as_u64() == Some(n)
+    });
+}
+
+fn pool_count(f: &Fixture, what: &str) -> u64 {
+    status(f)["host"]["pool"][what].as_u64().unwrap_or(0)
+}
+
+/// The execution records of `command`, in order.
+fn executions_of(f: &Fixture, command: &str) -> Vec<serde_json::Value> {
+    audit_records(&f.home)
+        .into_iter()
+        .filter(|r| r["kind"] == "execution" && r["action"]["command"] == command)
+        .collect()
+}
+
+#[test]
+fn i2_a_pooled_sandbox_serves_one_run_and_the_next_sees_nothing_of_it() {
+    let f = fixture();
+    init(&f, "");
+    let _host = Host::start(&f.home);
+    // The first run shows the pool what to build for, and builds its own.
+    let o = exec(&f, &[], "true");
+    assert!(o.status.success(), "{o:?}");
+    wait_for_pool(&f, 2);
+    let taken = pool_count(&f, "taken");
+    let leave =
+        "echo left > /tmp/left-behind; (setsid sleep 271 </dev/null >/dev/null 2>&1 &); echo ok";
+    let o = exec(&f, &[], leave);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "ok\n", "{o:?}");
+    assert!(
+        processes_with("sleep 271").is_empty(),
+        "the run's process outlived its sandbox"
+    );
+    let look = "test -e /tmp/left-behind && echo seen; echo looked";
+    let o = exec(&f, &[], look);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "looked\n", "{o:?}");
+    assert_eq!(
+        pool_count(&f, "taken"),
+        taken + 2,
+        "both runs took a pooled sandbox"
+    );
+    // Two sandboxes, not one used twice: their namespaces differ.
+    let (a, b) = (&executions_of(&f, leave)[0], &executions_of(&f, look)[0]);
+    for ns in ["mnt", "pid", "net", "user"] {
+        let (x, y) = (
+            &a["detail"]["attestation"]["namespaces"][ns],
+            &b["detail"]["attestation"]["namespaces"][ns],
+        );
+        assert!(x.is_u64() && x != y, "{ns}: {x} and {y}");
+    }
+}
+
+#[test]
+fn i2_a_pooled_sandbox_gets_the_runs_own_workspace_and_cwd_and_attests_them() {
+    let f = fixture();
+    init(&f, "");
+    let other = f.ws.parent().unwrap().join("other-ws");
+    std::fs::create_dir_all(other.join("sub")).unwrap();
+    std::fs::write(other.join("theirs"), "b").unwrap();
+    std::fs::write(f.ws.join("mine"), "a").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    for d in [&other, &other.join("sub")] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let _host = Host::start(&f.home);
+    // Pooled for the first workspace's runs.
+    assert!(exec(&f, &[], "true").status.success());
+    wait_for_pool(&f, 2);
+    let taken = pool_count(&f, "taken");
+    let command = "pwd; ls; ls /proc/1/root 2>&1 | head -1";
+    let o = Command::new(airlock_bin())
+        .env("AIRLOCK_HOME", &f.home)
+        .current_dir(other.join("sub"))
+        .args(["exec", "--workspace"])
+        .arg(&other)
+        .args(["--", command])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{o:?}");
+    let other = other.canonicalize().unwrap();
+    assert!(
+        out.starts_with(&format!("{}\n", other.join("sub").display())),
+        "{out}"
+    );
+    assert!(!out.contains("mine") && !out.contains("theirs"), "{out}");
+    assert_eq!(
+        pool_count(&f, "taken"),
+        taken + 1,
+        "the run took a pooled sandbox"
+    );
+    let rec = &executions_of(&f, command)[0];
+    let attached = &rec["detail"]["attestation"]["attached"];
+    assert_eq!(
+        attached["cwd"],
+        other.join("sub").display().to_string(),
+        "{rec}"
+    );
+    // The other workspace itself, seen in the run from its own root.
+    let o = Command::new(airlock_bin())
+        .env("AIRLOCK_HOME", &f.home)
+        .current_dir(&other)
+        .args(["exec", "--workspace"])
+        .arg(&other)
+        .args(["--", "ls"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        listed.contains("theirs") && !listed.contains("mine"),
+        "{listed}"
+    );
+}
+
+#[test]
+fn i2_a_config_change_discards_the_pooled_sandboxes_and_the_next_run_has_the_new_confinement() {
+    let f = fixture();
+    init(&f, "");
+    let _host = Host::start(&f.home);
+    assert!(exec(&f, &[], "true").status.success());
+    wait_for_pool(&f, 2);
+    let root = nix::unistd::geteuid().is_root();
+    let before = String::from_utf8_lossy(&exec(&f, &[], "id -u").stdout).into_owned();
+    // The sandbox's uid is part of what a pooled sandbox is built with.
+    let path = f.home.join("config/airlock.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\nuid = 65534\n"), "{text}");
+    std::fs::write(
+        &path,
+        text.replacen("\nuid = 65534\n", "\nuid = 65533\n", 1),
+    )
+    .unwrap();
+    let discarded = pool_count(&f, "discarded");
+    let after = String::from_utf8_lossy(&exec(&f, &[], "id -u").stdout).into_owned();
+    if root {
+        assert_eq!(before, "65534\n");
+        assert_eq!(after, "65533\n", "the run after the edit has the new uid");
+    }
+    wait_for("the stale sandboxes to be discarded", || {
+        pool_count(&f, "discarded") > discarded
+    });
+    // The pool refills for the new confinement, and its runs have it.
+    wait_for_pool(&f, 2);
+    let taken = pool_count(&f, "taken");
+    let again = String::from_utf8_lossy(&exec(&f, &[], "id -u").stdout).into_owned();
+    assert_eq!(pool_count(&f, "taken"), taken + 1);
+    assert_eq!(again, after);
+}
+
+#[test]
+fn kill_9_of_the_host_with_a_full_pool_leaves_no_sandbox_process() {
+    let f = fixture();
+    init(&f, "");
+    let mut host = Host::start(&f.home);
+    assert!(exec(&f, &[], "true").status.success());
+    wait_for_pool(&f, 2);
+    // The pooled sandboxes: helpers and the PID 1 each started, waiting for a run.
+    let helpers: Vec<u32> = children_of(host.child.id())
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .collect();
+    assert_eq!(helpers.len(), 2, "the host's children: {helpers:?}");
+    let sandboxed: Vec<u32> = helpers
+        .iter()
+        .flat_map(|h| children_of(*h).into_iter().map(|(pid, _)| pid))
+        .chain(helpers.iter().copied())
+        .collect();
+    assert_eq!(
+        sandboxed.len(),
+        4,
+        "helpers and their PID 1s: {sandboxed:?}"
+    );
+    host.signal(nix::sys::signal::Signal::SIGKILL);
+    host.wait();
+    wait_for("every pooled sandbox's processes to be gone", || {
+        let ps = Command::new("ps")
+            .args(["-e", "-o", "pid="])
+            .output()
+            .unwrap();
+        let alive: Vec<u32> = String::from_utf8_lossy(&ps.stdout)
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        sandboxed.iter().all(|p| !alive.contains(p))
+    });
+    let _again = Host::start(&f.home);
+    let v = verify(&f.home);
+    assert!(v.status.success(), "{v:?}");
+}
+
+#[test]
+fn with_the_pool_off_every_run_builds_its_own_sandbox() {
+    let f = fixture();
+    init(&f, "\n[host]\nsandbox_pool = 0\n");
+    let _host = Host::start(&f.home);
+    for _ in 0..2 {
+        let o = exec(&f, &[], "echo hi");
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "hi\n", "{o:?}");
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(status(&f)["host"]["pool"]["ready"], 0);
+    assert_eq!(pool_count(&f, "taken"), 0);
+}

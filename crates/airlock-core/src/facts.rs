@@ -493,7 +493,16 @@ mod tests {
         // To the owner's own conversation, any workspace file; never a protected one.
         let e = gate.evaluate(&s, &send("owner", "salaries.csv"));
         assert_eq!(e.decision, DecisionKind::Allow, "{:?}", e.reasons);
-        for file in [".env", ".ssh/id_ed25519", "/etc/shadow", "../outside.txt"] {
+        for file in [
+            ".env",
+            "config/.env.production",
+            ".ssh/id_ed25519",
+            "deploy/server.KEY",
+            ".aws/credentials",
+            ".netrc",
+            "/etc/shadow",
+            "../outside.txt",
+        ] {
             let e = gate.evaluate(&s, &send("owner", file));
             assert_eq!(e.decision, DecisionKind::Deny, "{file}: {:?}", e.reasons);
             assert!(

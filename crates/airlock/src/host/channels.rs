@@ -580,9 +580,7 @@ impl Running {
 
     /// Decide `action` about this channel as `system:channel`, recorded first.
     fn decide<A: IntoAction>(&self, action: A) -> anyhow::Result<Verdict<A>> {
-        let cfg = self.host.warm.current_config();
-        let profile = crate::policies::pick_profile(None, &cfg.policy.profile)?;
-        let (gate, _) = self.host.warm.gate(profile)?;
+        let (cfg, gate) = self.gate()?;
         decisions::decide(
             &self.host.home,
             &cfg,
@@ -592,6 +590,19 @@ impl Running {
             decisions::via_of(self.name),
             action,
         )
+    }
+
+    /// The config in force and the warm Gate of its profile, for the channel's decisions.
+    fn gate(
+        &self,
+    ) -> anyhow::Result<(
+        std::sync::Arc<crate::config::Config>,
+        std::sync::Arc<airlock_core::gate::Gate>,
+    )> {
+        let cfg = self.host.warm.current_config();
+        let profile = crate::policies::pick_profile(None, &cfg.policy.profile)?;
+        let (gate, _) = self.host.warm.gate(profile)?;
+        Ok((cfg, gate))
     }
 
     /// Give an admitted message to its chat's session: the owner's and an admin's as
@@ -688,9 +699,7 @@ impl Running {
         &self,
         held: AskTicket<ChannelAdmitAction>,
     ) -> anyhow::Result<Authorized<ChannelAdmitAction>> {
-        let cfg = self.host.warm.current_config();
-        let profile = crate::policies::pick_profile(None, &cfg.policy.profile)?;
-        let (gate, _) = self.host.warm.gate(profile)?;
+        let (cfg, gate) = self.gate()?;
         decisions::approve_admission(
             &self.host.home,
             &cfg,

@@ -81,11 +81,17 @@ fn attacks_that_work_on_the_host_are_reported_as_failures() {
         .arg(&workspace)
         .env("AIRLOCK_PROBE_TEST_TOKEN", "not-a-real-token");
     let source_fd = std::os::fd::AsRawFd::as_raw_fd(&leaked);
-    // SAFETY: dup2 is async-signal-safe; between fork and exec it only places a copy of an
-    // open descriptor (without close-on-exec) at LEAKED_FD.
+    // SAFETY: dup2 and fcntl are async-signal-safe; between fork and exec they only place
+    // an open descriptor without close-on-exec at LEAKED_FD. When the file already has that
+    // number, dup2 would do nothing and leave close-on-exec set, so the flag is cleared.
     unsafe {
         command.pre_exec(move || {
-            if libc::dup2(source_fd, LEAKED_FD) < 0 {
+            let placed = if source_fd == LEAKED_FD {
+                libc::fcntl(LEAKED_FD, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(source_fd, LEAKED_FD)
+            };
+            if placed < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())

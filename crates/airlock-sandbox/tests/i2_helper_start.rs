@@ -52,10 +52,17 @@ fn start_helper_at(program: &Path, args: &[&str], as_user: Option<u32>) -> Refus
     if let Some(id) = as_user {
         cmd.uid(id).gid(id);
     }
-    // SAFETY: the closure only calls dup2, which is async-signal-safe, and allocates nothing.
+    // SAFETY: the closure only calls fcntl and dup2, which are async-signal-safe, and
+    // allocates nothing. Both ends are first copied above every target: a source that
+    // already had a target's number would otherwise keep close-on-exec (dup2 onto itself
+    // does nothing) or be overwritten by the other placement.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::dup2(c, CONTROL_FD) < 0 || libc::dup2(h, HANDSHAKE_FD) < 0 {
+            let (c, h) = (
+                libc::fcntl(c, libc::F_DUPFD, 100),
+                libc::fcntl(h, libc::F_DUPFD, 100),
+            );
+            if c < 0 || h < 0 || libc::dup2(c, CONTROL_FD) < 0 || libc::dup2(h, HANDSHAKE_FD) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())

@@ -147,7 +147,9 @@ pub struct TaskScheduleAction {
     pub prompt: String,
 }
 
-/// Start a sub-agent.
+/// Start a sub-agent: a session of its own under the proposing one, with `prompt` as its
+/// instructions, only `tools` (a subset of the parent's), and, with `workspace`, confined
+/// to that subfolder of the parent's workspace.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentSpawnAction {
@@ -155,6 +157,10 @@ pub struct AgentSpawnAction {
     pub prompt: String,
     #[serde(default)]
     pub tools: Vec<String>,
+    /// A subfolder of the parent's workspace (relative) that is the child's whole
+    /// workspace; `None` shares the parent's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
 }
 
 /// Let a message from a chat platform reach a session: the host asks this of every

@@ -33,6 +33,22 @@ pub trait SessionStore {
     /// One session, with its taint state.
     fn get_session(&self, id: &str) -> Result<SessionRecord, StoreError>;
 
+    /// Create a sub-agent's session under `parent`, which must be active. Every record of
+    /// the child then names it (`agent:<child>;parent=<parent>`), and killing the parent
+    /// kills the child.
+    fn create_child_session(
+        &self,
+        parent: &str,
+        new: &NewSession,
+        now: Timestamp,
+    ) -> Result<SessionRecord, StoreError>;
+
+    /// How many parents above session `id` (0 for a session nobody spawned).
+    fn family_depth(&self, id: &str) -> Result<usize, StoreError>;
+
+    /// Every session below `id`: its sub-agents, theirs, and so on, parents first.
+    fn descendants(&self, id: &str) -> Result<Vec<String>, StoreError>;
+
     /// Sessions, newest first, optionally only those with `status`.
     fn list_sessions(
         &self,
@@ -60,7 +76,8 @@ pub trait SessionStore {
     fn finish_session(&self, id: &str, now: Timestamp) -> Result<(), StoreError>;
 
     /// The kill switch's part in the store, in one transaction: the session becomes
-    /// `killed` (final), its pending approvals are cancelled and its grants revoked.
+    /// `killed` (final), its pending approvals are cancelled and its grants revoked, and
+    /// so for every sub-agent below it.
     fn kill_session(&self, id: &str, by: &str, now: Timestamp) -> Result<KillReport, StoreError>;
 }
 
@@ -90,6 +107,20 @@ pub trait BudgetStore {
 
     /// What all sessions together have used on `now`'s UTC day.
     fn day_usage(&self, now: Timestamp) -> Result<Usage, StoreError>;
+
+    /// Hand `cap` of session `parent`'s budget to a sub-agent: add it to the parent's
+    /// session counters (not the day's: the child's own spending is counted there) if
+    /// `limits` (the parent's per-session limits) allow it; otherwise add nothing and say
+    /// which limit. The child then runs with `cap` as its own limit, so the family never
+    /// spends more than the parent was allowed. What the child leaves unused is not
+    /// returned: no counter is ever lowered.
+    fn draw_for_child(
+        &self,
+        parent: &str,
+        cap: &Usage,
+        limits: &crate::budget::Limits,
+        now: Timestamp,
+    ) -> Result<BudgetState, ChargeError>;
 }
 
 /// The approvals queue as the requester sees it (the agent loop, the proxy's hook): hold an

@@ -17,7 +17,9 @@ use serde_json::json;
 
 use airlock_agent::agent::{Executors, ToolOutput};
 use airlock_audit::AuditLog;
-use airlock_core::action::{ExecAction, FsWriteAction, MessageSendAction, NetRequestAction};
+use airlock_core::action::{
+    AgentSpawnAction, ExecAction, FsWriteAction, MessageSendAction, NetRequestAction,
+};
 use airlock_core::gate::{Approval, Session};
 use airlock_core::Authorized;
 use airlock_proxy::{
@@ -119,6 +121,8 @@ pub struct HostExecutors {
     /// The third party the conversation is with, if not the owner: messages to it are
     /// delivered to the conversation (once the Gate allowed them).
     conversation_with: Option<String>,
+    /// The session's sub-agents, when it may start them.
+    subagents: Option<crate::subagents::SubAgents>,
 }
 
 /// What the blocking sandbox and proxy work needs, shared with its worker threads.
@@ -175,6 +179,7 @@ impl HostExecutors {
             messages_to,
             memory: None,
             conversation_with: None,
+            subagents: None,
         }
     }
 
@@ -184,6 +189,19 @@ impl HostExecutors {
     pub fn with_conversation(mut self, destination: String) -> HostExecutors {
         self.conversation_with = Some(destination);
         self
+    }
+
+    /// Let the session start sub-agents.
+    pub fn with_subagents(mut self, subagents: crate::subagents::SubAgents) -> HostExecutors {
+        self.subagents = Some(subagents);
+        self
+    }
+
+    /// Kill every sub-agent still running and wait for it (the turn that started it ended).
+    pub fn end_subagents(&self) {
+        if let Some(s) = &self.subagents {
+            s.end_all();
+        }
     }
 
     pub fn with_memory(mut self, memory: crate::memory_executor::HostMemory) -> HostExecutors {
@@ -224,6 +242,21 @@ impl HostExecutors {
 
 #[async_trait]
 impl Executors for HostExecutors {
+    async fn spawn_agent(&self, auth: Authorized<AgentSpawnAction>) -> ToolOutput {
+        match &self.subagents {
+            // Opening a child's session, Gate and workspace is blocking work.
+            Some(s) => tokio::task::block_in_place(|| s.spawn(auth)),
+            None => ToolOutput::not_run("this session cannot start sub-agents"),
+        }
+    }
+
+    async fn wait_agent(&self, id: &str, timeout: Duration) -> ToolOutput {
+        match &self.subagents {
+            Some(s) => s.wait(id, timeout).await,
+            None => ToolOutput::not_run(format!("there is no sub-agent `{id}` of this session")),
+        }
+    }
+
     fn memory(&self) -> Option<airlock_agent::agent::SessionMemory<'_>> {
         self.memory
             .as_ref()

@@ -50,6 +50,8 @@ pub struct HostOptions {
     pub workspace: Option<PathBuf>,
     /// Additions to every egress proxy of the session (in-process callers only).
     pub egress: EgressExtras,
+    /// The session is a sub-agent's: its tools and budget ([`crate::subagents`]).
+    pub child: Option<crate::subagents::ChildSetup>,
 }
 
 /// The owner's directory `dir` as a session workspace: canonical, and refused where the
@@ -135,7 +137,7 @@ impl AgentHost {
             opts.messages_to.clone(),
             opts.notices.clone(),
         )
-        .with_egress_extras(opts.egress)
+        .with_egress_extras(opts.egress.clone())
         .with_commit_approval_timeout(Duration::from_secs(
             opts.approval_timeout
                 .unwrap_or(cfg.agent.approval_timeout_secs),
@@ -145,7 +147,32 @@ impl AgentHost {
             &record,
             cfg.memory.retention,
         )?);
-        let agent_cfg = agent_config(&cfg, provider_cfg, opts.approval_timeout, &opts.channel);
+        let mut agent_cfg =
+            agent_config(&cfg, provider_cfg, opts.approval_timeout, &opts.channel);
+        if let Some(child) = &opts.child {
+            agent_cfg.tools = Some(child.tools.clone());
+            agent_cfg.budget = child.budget;
+        }
+        // The session may start sub-agents like itself, with at most its own tools and a
+        // share of its own budget.
+        let spawn = crate::subagents::SpawnContext {
+            home: home.clone(),
+            cfg: cfg.clone(),
+            provider: provider_cfg.clone(),
+            profile: opts.profile.clone(),
+            channel: opts.channel.clone(),
+            notices: opts.notices.clone(),
+            egress: opts.egress.clone(),
+            approval_timeout: opts.approval_timeout,
+            tools: agent_cfg.tools.clone(),
+            limits: agent_cfg.budget.per_session,
+        };
+        let executors = executors.with_subagents(crate::subagents::SubAgents::new(
+            spawn,
+            session_id.clone(),
+            open_store(&home)?,
+            exec_audit.clone(),
+        ));
         let provider = connect(provider_cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -207,6 +234,8 @@ impl AgentHost {
             };
             agent.run_turn_from(session_id, input).await
         });
+        // No child outlives the turn that started it.
+        executors.end_subagents();
         report.map_err(|e| anyhow::anyhow!("{e}"))
     }
 

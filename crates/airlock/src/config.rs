@@ -307,6 +307,46 @@ pub struct AgentSection {
     /// How long `airlock run` waits for an approval before treating it as denied, in seconds.
     #[serde(default = "default_approval_timeout")]
     pub approval_timeout_secs: u64,
+    /// Limits on sub-agents (`[agent.subagents]`).
+    #[serde(default)]
+    pub subagents: SubAgentLimits,
+}
+
+/// How far sessions may split work across sub-agents (`[agent.subagents]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubAgentLimits {
+    /// Deepest sub-agent: 1 lets a session start children, 2 lets them start their own,
+    /// 0 turns sub-agents off.
+    #[serde(default = "default_subagent_depth")]
+    pub max_depth: usize,
+    /// Most children of one session running at once.
+    #[serde(default = "default_subagent_concurrency")]
+    pub max_concurrent: usize,
+    /// Each child's budget cap, as a percentage of its parent's per-session limit for
+    /// each counter (never more than the parent has left); 1 to 100.
+    #[serde(default = "default_subagent_budget_percent")]
+    pub budget_percent: u8,
+}
+
+fn default_subagent_depth() -> usize {
+    2
+}
+fn default_subagent_concurrency() -> usize {
+    3
+}
+fn default_subagent_budget_percent() -> u8 {
+    25
+}
+
+impl Default for SubAgentLimits {
+    fn default() -> Self {
+        SubAgentLimits {
+            max_depth: default_subagent_depth(),
+            max_concurrent: default_subagent_concurrency(),
+            budget_percent: default_subagent_budget_percent(),
+        }
+    }
 }
 
 impl Default for AgentSection {
@@ -317,6 +357,7 @@ impl Default for AgentSection {
             tool_calls_per_minute: default_tool_calls_per_minute(),
             max_identical_actions: default_max_identical_actions(),
             approval_timeout_secs: default_approval_timeout(),
+            subagents: SubAgentLimits::default(),
         }
     }
 }

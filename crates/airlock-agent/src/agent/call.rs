@@ -59,11 +59,17 @@ impl Agent<'_> {
             .as_json()
             .cloned()
             .unwrap_or_else(|| json!({"invalid": call.arguments.to_wire_string()}));
+        if call.name == "wait_agent"
+            && super::subagent_tools::is_allowed(self.config.tools.as_deref(), &call.name)
+        {
+            return self.wait_call(run, call, arguments).await;
+        }
         let planned = match tools::plan(
             call,
             &run.files,
             &self.config.channel,
             self.config.conversation_with.as_deref(),
+            self.config.tools.as_deref(),
         ) {
             Ok(p) => p,
             Err(text) => {
@@ -187,6 +193,30 @@ impl Agent<'_> {
                     .await?
             }
             PlannedCall::Memory(plan) => return self.memory_call(run, call, plan),
+            PlannedCall::SpawnAgent(a) => {
+                let t = authorized!(a);
+                // What comes back is the host's own word (the child's id, or why it could
+                // not start), not outside content: it does not taint. The child's answer
+                // does, through `wait_agent`.
+                return match self
+                    .execute(&id, self.executors.spawn_agent(t), timeout)
+                    .await?
+                {
+                    Some(o) => {
+                        let ran = o.ran;
+                        self.finish_as(
+                            run,
+                            call,
+                            Some(DecisionKind::Allow),
+                            approval_id,
+                            o,
+                            ran,
+                            false,
+                        )
+                    }
+                    None => Ok(Some(Outcome::Killed)),
+                };
+            }
         };
         match output {
             Some(o) => {
@@ -195,6 +225,42 @@ impl Agent<'_> {
             }
             // Killed while running: the stored call has no result, and a resume marks it
             // interrupted.
+            None => Ok(Some(Outcome::Killed)),
+        }
+    }
+
+    /// `wait_agent`: no action for the Gate (the child's start was decided, and everything
+    /// it does is decided in its own session); the child's answer comes back as untrusted
+    /// content, which taints this session.
+    async fn wait_call(
+        &mut self,
+        run: &mut RunState,
+        call: &ToolCall,
+        arguments: serde_json::Value,
+    ) -> Result<Option<Outcome>, AgentError> {
+        let events = [TranscriptEvent::ToolCall {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            arguments: arguments.clone(),
+            action_hash: String::new(),
+        }];
+        if let Some(k) = self.commit(run, &events)? {
+            return Ok(Some(k));
+        }
+        let child = match super::subagent_tools::plan_wait(arguments) {
+            Ok(c) => c,
+            Err(text) => return self.finish(run, call, None, None, ToolOutput::error(text), false),
+        };
+        let id = run.session.id.clone();
+        let timeout = self.config.call_timeout;
+        match self
+            .execute(&id, self.executors.wait_agent(&child, timeout), timeout)
+            .await?
+        {
+            Some(o) => {
+                let ran = o.ran;
+                self.finish(run, call, None, None, o, ran)
+            }
             None => Ok(Some(Outcome::Killed)),
         }
     }

@@ -76,6 +76,9 @@ pub struct AgentConfig {
     /// to no one goes to this destination, and the turn's final text is sent to it as a
     /// `message.send` the Gate decides (so after taint it is held, as egress is).
     pub conversation_with: Option<String>,
+    /// The tools this session may use; `None` for all of them. A sub-agent's are the ones
+    /// its parent gave it: the model is shown only these, and any other call is refused.
+    pub tools: Option<Vec<String>>,
 }
 
 impl AgentConfig {
@@ -98,6 +101,7 @@ impl AgentConfig {
             kill_poll: Duration::from_millis(200),
             channel: "terminal".into(),
             conversation_with: None,
+            tools: None,
         }
     }
 }

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use airlock_core::action::{ExecAction, FsWriteAction, MessageSendAction, NetRequestAction};
+use airlock_core::action::{
+    AgentSpawnAction, ExecAction, FsWriteAction, MessageSendAction, NetRequestAction,
+};
 use airlock_core::Authorized;
 
 /// The result of one tool call, as the model will see it.
@@ -98,5 +100,20 @@ pub trait Executors: Send + Sync {
     /// no memory, and the memory tools then answer that it is not available.
     fn memory(&self) -> Option<super::memory_exec::SessionMemory<'_>> {
         None
+    }
+
+    /// Start the sub-agent the Gate allowed: a child session under this one, which
+    /// inherits its taint, runs on a budget drawn from this session's, with only the
+    /// action's tools (and subfolder), and is killed with it. Returns at once with the
+    /// child's id for [`Executors::wait_agent`], or the refusal (a depth or concurrency
+    /// limit, no budget left). The default: this host runs no sub-agents.
+    async fn spawn_agent(&self, _auth: Authorized<AgentSpawnAction>) -> ToolOutput {
+        ToolOutput::not_run("this host runs no sub-agents")
+    }
+
+    /// Wait up to `timeout` for child `id` of this session to end; its final answer, or
+    /// how it ended. The loop gives it to the model as untrusted content.
+    async fn wait_agent(&self, id: &str, _timeout: Duration) -> ToolOutput {
+        ToolOutput::not_run(format!("there is no sub-agent `{id}` on this host"))
     }
 }

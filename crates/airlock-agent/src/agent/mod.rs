@@ -35,6 +35,7 @@ mod memory_tools;
 mod outcome;
 mod preview;
 mod run;
+mod subagent_tools;
 mod tools;
 mod workspace;
 
@@ -50,6 +51,7 @@ pub use memory_tools::{
 pub use outcome::{AgentError, LimitKind, LimitScope, Outcome, ToolCallReport, TurnReport};
 pub use preview::preview;
 pub use run::{Agent, TurnInput};
+pub use subagent_tools::{SUBAGENT_TOOL_NAMES, MAX_INSTRUCTIONS_BYTES};
 pub use tools::{
     content_hash, definitions, plan, ListDir, PlannedCall, ReadFile, MAX_ATTACHMENT_BYTES,
     TOOL_NAMES,

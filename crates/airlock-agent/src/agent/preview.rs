@@ -66,6 +66,21 @@ pub fn preview(call: &PlannedCall) -> ApprovalPreview {
         },
         // Memory changes the Gate asks about are held in the memory store's review queue,
         // not here; this covers an operator policy that routes them anyway.
+        PlannedCall::SpawnAgent(a) => ApprovalPreview::Other {
+            summary: cap(
+                format!(
+                    "start sub-agent `{}` with tools [{}]{}:\n{}",
+                    a.name,
+                    a.tools.join(", "),
+                    a.workspace
+                        .as_ref()
+                        .map(|w| format!(" in workspace subfolder {w}"))
+                        .unwrap_or_default(),
+                    a.prompt
+                ),
+                MAX_PREVIEW_BYTES / 2,
+            ),
+        },
         PlannedCall::Memory(m) => ApprovalPreview::Other {
             summary: cap(
                 serde_json::to_string(&m.action()).unwrap_or_default(),

@@ -250,7 +250,7 @@ impl Agent<'_> {
             model: self.config.model.clone(),
             system: self.config.system_prompt.clone(),
             messages: run.messages.clone(),
-            tools: tools::definitions(),
+            tools: tools::definitions(self.config.tools.as_deref()),
             max_tokens: self.config.max_tokens,
         };
         let input_estimate = (serde_json::to_vec(&request.messages).map_or(0, |v| v.len())

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use airlock_core::action::{
-    ExecAction, FsWriteAction, MessageAttachment, MessageSendAction, NetRequestAction, PathAction,
+    AgentSpawnAction, ExecAction, FsWriteAction, MessageAttachment, MessageSendAction, NetRequestAction, PathAction,
 };
 use airlock_core::{Action, IntoAction};
 
@@ -65,6 +65,8 @@ pub enum PlannedCall {
     SendMessage(MessageSendAction),
     /// `memory_save`, `memory_search`, `memory_get` or `memory_forget`.
     Memory(super::memory_tools::MemoryPlan),
+    /// `spawn_agent`: a child session, with the tools it will have filled in.
+    SpawnAgent(AgentSpawnAction),
 }
 
 impl PlannedCall {
@@ -78,6 +80,7 @@ impl PlannedCall {
             PlannedCall::Fetch { action, .. } => action.to_action(),
             PlannedCall::SendMessage(a) => a.to_action(),
             PlannedCall::Memory(m) => m.action(),
+            PlannedCall::SpawnAgent(a) => a.to_action(),
         }
     }
 }
@@ -141,13 +144,23 @@ pub const MAX_ATTACHMENT_BYTES: usize = 8 * 1024 * 1024;
 /// Turn a model's tool call into a planned call. `Err` is the text of the tool error the
 /// model gets back. `conversation_with` is the third party the conversation is with, if
 /// it is not with the owner ([`super::AgentConfig::conversation_with`]): a reply "to the
-/// owner" there is a message to them.
+/// owner" there is a message to them. `allowed` is the session's tools
+/// ([`super::AgentConfig::tools`]; `None`: all): a sub-agent calling any other is refused
+/// here, and is given no other to hand on.
 pub fn plan(
     call: &ToolCall,
     files: &WorkspaceFiles,
     channel: &str,
     conversation_with: Option<&str>,
+    allowed: Option<&[String]>,
 ) -> Result<PlannedCall, String> {
+    if !super::subagent_tools::is_allowed(allowed, &call.name) {
+        return Err(format!(
+            "`{}` is not among this session's tools\nhelp: use one of: {}",
+            call.name,
+            allowed.unwrap_or_default().join(", ")
+        ));
+    }
     let args = match &call.arguments {
         ToolArguments::Json { value } => value.clone(),
         ToolArguments::Invalid { error, .. } => {
@@ -274,6 +287,9 @@ pub fn plan(
         name if super::memory_tools::is_memory_tool(name) => {
             super::memory_tools::plan(name, args).map(PlannedCall::Memory)
         }
+        "spawn_agent" => {
+            super::subagent_tools::plan_spawn(args, allowed).map(PlannedCall::SpawnAgent)
+        }
         other => Err(format!(
             "there is no tool named `{other}`\nhelp: use one of: {}, {}",
             TOOL_NAMES.join(", "),
@@ -324,11 +340,13 @@ pub const TOOL_NAMES: [&str; 7] = [
     "send_message",
 ];
 
-/// The definitions sent to the model with every request: the built-in tools, then the
-/// memory tools.
-pub fn definitions() -> Vec<ToolDefinition> {
+/// The definitions sent to the model with every request: the built-in tools, the memory
+/// tools and the sub-agent tools, or of these only those in `allowed` (a sub-agent's).
+pub fn definitions(allowed: Option<&[String]>) -> Vec<ToolDefinition> {
     let mut all = builtin_definitions();
     all.extend(super::memory_tools::definitions());
+    all.extend(super::subagent_tools::definitions());
+    all.retain(|d| super::subagent_tools::is_allowed(allowed, &d.name));
     all
 }
 

@@ -81,6 +81,9 @@ impl RecordedRequest {
 #[derive(Default)]
 struct State {
     script: VecDeque<Step>,
+    /// Scripts of their own for conversations whose first user message holds a marker
+    /// (see [`ScriptedModel::route`]), checked in the order they were added.
+    routes: Vec<(String, VecDeque<Step>)>,
     requests: Vec<RecordedRequest>,
     turns: usize,
 }
@@ -174,9 +177,23 @@ impl ScriptedModel {
         lock(&self.state).script.extend(steps);
     }
 
-    /// Steps not yet played.
+    /// Answers every request whose first user message contains `marker` from `steps`
+    /// instead of the main script. Several conversations sharing one server at once (a
+    /// session and the sub-agents it started) each get their own script this way, however
+    /// their requests interleave.
+    pub fn route(&self, marker: impl Into<String>, steps: impl IntoIterator<Item = Step>) {
+        let marker = marker.into();
+        let mut s = lock(&self.state);
+        match s.routes.iter_mut().find(|(m, _)| *m == marker) {
+            Some((_, script)) => script.extend(steps),
+            None => s.routes.push((marker, steps.into_iter().collect())),
+        }
+    }
+
+    /// Steps not yet played, in the main script and every route.
     pub fn remaining(&self) -> usize {
-        lock(&self.state).script.len()
+        let s = lock(&self.state);
+        s.script.len() + s.routes.iter().map(|(_, r)| r.len()).sum::<usize>()
     }
 
     /// Every request received so far, oldest first.
@@ -241,9 +258,18 @@ async fn handle(
         .unwrap_or(false);
     let (step, turn) = {
         let mut s = lock(&state);
+        let first_user = recorded.json().map(|v| first_user_text(&v)).unwrap_or_default();
         s.requests.push(recorded);
         s.turns += 1;
-        (s.script.pop_front(), s.turns)
+        let route = s
+            .routes
+            .iter_mut()
+            .find(|(marker, _)| first_user.contains(marker.as_str()));
+        let step = match route {
+            Some((_, script)) => script.pop_front(),
+            None => s.script.pop_front(),
+        };
+        (step, s.turns)
     };
     let Some(protocol) = protocol else {
         return Ok(plain(
@@ -269,6 +295,29 @@ async fn handle(
         turn,
     };
     Ok(play(ctx, step).await)
+}
+
+/// The text of the first user message of a request in either wire format: a string, or
+/// the text blocks of a content array.
+fn first_user_text(request: &Value) -> String {
+    let Some(messages) = request.get("messages").and_then(Value::as_array) else {
+        return String::new();
+    };
+    let Some(first) = messages
+        .iter()
+        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+    else {
+        return String::new();
+    };
+    match first.get("content") {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(blocks)) => blocks
+            .iter()
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
 }
 
 #[derive(Clone, Copy)]

@@ -6,7 +6,7 @@ use rusqlite::{params, Transaction};
 use super::decode::RowRef;
 use super::sessions::{require_active, session_status};
 use super::SqliteStore;
-use crate::budget::{first_exceeded, BudgetLimits, BudgetState, ChargeError, Counter, Usage};
+use crate::budget::{first_exceeded, BudgetLimits, Limits, BudgetState, ChargeError, Counter, Usage};
 use crate::error::StoreError;
 use crate::time::Timestamp;
 use crate::traits::BudgetStore;
@@ -166,6 +166,38 @@ impl BudgetStore for SqliteStore {
             read_state(tx, session_id, now)
         });
         self.reported(r)
+    }
+
+    fn draw_for_child(
+        &self,
+        parent: &str,
+        cap: &Usage,
+        limits: &Limits,
+        now: Timestamp,
+    ) -> Result<BudgetState, ChargeError> {
+        let session_only = BudgetLimits {
+            per_session: *limits,
+            per_day: Limits::default(),
+        };
+        let r = self.write(|tx| {
+            require_active(tx, parent)?;
+            let state = read_state(tx, parent, now)?;
+            if let Some(exhausted) =
+                first_exceeded(&state.session, &state.day_usage, cap, &session_only)
+            {
+                return Err(ChargeError::Exhausted(exhausted));
+            }
+            let after = BudgetState {
+                session: state.session.checked_add(cap)?,
+                ..state
+            };
+            write_state(tx, parent, &after)?;
+            Ok(after)
+        });
+        if let Err(ChargeError::Store(StoreError::CorruptRow(c))) = &r {
+            self.quarantine(std::slice::from_ref(c));
+        }
+        r
     }
 
     fn day_usage(&self, now: Timestamp) -> Result<Usage, StoreError> {

@@ -191,6 +191,12 @@ ALTER TABLE grants ADD COLUMN last_used_at INTEGER;
     r#"
 ALTER TABLE sessions ADD COLUMN agent_workspace INTEGER NOT NULL DEFAULT 0;
 "#,
+    // 7: the session that started a sub-agent's session, so every record of the child
+    // names its parent and killing the parent reaches the whole family.
+    r#"
+ALTER TABLE sessions ADD COLUMN parent TEXT REFERENCES sessions(id);
+CREATE INDEX sessions_by_parent ON sessions(parent) WHERE parent IS NOT NULL;
+"#,
 ];
 
 /// The schema version this build writes.

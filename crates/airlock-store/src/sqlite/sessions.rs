@@ -18,7 +18,11 @@ use crate::time::Timestamp;
 use crate::traits::{BudgetStore, Listing, SessionStore};
 
 const SESSION_COLUMNS: &str =
-    "id, principal, role, status, created_at, updated_at, workspace, tainted, taint";
+    "id, principal, role, status, created_at, updated_at, workspace, tainted, taint, parent";
+
+/// Longest chain of parents followed when looking for a session's family (far beyond any
+/// configured sub-agent depth; it only bounds the walk over a damaged table).
+const MAX_FAMILY_DEPTH: usize = 64;
 
 fn decode_session(row: &Row<'_>) -> Result<SessionRecord, CorruptRow> {
     let key = RowRef::new("sessions", "?");
@@ -28,6 +32,17 @@ fn decode_session(row: &Row<'_>) -> Result<SessionRecord, CorruptRow> {
     if r.flag(row, "tainted")? != taint.is_tainted() {
         return Err(r.corrupt("tainted", "disagrees with the stored taint state"));
     }
+    let parent: Option<String> = row
+        .get("parent")
+        .map_err(|e| r.corrupt("parent", e.to_string()))?;
+    // A sub-agent's records name its parent: its model is `agent:<id>;parent=<parent>`.
+    let actor = match &parent {
+        Some(p) => Some(
+            airlock_core::Principal::sub_agent(&id, p)
+                .map_err(|e| r.corrupt("parent", e.to_string()))?,
+        ),
+        None => None,
+    };
     Ok(SessionRecord {
         gate: Session {
             id,
@@ -36,7 +51,7 @@ fn decode_session(row: &Row<'_>) -> Result<SessionRecord, CorruptRow> {
             taint,
             // Sessions are started at the command line until a channel stores its own.
             via: airlock_core::Via::cli(),
-            actor: None,
+            actor,
         },
         status: r.name(row, "status", SessionStatus::parse)?,
         created_at: r.time(row, "created_at")?,
@@ -157,10 +172,12 @@ fn read_transcript(tx: &Transaction<'_>, id: &str) -> Result<Vec<TranscriptEntry
     Ok(out)
 }
 
-impl SessionStore for SqliteStore {
-    fn create_session(
+impl SqliteStore {
+    /// A new session, under `parent` when it is a sub-agent's.
+    fn insert_session(
         &self,
         new: &NewSession,
+        parent: Option<&str>,
         now: Timestamp,
     ) -> Result<SessionRecord, StoreError> {
         let id = match &new.id {
@@ -202,17 +219,30 @@ impl SessionStore for SqliteStore {
             role: new.role.clone(),
             taint: TaintState::new(),
             via: airlock_core::Via::cli(),
-            actor: None,
+            actor: match parent {
+                Some(p) => Some(airlock_core::Principal::sub_agent(&id, p).map_err(|e| {
+                    StoreError::invalid(
+                        "parent session",
+                        e.to_string(),
+                        "name an existing session other than the new one",
+                    )
+                })?),
+                None => None,
+            },
         };
         let taint = to_json_checked("taint", &gate.taint, MAX_TAINT_BYTES)?;
         self.write(|tx| {
+            // A sub-agent starts only under a parent that is still at work.
+            if let Some(p) = parent {
+                require_active(tx, p)?;
+            }
             let exists: bool = tx.query_row("SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)", [&id], |r| r.get(0))?;
             if exists {
                 return Err(StoreError::SessionExists { id: id.clone() });
             }
             tx.execute(
-                "INSERT INTO sessions (id, principal, role, status, created_at, updated_at, workspace, tainted, taint, agent_workspace)
-                 VALUES (?1, ?2, ?3, 'active', ?4, ?4, ?5, 0, ?6, ?7)",
+                "INSERT INTO sessions (id, principal, role, status, created_at, updated_at, workspace, tainted, taint, agent_workspace, parent)
+                 VALUES (?1, ?2, ?3, 'active', ?4, ?4, ?5, 0, ?6, ?7, ?8)",
                 params![
                     id,
                     new.principal,
@@ -221,7 +251,8 @@ impl SessionStore for SqliteStore {
                     workspace_text,
                     taint,
                     // Only a directory the caller named can be given to the agent.
-                    (new.agent_workspace && new.workspace.is_some()) as i64
+                    (new.agent_workspace && new.workspace.is_some()) as i64,
+                    parent
                 ],
             )?;
             tx.execute("INSERT INTO session_budget (session_id) VALUES (?1)", [&id])?;
@@ -241,6 +272,78 @@ impl SessionStore for SqliteStore {
             updated_at: now,
             workspace,
         })
+    }
+}
+
+/// Every session below `id` (children, their children, …), parents before children.
+pub(super) fn descendants_of(tx: &Transaction<'_>, id: &str) -> Result<Vec<String>, StoreError> {
+    let mut stmt = tx.prepare_cached(
+        "WITH RECURSIVE family(id, depth) AS (
+             SELECT id, 1 FROM sessions WHERE parent = ?1
+             UNION ALL
+             SELECT s.id, f.depth + 1 FROM sessions s JOIN family f ON s.parent = f.id
+             WHERE f.depth < ?2
+         )
+         SELECT id FROM family ORDER BY depth, id",
+    )?;
+    let ids = stmt
+        .query_map(params![id, MAX_FAMILY_DEPTH as i64], |r| r.get::<_, String>(0))?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ids)
+}
+
+impl SessionStore for SqliteStore {
+    fn create_session(
+        &self,
+        new: &NewSession,
+        now: Timestamp,
+    ) -> Result<SessionRecord, StoreError> {
+        self.insert_session(new, None, now)
+    }
+
+    fn create_child_session(
+        &self,
+        parent: &str,
+        new: &NewSession,
+        now: Timestamp,
+    ) -> Result<SessionRecord, StoreError> {
+        self.insert_session(new, Some(parent), now)
+    }
+
+    fn family_depth(&self, id: &str) -> Result<usize, StoreError> {
+        let r = self.read(|tx| {
+            let mut depth = 0;
+            let mut at = id.to_string();
+            loop {
+                let parent: Option<String> = tx
+                    .query_row("SELECT parent FROM sessions WHERE id = ?1", [&at], |r| {
+                        r.get(0)
+                    })
+                    .optional()?
+                    .ok_or_else(|| StoreError::NotFound {
+                        what: "session",
+                        id: at.clone(),
+                    })?;
+                match parent {
+                    None => return Ok(depth),
+                    Some(p) if depth < MAX_FAMILY_DEPTH => {
+                        depth += 1;
+                        at = p;
+                    }
+                    Some(_) => {
+                        return Err(RowRef::new("sessions", at)
+                            .corrupt("parent", "the chain of parents does not end")
+                            .into())
+                    }
+                }
+            }
+        });
+        self.reported(r)
+    }
+
+    fn descendants(&self, id: &str) -> Result<Vec<String>, StoreError> {
+        let r = self.read(|tx| descendants_of(tx, id));
+        self.reported(r)
     }
 
     fn get_session(&self, id: &str) -> Result<SessionRecord, StoreError> {
@@ -406,6 +509,20 @@ impl SessionStore for SqliteStore {
                 "UPDATE grants SET revoked_at = ?2 WHERE session_id = ?1 AND revoked_at IS NULL",
                 params![id, now.as_unix_ms()],
             )?;
+            // Its sub-agents die with it, in the same transaction: no child of a killed
+            // session takes another step. (Their counts stay out of the report, which is
+            // about the session named; the caller lists the family to report each one.)
+            for child in descendants_of(tx, id)? {
+                tx.execute(
+                    "UPDATE sessions SET status = 'killed', updated_at = ?2 WHERE id = ?1",
+                    params![child, now.as_unix_ms()],
+                )?;
+                super::approvals::cancel_pending(tx, &child, by, "parent session killed", now)?;
+                tx.execute(
+                    "UPDATE grants SET revoked_at = ?2 WHERE session_id = ?1 AND revoked_at IS NULL",
+                    params![child, now.as_unix_ms()],
+                )?;
+            }
             Ok::<_, StoreError>(KillReport {
                 cancelled_approvals,
                 revoked_grants,

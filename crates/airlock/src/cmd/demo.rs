@@ -125,6 +125,7 @@ fn play(root: &Path, throwaway: bool, args: &DemoArgs) -> anyhow::Result<i32> {
                 resolver: Some(world.resolver()),
                 extra_roots_pem: vec![world.ca_pem.clone()],
             },
+            child: None,
         },
     )?;
     write_workspace_file(&host.workspace.join(SECRET_FILE), SECRET_TEXT)?;

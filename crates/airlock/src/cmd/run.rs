@@ -80,6 +80,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             notices: crate::service::caller::Notices::Stderr,
             workspace: args.workspace.clone(),
             egress: Default::default(),
+            child: None,
         },
     )?;
     let session_id = host.session_id.clone();

@@ -1043,6 +1043,7 @@ impl Running {
                 notices: Notices::Attachable(out.clone()),
                 workspace: None,
                 egress: Default::default(),
+                child: None,
             },
         )?;
         if third_party {

@@ -124,6 +124,7 @@ impl Reopen {
             notices: Notices::Attachable(err.clone()),
             workspace,
             egress: self.egress.clone(),
+            child: None,
         }
     }
 }

@@ -144,7 +144,10 @@ pub fn kill_sessions_as(
     } else {
         let id = input.session.clone().unwrap_or_default();
         airlock_store::validate_id("session", &id).map_err(|e| anyhow::anyhow!("{e}"))?;
-        vec![id]
+        // Its sub-agents go with it: the store kills them with the parent, and their
+        // sandboxes are stopped here like the parent's, each with its own record.
+        let family = store.descendants(&id).unwrap_or_default();
+        std::iter::once(id).chain(family).collect()
     };
 
     let grants_revoked = if input.all {

@@ -1,0 +1,437 @@
+//! Sub-agents on this host: the children one session starts with `spawn_agent`, after the
+//! Gate allowed the `agent.spawn` action.
+//!
+//! A child is a session of its own, created in the store under its parent, so every record
+//! it makes names `agent:<child>;parent=<parent>` and killing the parent (or `airlock kill
+//! --all`) kills it in the same transaction. It
+//! - starts with its parent's taint, and with instructions that count as untrusted when
+//!   the parent was tainted;
+//! - runs on a budget cap drawn from the parent's per-session budget when it starts
+//!   ([`airlock_store::BudgetStore::draw_for_child`]), so the family never spends more than
+//!   the parent was allowed;
+//! - has only the tools the action names, which the loop checked are a subset of its
+//!   parent's, under the same policy and the same secrets (none reach the sandbox);
+//! - with a subfolder, has only that folder as its workspace;
+//! - runs on a thread of its own with its own [`AgentHost`], which is the same wiring
+//!   `airlock run` and the host's sessions use, so it works the same in both.
+//!
+//! Depth and concurrency limits come from `[agent.subagents]`. When the parent's turn ends,
+//! any child still running is killed and joined: no child outlives the turn that started
+//! it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use airlock_agent::agent::{Outcome, ToolOutput, TurnInput};
+use airlock_agent::provider::ProviderConfig;
+use airlock_audit::{AuditEvent, AuditLog};
+use airlock_core::action::AgentSpawnAction;
+use airlock_core::Authorized;
+use airlock_store::{
+    BudgetLimits, BudgetStore, ChargeError, Counter, Limits, NewSession, SessionStatus,
+    SessionStore, SqliteStore, Timestamp, TurnUpdate, Usage,
+};
+
+use crate::agent_executors::EgressExtras;
+use crate::agent_host::{AgentHost, HostOptions};
+use crate::config::Config;
+use crate::home::Home;
+use crate::service::caller::Notices;
+
+/// The principal that ends children their parent left running.
+const REAPER: &str = "system:subagents";
+/// How often `wait_agent` looks whether a child has ended.
+const WAIT_POLL: Duration = Duration::from_millis(50);
+
+/// What a child is set up with, beyond what its parent's session has.
+#[derive(Debug, Clone)]
+pub struct ChildSetup {
+    /// The only tools it may call.
+    pub tools: Vec<String>,
+    /// Its budget: the cap drawn from the parent per session, the day's limits as they are.
+    pub budget: BudgetLimits,
+}
+
+/// Everything a session needs to start children like itself.
+#[derive(Clone)]
+pub struct SpawnContext {
+    pub home: Home,
+    pub cfg: Config,
+    pub provider: ProviderConfig,
+    pub profile: Option<String>,
+    pub channel: String,
+    pub notices: Notices,
+    pub egress: EgressExtras,
+    pub approval_timeout: Option<u64>,
+    /// The spawning session's own tools (`None`: all) and per-session limits.
+    pub tools: Option<Vec<String>>,
+    pub limits: Limits,
+}
+
+/// How a child ended, once it has.
+type Answer = Arc<Mutex<Option<String>>>;
+
+struct Child {
+    answer: Answer,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The children of one session.
+pub struct SubAgents {
+    ctx: SpawnContext,
+    parent: String,
+    store: SqliteStore,
+    audit: Arc<Mutex<AuditLog>>,
+    children: Mutex<BTreeMap<String, Child>>,
+}
+
+impl SubAgents {
+    pub fn new(
+        ctx: SpawnContext,
+        parent: String,
+        store: SqliteStore,
+        audit: Arc<Mutex<AuditLog>>,
+    ) -> SubAgents {
+        SubAgents {
+            ctx,
+            parent,
+            store,
+            audit,
+            children: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Start the child `auth` allows; the text says its id, or why it did not start.
+    pub fn spawn(&self, auth: Authorized<AgentSpawnAction>) -> ToolOutput {
+        match self.try_spawn(auth.action()) {
+            Ok(id) => ToolOutput::ok(format!(
+                "started sub-agent {id} ({}); call wait_agent with id {id} for its answer",
+                auth.action().name
+            )),
+            Err(e) => ToolOutput::not_run(format!("{e:#}")),
+        }
+    }
+
+    fn try_spawn(&self, action: &AgentSpawnAction) -> anyhow::Result<String> {
+        let limits = self.ctx.cfg.agent.subagents;
+        let depth = self.store.family_depth(&self.parent)?;
+        if depth + 1 > limits.max_depth {
+            anyhow::bail!(
+                "refused: a sub-agent here would be at depth {}, and the limit is {} (max_depth)\nhelp: do this part yourself, or the operator can raise `max_depth` under `[agent.subagents]` in airlock.toml",
+                depth + 1,
+                limits.max_depth
+            );
+        }
+        let mut children = lock(&self.children);
+        let running = children
+            .values()
+            .filter(|c| lock(&c.answer).is_none())
+            .count();
+        if running >= limits.max_concurrent {
+            anyhow::bail!(
+                "refused: {running} sub-agents of this session are still running, and the limit is {} at once (max_concurrent)\nhelp: call wait_agent for one of them first, or the operator can raise `max_concurrent` under `[agent.subagents]` in airlock.toml",
+                limits.max_concurrent
+            );
+        }
+        let parent = self.store.get_session(&self.parent)?;
+        let workspace = child_workspace(&parent.workspace, action.workspace.as_deref())?;
+        let budget = self.draw_budget(limits.budget_percent)?;
+        let new = NewSession {
+            id: None,
+            principal: parent.gate.principal.clone(),
+            role: parent.gate.role.clone(),
+            workspace: Some(workspace.clone()),
+            agent_workspace: true,
+        };
+        let child = self
+            .store
+            .create_child_session(&self.parent, &new, Timestamp::now())?;
+        let id = child.id().to_string();
+        // The child knows what its parent knew: it starts with the parent's taint.
+        let taint = parent.gate.taint.clone();
+        self.store.record_turn(
+            &id,
+            &TurnUpdate {
+                events: &[],
+                taint: Some(&taint),
+            },
+            Timestamp::now(),
+        )?;
+        let mut who = child.gate.clone();
+        who.taint = taint;
+        let attribution = who.attribution()?;
+        self.record(
+            AuditEvent::by("subagent-started", id.as_str(), &attribution).with_detail(json!({
+                "parent": self.parent,
+                "name": action.name,
+                "tools": action.tools,
+                "workspace": workspace,
+                "tainted": who.taint.is_tainted(),
+                "budget_per_session": budget.per_session,
+            })),
+        );
+        let setup = ChildSetup {
+            tools: action.tools.clone(),
+            budget,
+        };
+        let answer: Answer = Arc::new(Mutex::new(None));
+        let thread = {
+            let ctx = self.ctx.clone();
+            let answer = answer.clone();
+            let id = id.clone();
+            let parent_id = self.parent.clone();
+            let prompt = action.prompt.clone();
+            let tainted = who.taint.is_tainted();
+            let audit = self.audit.clone();
+            std::thread::Builder::new()
+                .name(format!("subagent-{id}"))
+                .spawn(move || {
+                    let text = run_child(ctx, &id, &parent_id, &prompt, tainted, setup);
+                    let ev = AuditEvent::by("subagent-ended", id.as_str(), &attribution)
+                        .with_detail(json!({"parent": parent_id, "answer_bytes": text.len()}));
+                    let _ = lock(&audit).append(ev);
+                    *lock(&answer) = Some(text);
+                })?
+        };
+        children.insert(
+            id.clone(),
+            Child {
+                answer,
+                thread: Some(thread),
+            },
+        );
+        Ok(id)
+    }
+
+    /// The child's cap: `percent` of each per-session limit of the parent, never more than
+    /// the parent has left, drawn from the parent now. Wall time is shared, not drawn: the
+    /// parent's clock runs while its children do, so the child gets what the parent has
+    /// left of it.
+    fn draw_budget(&self, percent: u8) -> anyhow::Result<BudgetLimits> {
+        let parent_limits = self.ctx.limits;
+        let state = self.store.budget_state(&self.parent, Timestamp::now())?;
+        let percent = u64::from(percent.clamp(1, 100));
+        let mut cap = Usage::default();
+        let mut child = Limits::default();
+        for c in Counter::ALL {
+            let Some(limit) = parent_limits.get(c) else {
+                continue;
+            };
+            let left = limit.saturating_sub(state.session.get(c));
+            let share = (limit.saturating_mul(percent)).div_ceil(100).min(left);
+            if c == Counter::WallMs {
+                set_limit(&mut child, c, left);
+                continue;
+            }
+            if share == 0 {
+                anyhow::bail!(
+                    "refused: this session has none of its {} budget left to give a sub-agent ({} of {limit} used)\nhelp: the operator can raise `{}` under `[budget.per_session]` in airlock.toml",
+                    c.as_str(),
+                    state.session.get(c),
+                    c.as_str()
+                );
+            }
+            set_usage(&mut cap, c, share);
+            set_limit(&mut child, c, share);
+        }
+        match self
+            .store
+            .draw_for_child(&self.parent, &cap, &parent_limits, Timestamp::now())
+        {
+            Ok(_) => {}
+            Err(ChargeError::Exhausted(e)) => anyhow::bail!(
+                "refused: the sub-agent's budget cannot be drawn from this session: {e}"
+            ),
+            Err(ChargeError::Store(e)) => return Err(e.into()),
+        }
+        Ok(BudgetLimits {
+            per_session: child,
+            per_day: self.ctx.cfg.budget.per_day,
+        })
+    }
+
+    /// Wait up to `timeout` for child `id`: its answer, or how it ended.
+    pub async fn wait(&self, id: &str, timeout: Duration) -> ToolOutput {
+        let answer = match lock(&self.children).get(id) {
+            Some(c) => c.answer.clone(),
+            None => {
+                return ToolOutput::error(format!(
+                    "there is no sub-agent `{id}` of this session\nhelp: use the id spawn_agent returned"
+                ))
+            }
+        };
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(text) = lock(&answer).clone() {
+                self.join(id);
+                return ToolOutput::ok(text);
+            }
+            if Instant::now() >= deadline {
+                return ToolOutput::error(format!(
+                    "sub-agent {id} is still working after {}s\nhelp: call wait_agent again",
+                    timeout.as_secs()
+                ));
+            }
+            tokio::time::sleep(WAIT_POLL).await;
+        }
+    }
+
+    fn join(&self, id: &str) {
+        let thread = lock(&self.children)
+            .get_mut(id)
+            .and_then(|c| c.thread.take());
+        if let Some(t) = thread {
+            let _ = t.join();
+        }
+    }
+
+    /// End the turn's family: kill every child still running (and, in the store, all
+    /// below it), and wait for their threads, whose sandboxes end with them.
+    pub fn end_all(&self) {
+        let ids: Vec<String> = lock(&self.children).keys().cloned().collect();
+        for id in &ids {
+            let running = lock(&self.children)
+                .get(id)
+                .is_some_and(|c| lock(&c.answer).is_none());
+            if running {
+                if let Ok(report) = self.store.kill_session(id, REAPER, Timestamp::now()) {
+                    if !report.already_killed {
+                        if let Ok(p) = airlock_core::Principal::system("subagents") {
+                            let who = airlock_core::principal::Attribution {
+                                principal: p,
+                                on_behalf_of: airlock_core::Principal::Owner,
+                                via: airlock_core::Via::cli(),
+                            };
+                            self.record(
+                                AuditEvent::by("session-killed", id.as_str(), &who).with_detail(
+                                    json!({"reason": "its parent's turn ended", "parent": self.parent}),
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+            self.join(id);
+        }
+        lock(&self.children).clear();
+    }
+
+    fn record(&self, ev: AuditEvent) {
+        if let Err(e) = lock(&self.audit).append(ev) {
+            self.ctx
+                .notices
+                .line(&format!("airlock: a sub-agent record was not written: {e}"));
+        }
+    }
+}
+
+impl Drop for SubAgents {
+    fn drop(&mut self) {
+        self.end_all();
+    }
+}
+
+/// Run child `id` to the end of its one turn; its final answer, or how it ended.
+fn run_child(
+    ctx: SpawnContext,
+    id: &str,
+    parent: &str,
+    prompt: &str,
+    tainted: bool,
+    setup: ChildSetup,
+) -> String {
+    let opts = HostOptions {
+        session: Some(id.to_string()),
+        approval_timeout: ctx.approval_timeout,
+        profile: ctx.profile.clone(),
+        channel: ctx.channel.clone(),
+        messages_to: None,
+        notices: ctx.notices.clone(),
+        workspace: None,
+        egress: ctx.egress.clone(),
+        child: Some(setup),
+    };
+    let mut host = match AgentHost::open(ctx.home.clone(), ctx.cfg.clone(), &ctx.provider, opts) {
+        Ok(h) => h,
+        Err(e) => return format!("the sub-agent could not start: {e:#}"),
+    };
+    let source = format!("agent:{parent}");
+    // A tainted parent's words may carry an injection: the child takes them as untrusted
+    // content, so provenance does not credit them to the owner.
+    let input = if tainted {
+        TurnInput::Untrusted {
+            source: &source,
+            text: prompt,
+        }
+    } else {
+        TurnInput::Owner(prompt)
+    };
+    let text = match host.run_turn_from(input, None) {
+        Ok(report) => match report.outcome {
+            Outcome::Completed { text } => text,
+            other => format!("[the sub-agent ended without an answer: {}]", other.summary()),
+        },
+        Err(e) => format!("[the sub-agent failed: {e:#}]"),
+    };
+    let _ = host.close();
+    if let Ok(store) = crate::service::approvals::open_store(&ctx.home) {
+        if store
+            .get_session(id)
+            .is_ok_and(|s| s.status == SessionStatus::Active)
+        {
+            let _ = store.finish_session(id, Timestamp::now());
+        }
+    }
+    text
+}
+
+/// The child's workspace: the parent's, or the subfolder `sub` of it, created if need be
+/// and refused if it leads anywhere else (a symlink out of the workspace).
+fn child_workspace(parent: &Path, sub: Option<&str>) -> anyhow::Result<PathBuf> {
+    let Some(sub) = sub else {
+        return Ok(parent.to_path_buf());
+    };
+    let root = parent.canonicalize()?;
+    let dir = root.join(sub);
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        anyhow::anyhow!("refused: the sub-agent workspace {sub:?} cannot be made: {e}")
+    })?;
+    let real = dir.canonicalize()?;
+    if !real.starts_with(&root) || real == root {
+        anyhow::bail!(
+            "refused: the sub-agent workspace {sub:?} leads outside this workspace\nhelp: name a plain subfolder"
+        );
+    }
+    Ok(real)
+}
+
+fn set_usage(u: &mut Usage, c: Counter, v: u64) {
+    match c {
+        Counter::Turns => u.turns = v,
+        Counter::InputTokens => u.input_tokens = v,
+        Counter::OutputTokens => u.output_tokens = v,
+        Counter::CostMicros => u.cost_micros = v,
+        Counter::WallMs => u.wall_ms = v,
+        Counter::ToolCalls => u.tool_calls = v,
+    }
+}
+
+fn set_limit(l: &mut Limits, c: Counter, v: u64) {
+    match c {
+        Counter::Turns => l.turns = Some(v),
+        Counter::InputTokens => l.input_tokens = Some(v),
+        Counter::OutputTokens => l.output_tokens = Some(v),
+        Counter::CostMicros => l.cost_micros = Some(v),
+        Counter::WallMs => l.wall_ms = Some(v),
+        Counter::ToolCalls => l.tool_calls = Some(v),
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

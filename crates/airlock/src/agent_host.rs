@@ -147,8 +147,7 @@ impl AgentHost {
             &record,
             cfg.memory.retention,
         )?);
-        let mut agent_cfg =
-            agent_config(&cfg, provider_cfg, opts.approval_timeout, &opts.channel);
+        let mut agent_cfg = agent_config(&cfg, provider_cfg, opts.approval_timeout, &opts.channel);
         if let Some(child) = &opts.child {
             agent_cfg.tools = Some(child.tools.clone());
             agent_cfg.budget = child.budget;

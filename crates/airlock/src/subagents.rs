@@ -77,6 +77,7 @@ pub struct SpawnContext {
 type Answer = Arc<Mutex<Option<String>>>;
 
 struct Child {
+    name: String,
     answer: Answer,
     thread: Option<JoinHandle<()>>,
 }
@@ -201,6 +202,7 @@ impl SubAgents {
         children.insert(
             id.clone(),
             Child {
+                name: action.name.clone(),
                 answer,
                 thread: Some(thread),
             },
@@ -255,16 +257,32 @@ impl SubAgents {
         })
     }
 
-    /// Wait up to `timeout` for child `id`: its answer, or how it ended.
-    pub async fn wait(&self, id: &str, timeout: Duration) -> ToolOutput {
-        let answer = match lock(&self.children).get(id) {
-            Some(c) => c.answer.clone(),
-            None => {
-                return ToolOutput::error(format!(
-                    "there is no sub-agent `{id}` of this session\nhelp: use the id spawn_agent returned"
-                ))
-            }
+    /// The id of the child `key` names: its id, or a name only one child has.
+    fn find(&self, key: &str) -> Result<(String, Answer), String> {
+        let children = lock(&self.children);
+        if let Some(c) = children.get(key) {
+            return Ok((key.to_string(), c.answer.clone()));
+        }
+        let named: Vec<_> = children.iter().filter(|(_, c)| c.name == key).collect();
+        match named.as_slice() {
+            [(id, c)] => Ok(((*id).clone(), c.answer.clone())),
+            [] => Err(format!(
+                "there is no sub-agent `{key}` of this session\nhelp: use the id spawn_agent returned"
+            )),
+            _ => Err(format!(
+                "{} sub-agents of this session are named `{key}`\nhelp: use the id spawn_agent returned",
+                named.len()
+            )),
+        }
+    }
+
+    /// Wait up to `timeout` for child `key` (its id or name): its answer, or how it ended.
+    pub async fn wait(&self, key: &str, timeout: Duration) -> ToolOutput {
+        let (id, answer) = match self.find(key) {
+            Ok(found) => found,
+            Err(e) => return ToolOutput::error(e),
         };
+        let id = id.as_str();
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(text) = lock(&answer).clone() {
@@ -374,7 +392,10 @@ fn run_child(
     let text = match host.run_turn_from(input, None) {
         Ok(report) => match report.outcome {
             Outcome::Completed { text } => text,
-            other => format!("[the sub-agent ended without an answer: {}]", other.summary()),
+            other => format!(
+                "[the sub-agent ended without an answer: {}]",
+                other.summary()
+            ),
         },
         Err(e) => format!("[the sub-agent failed: {e:#}]"),
     };

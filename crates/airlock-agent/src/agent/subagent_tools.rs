@@ -153,7 +153,7 @@ pub fn definitions() -> Vec<ToolDefinition> {
         },
         ToolDefinition {
             name: "wait_agent".into(),
-            description: "Wait for a sub-agent started with spawn_agent to finish, and get its final answer (untrusted content).".into(),
+            description: "Wait for a sub-agent started with spawn_agent to finish, and get its final answer (untrusted content). `id` is the id spawn_agent returned, or the name you gave it.".into(),
             input_schema: json!({"type": "object", "properties": {"id": string}, "required": ["id"]}),
         },
     ]

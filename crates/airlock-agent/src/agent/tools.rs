@@ -9,7 +9,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use airlock_core::action::{
-    AgentSpawnAction, ExecAction, FsWriteAction, MessageAttachment, MessageSendAction, NetRequestAction, PathAction,
+    AgentSpawnAction, ExecAction, FsWriteAction, MessageAttachment, MessageSendAction,
+    NetRequestAction, PathAction,
 };
 use airlock_core::{Action, IntoAction};
 

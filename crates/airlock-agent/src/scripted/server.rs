@@ -258,7 +258,10 @@ async fn handle(
         .unwrap_or(false);
     let (step, turn) = {
         let mut s = lock(&state);
-        let first_user = recorded.json().map(|v| first_user_text(&v)).unwrap_or_default();
+        let first_user = recorded
+            .json()
+            .map(|v| first_user_text(&v))
+            .unwrap_or_default();
         s.requests.push(recorded);
         s.turns += 1;
         let route = s

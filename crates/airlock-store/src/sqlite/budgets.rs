@@ -6,7 +6,9 @@ use rusqlite::{params, Transaction};
 use super::decode::RowRef;
 use super::sessions::{require_active, session_status};
 use super::SqliteStore;
-use crate::budget::{first_exceeded, BudgetLimits, Limits, BudgetState, ChargeError, Counter, Usage};
+use crate::budget::{
+    first_exceeded, BudgetLimits, BudgetState, ChargeError, Counter, Limits, Usage,
+};
 use crate::error::StoreError;
 use crate::time::Timestamp;
 use crate::traits::BudgetStore;

@@ -287,7 +287,9 @@ pub(super) fn descendants_of(tx: &Transaction<'_>, id: &str) -> Result<Vec<Strin
          SELECT id FROM family ORDER BY depth, id",
     )?;
     let ids = stmt
-        .query_map(params![id, MAX_FAMILY_DEPTH as i64], |r| r.get::<_, String>(0))?
+        .query_map(params![id, MAX_FAMILY_DEPTH as i64], |r| {
+            r.get::<_, String>(0)
+        })?
         .collect::<Result<Vec<_>, _>>()?;
     Ok(ids)
 }

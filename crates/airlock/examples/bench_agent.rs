@@ -136,6 +136,7 @@ fn calls(n: usize, prefix: &[String]) -> anyhow::Result<()> {
             notices: airlock::service::caller::Notices::Stderr,
             workspace: None,
             egress: Default::default(),
+            child: None,
         },
     )?;
     for j in 0..PER_TURN {

@@ -395,9 +395,9 @@ async fn i7_more_children_than_the_concurrency_limit_are_refused() {
     let (f, store, parent, _ws) = setup("", &[]);
     let spawn = |n: &str| {
         Step::tool_call(
-            &format!("p-{n}"),
+            format!("p-{n}"),
             "spawn_agent",
-            &format!(r#"{{"name":"{n}","instructions":"[slow-{n}] wait"}}"#),
+            format!(r#"{{"name":"{n}","instructions":"[slow-{n}] wait"}}"#),
         )
     };
     let model = ScriptedModel::start([

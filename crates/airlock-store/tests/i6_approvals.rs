@@ -866,6 +866,8 @@ mod grants_are_visible {
                 "ALTER TABLE grants DROP COLUMN uses;
                  ALTER TABLE grants DROP COLUMN last_used_at;
                  ALTER TABLE sessions DROP COLUMN agent_workspace;
+                 DROP INDEX sessions_by_parent;
+                 ALTER TABLE sessions DROP COLUMN parent;
                  PRAGMA user_version = 4;",
             )
             .unwrap();

@@ -256,6 +256,8 @@ fn a_version_2_database_is_searched_after_its_upgrade() {
              ALTER TABLE grants DROP COLUMN uses;
              ALTER TABLE grants DROP COLUMN last_used_at;
              ALTER TABLE sessions DROP COLUMN agent_workspace;
+             DROP INDEX sessions_by_parent;
+             ALTER TABLE sessions DROP COLUMN parent;
              PRAGMA user_version = 2;",
         )
         .unwrap();

@@ -406,3 +406,66 @@ fn unknown_session_is_a_clear_not_found() {
     ));
     assert!(err.to_string().contains("no session with id `nope`"));
 }
+
+/// I7: a sub-agent's session names its parent after a reopen, dies with it, and draws its
+/// budget from it without the family passing the parent's limit.
+#[test]
+fn i7_a_child_session_names_its_parent_and_dies_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (parent, child, grandchild) = {
+        let store = open(dir.path());
+        let parent = store.create_session(&NewSession::owner(), T0).unwrap();
+        let p = parent.id().to_string();
+        let child = store
+            .create_child_session(&p, &NewSession::owner(), T0)
+            .unwrap();
+        let c = child.id().to_string();
+        let grand = store
+            .create_child_session(&c, &NewSession::owner(), T0)
+            .unwrap();
+        (p, c, grand.id().to_string())
+    };
+    let store = open(dir.path());
+    let rec = store.get_session(&grandchild).unwrap();
+    assert_eq!(
+        rec.gate.attribution().unwrap().principal.to_string(),
+        format!("agent:{grandchild};parent={child}")
+    );
+    assert_eq!(store.family_depth(&parent).unwrap(), 0);
+    assert_eq!(store.family_depth(&grandchild).unwrap(), 2);
+    assert_eq!(
+        store.descendants(&parent).unwrap(),
+        vec![child.clone(), grandchild.clone()]
+    );
+
+    // Five turns for the parent: a child may draw 3, then another only what is left.
+    let limits = Limits {
+        turns: Some(5),
+        ..Limits::default()
+    };
+    let three = Usage {
+        turns: 3,
+        ..Usage::default()
+    };
+    store
+        .draw_for_child(&parent, &three, &limits, at(1))
+        .unwrap();
+    let e = store
+        .draw_for_child(&parent, &three, &limits, at(2))
+        .unwrap_err();
+    assert!(matches!(e, ChargeError::Exhausted(_)), "{e:?}");
+    let state = store.budget_state(&parent, at(3)).unwrap();
+    assert_eq!(state.session.turns, 3);
+    // The draw is the parent's session's, not the day's: the child's own spending is.
+    assert_eq!(state.day_usage.turns, 0);
+
+    // Killing the parent kills the whole family, and no child starts under a dead parent.
+    store.kill_session(&parent, "owner", at(4)).unwrap();
+    for id in [&child, &grandchild] {
+        assert_eq!(store.get_session(id).unwrap().status, SessionStatus::Killed);
+    }
+    let e = store
+        .create_child_session(&parent, &NewSession::owner(), at(5))
+        .unwrap_err();
+    assert!(matches!(e, StoreError::SessionKilled { .. }), "{e:?}");
+}

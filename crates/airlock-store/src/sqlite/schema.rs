@@ -192,9 +192,10 @@ ALTER TABLE grants ADD COLUMN last_used_at INTEGER;
 ALTER TABLE sessions ADD COLUMN agent_workspace INTEGER NOT NULL DEFAULT 0;
 "#,
     // 7: the session that started a sub-agent's session, so every record of the child
-    // names its parent and killing the parent reaches the whole family.
+    // names its parent and killing the parent reaches the whole family. (That the parent
+    // exists, and is active, is checked when the child is inserted.)
     r#"
-ALTER TABLE sessions ADD COLUMN parent TEXT REFERENCES sessions(id);
+ALTER TABLE sessions ADD COLUMN parent TEXT;
 CREATE INDEX sessions_by_parent ON sessions(parent) WHERE parent IS NOT NULL;
 "#,
 ];

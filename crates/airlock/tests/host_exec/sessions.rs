@@ -371,3 +371,58 @@ async fn idle_live_sessions_hold_no_descriptors_or_threads_in_the_host() {
         .unwrap();
     assert_eq!(code, Some(0), "{out}");
 }
+
+/// A chat session that lives in the host starts a sub-agent there: the child is a session
+/// under it in the store, its records name `agent:<child>;parent=<session>`, its answer
+/// reaches the parent's model, and the log verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i7_a_chat_in_the_host_runs_its_sub_agent_under_it() {
+    let f = fixture();
+    init(&f, "");
+    let host = Host::start(&f.home);
+    let model = ScriptedModel::start([
+        Step::tool_call(
+            "p1",
+            "spawn_agent",
+            r#"{"name":"h","instructions":"[host-child] look around","tools":["list_dir"]}"#,
+        ),
+        Step::tool_call("p2", "wait_agent", r#"{"id":"h"}"#),
+        Step::text("The helper is done."),
+    ])
+    .await
+    .unwrap();
+    model.route(
+        "[host-child]",
+        [
+            Step::tool_call("c1", "list_dir", r#"{"path":"."}"#),
+            Step::text("helper looked"),
+        ],
+    );
+    let mut client = ChatClient::start(&f, &model, &[]);
+    client.send("split the job");
+    client.wait_for_out("The helper is done.");
+    client.send("/quit");
+    let (code, out, err) = tokio::task::spawn_blocking(move || client.finish())
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let id = session_in(&out);
+    // The child's answer was sent back to the parent's model (its last request: the
+    // parent asked again only after the wait returned).
+    let sent = model.requests().last().unwrap().json().unwrap().to_string();
+    assert!(sent.contains("helper looked"), "{sent}");
+
+    let store = airlock_store::SqliteStore::open(f.home.join("state")).unwrap();
+    use airlock_store::SessionStore;
+    let family = store.descendants(&id).unwrap();
+    assert_eq!(family.len(), 1, "{family:?}");
+    let expected = format!("agent:{};parent={id}", family[0]);
+    let recs = audit_records(&f.home);
+    let mine: Vec<_> = recs.iter().filter(|r| r["session"] == family[0]).collect();
+    assert!(mine.iter().any(|r| r["kind"] == "decision"), "{mine:?}");
+    for r in &mine {
+        assert_eq!(r["principal"], expected.as_str(), "{r}");
+    }
+    drop(host);
+    verify(&f.home);
+}

@@ -537,6 +537,14 @@ tool_calls_per_minute = 60
 max_identical_actions = 5
 approval_timeout_secs = 300
 
+[agent.subagents]
+# Sub-agents a session starts with spawn_agent (docs/subagents.md): how deep they may go
+# (0 turns them off), how many of one session's run at once, and each one's budget cap as
+# a percentage of its parent's per-session limits, drawn from the parent.
+max_depth = 2
+max_concurrent = 3
+budget_percent = 25
+
 # Budgets, on by default; the model can change none of them. A run stops at the first
 # limit it reaches and names it.
 # The cost limit (in micro-dollars) is counted with the shipped price table of the
@@ -615,6 +623,13 @@ pub fn load(path: &Path) -> anyhow::Result<Config> {
             path.display()
         );
     }
+    let pct = cfg.agent.subagents.budget_percent;
+    if !(1..=100).contains(&pct) {
+        anyhow::bail!(
+            "{}: agent.subagents.budget_percent = {pct} is out of range\nhelp: give each sub-agent 1 to 100 percent of its parent's per-session budget",
+            path.display()
+        );
+    }
     check_sandbox_uid(path, cfg.sandbox.uid)?;
     cfg.memory
         .retention
@@ -669,6 +684,32 @@ mod tests {
         }
         let absent: Config = toml::from_str("[policy]\nprofile = \"default\"\n").unwrap();
         assert_eq!(absent.budget, BudgetConfig::default());
+    }
+
+    /// I7: the sub-agent limits `airlock init` writes are the defaults, and a budget share
+    /// outside 1–100 percent is refused by its key.
+    #[test]
+    fn i7_subagent_limits_default_and_a_bad_share_is_refused() {
+        let written: Config = toml::from_str(DEFAULT_CONFIG).unwrap();
+        assert_eq!(written.agent.subagents, SubAgentLimits::default());
+        assert_eq!(
+            (
+                written.agent.subagents.max_depth,
+                written.agent.subagents.max_concurrent
+            ),
+            (2, 3)
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("airlock.toml");
+        std::fs::write(
+            &path,
+            "[agent.subagents]
+budget_percent = 0
+",
+        )
+        .unwrap();
+        let e = load(&path).unwrap_err().to_string();
+        assert!(e.contains("agent.subagents.budget_percent = 0"), "{e}");
     }
 
     /// I7: a config written before budgets were on (every limit commented out, prices 0)

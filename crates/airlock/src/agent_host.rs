@@ -163,7 +163,6 @@ impl AgentHost {
             notices: opts.notices.clone(),
             egress: opts.egress.clone(),
             approval_timeout: opts.approval_timeout,
-            tools: agent_cfg.tools.clone(),
             limits: agent_cfg.budget.per_session,
         };
         let executors = executors.with_subagents(crate::subagents::SubAgents::new(

@@ -68,8 +68,8 @@ pub struct SpawnContext {
     pub notices: Notices,
     pub egress: EgressExtras,
     pub approval_timeout: Option<u64>,
-    /// The spawning session's own tools (`None`: all) and per-session limits.
-    pub tools: Option<Vec<String>>,
+    /// The spawning session's per-session limits, which its children's caps are drawn
+    /// from. (Its tools need no copy here: the loop checks a child's against them.)
     pub limits: Limits,
 }
 

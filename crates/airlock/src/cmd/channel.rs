@@ -306,15 +306,10 @@ fn operator_binds(home: &Home, kind: &str, user: &str, role: &str) -> anyhow::Re
     let profile = crate::policies::pick_profile(None, &cfg.policy.profile)?;
     let gate = crate::runtime::gate_for(home, &cfg, profile, &home.state)?;
     let action = decisions::bind_action(kind, user, role, "operator");
-    match decisions::decide(
-        home,
-        &cfg,
-        &gate,
-        kind,
-        Principal::Owner,
-        Via::cli(),
-        action,
-    )? {
+    let mut log = crate::runtime::open_audit(home, &cfg)?;
+    let verdict = decisions::decide(&mut log, &gate, kind, Principal::Owner, Via::cli(), action);
+    log.close().map_err(|e| anyhow::anyhow!("{e}"))?;
+    match verdict {
         Verdict::Allow(_) => Ok(()),
         Verdict::Ask(t) => anyhow::bail!(
             "the policy holds this binding for approval ({}), and a binding made at the command line cannot wait\nhelp: change the policy that holds channel.bind",

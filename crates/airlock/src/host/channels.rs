@@ -409,8 +409,8 @@ fn start_chat(host: &Arc<Host>, kind: &'static str, c: channels::ChatConfig) {
 
 impl Running {
     fn record(&self, kind: &str, detail: serde_json::Value) {
-        if let Err(e) = crate::config_audit::record_system(&self.host.home, "channel", kind, detail)
-        {
+        let cfg = self.host.warm.current_config();
+        if let Err(e) = self.host.audit.record_system(&cfg, "channel", kind, detail) {
             tracing::error!(error = %format!("{e:#}"), kind, "a channel record failed");
         }
     }
@@ -591,15 +591,16 @@ impl Running {
     /// Decide `action` about this channel as `system:channel`, recorded first.
     fn decide<A: IntoAction>(&self, action: A) -> anyhow::Result<Verdict<A>> {
         let (cfg, gate) = self.gate()?;
-        decisions::decide(
-            &self.host.home,
-            &cfg,
+        let log = self.host.audit.log(&cfg)?;
+        let mut log = crate::service::exec::lock(&log);
+        Ok(decisions::decide(
+            &mut log,
             &gate,
             self.name,
             decisions::channel_actor(),
             decisions::via_of(self.name),
             action,
-        )
+        ))
     }
 
     /// The config in force and the warm Gate of its profile, for the channel's decisions.
@@ -710,9 +711,10 @@ impl Running {
         held: AskTicket<ChannelAdmitAction>,
     ) -> anyhow::Result<Authorized<ChannelAdmitAction>> {
         let (cfg, gate) = self.gate()?;
+        let log = self.host.audit.log(&cfg)?;
+        let mut log = crate::service::exec::lock(&log);
         decisions::approve_admission(
-            &self.host.home,
-            &cfg,
+            &mut log,
             &gate,
             held,
             Principal::Owner,
@@ -738,7 +740,10 @@ impl Running {
             None => airlock_core::Attribution::system("channel", Principal::Owner, via),
         };
         let cfg = self.host.warm.current_config();
-        if let Err(e) = decisions::refuse_admission(&self.host.home, &cfg, held, &who, reason) {
+        let refused = self.host.audit.log(&cfg).and_then(|log| {
+            decisions::refuse_admission(&mut crate::service::exec::lock(&log), held, &who, reason)
+        });
+        if let Err(e) = refused {
             tracing::error!(error = %format!("{e:#}"), "recording a refused sender");
         }
     }

@@ -617,6 +617,14 @@ async fn strangers_and_members_are_answered_as_untrusted_content_and_cannot_appr
 }
 
 /// A field of `/proc/<pid>/status`, such as `VmRSS` (kB) or `Threads`.
+/// The signed checkpoints in the log so far.
+fn checkpoints(f: &Fixture) -> usize {
+    std::fs::read_to_string(f.home.join("state/audit/checkpoints.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
 fn proc_status(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap()
@@ -642,6 +650,7 @@ async fn a_flood_of_a_thousand_messages_is_cut_at_the_rate_limit_without_growing
     let pid = host.child.id();
     pair_owner(&fake, &code);
     let (rss_before, threads_before) = (proc_status(pid, "VmRSS"), proc_status(pid, "Threads"));
+    let signed_before = checkpoints(&f);
     for i in 0..1000 {
         fake.push_message(OWNER, OWNER, "owner", &format!("flood message {i}"));
     }
@@ -682,6 +691,14 @@ async fn a_flood_of_a_thousand_messages_is_cut_at_the_rate_limit_without_growing
         .map(|r| r["detail"]["dropped_this_minute"].as_u64().unwrap())
         .collect();
     assert_eq!(counts, vec![1, 2, 4, 8, 16, 32, 64, 128, 256, 512]);
+    // The channel's admissions and drops go through the host's one writer: no checkpoint
+    // of their own (each turn's session still signs its two logs as it closes).
+    let signed = checkpoints(&f) - signed_before;
+    assert!(
+        signed <= 2 * answers() + 2,
+        "{signed} checkpoints for {} turns",
+        answers()
+    );
     // Nothing of the flood stays behind in the host.
     let (rss_after, threads_after) = (proc_status(pid, "VmRSS"), proc_status(pid, "Threads"));
     assert!(

@@ -187,6 +187,8 @@ struct Worker {
 /// is a private one.
 struct Queued {
     chat: ChatId,
+    /// The sender's platform user id.
+    from: String,
     said: Said,
     private: bool,
 }
@@ -876,6 +878,7 @@ impl Running {
         let key = self.session_key(&chat);
         let mut item = Queued {
             chat: chat.clone(),
+            from: from.to_string(),
             said,
             private,
         };
@@ -940,7 +943,7 @@ impl Running {
         let me = self.clone();
         let serve = move |q: Queued| {
             let c = &q.chat;
-            if let Err(e) = me.turn(c, &q.said, q.private) {
+            if let Err(e) = me.turn(c, &q.from, &q.said, q.private) {
                 tracing::error!(error = %format!("{e:#}"), "a channel turn");
                 // The host's own error may name its paths and settings: said in full only
                 // in the owner's own chat.
@@ -1040,7 +1043,27 @@ impl Running {
     }
 
     /// One turn of `chat`'s session for the owner's `text`, and its reply.
-    fn turn(self: &Arc<Self>, chat: &ChatId, said: &Said, private: bool) -> anyhow::Result<()> {
+    fn turn(
+        self: &Arc<Self>,
+        chat: &ChatId,
+        from: &str,
+        said: &Said,
+        private: bool,
+    ) -> anyhow::Result<()> {
+        // A turn is a session the host serves, counted with the others under
+        // `[host] max_sessions`: past it the message is dropped and the chat told.
+        let Some(_slot) = self.host.sessions.enter() else {
+            let reason = format!(
+                "the host serves its most sessions at once (host.max_sessions = {})",
+                self.host.sessions.max
+            );
+            self.drop_queued(chat, from, &reason);
+            self.say(
+                chat,
+                "airlock: busy with other sessions; send the message again later",
+            );
+            return Ok(());
+        };
         let home = &self.host.home;
         let cfg = (*self.host.warm.current_config()).clone();
         // The host's own model: `[provider]` of airlock.toml, with its key from the

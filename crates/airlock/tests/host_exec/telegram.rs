@@ -1200,3 +1200,73 @@ async fn a_workspace_file_is_sent_only_as_the_gate_decides() {
     drop(host);
     assert!(verify(&f.home).status.success());
 }
+
+/// A channel's turn is a session the host serves, counted under `[host] max_sessions`:
+/// while the owner's private chat holds the only place (its action waits for a press),
+/// a message in a group is dropped with a record naming the limit, and the group told;
+/// once the place is free, the group is served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_past_the_hosts_session_limit_is_dropped_with_a_record() {
+    const GROUP: i64 = -100_777;
+    let f = fixture();
+    let model = ScriptedModel::start([
+        Step::tool_call(
+            "c1",
+            "shell",
+            r#"{"command":"echo 'Send the minutes to bob@example.com' > note.txt"}"#,
+        ),
+        Step::tool_call("c2", "read_file", r#"{"path":"note.txt"}"#),
+        Step::tool_call(
+            "c3",
+            "send_message",
+            r#"{"destination":"bob@example.com","text":"the minutes"}"#,
+        ),
+        Step::text("Done with the note."),
+        Step::text("Group answer."),
+    ])
+    .await
+    .unwrap();
+    let (fake, code) = configure(&f, &model, &["--group-trigger", "/ai"]);
+    let config = f.home.join("config/airlock.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("\n[host]\nmax_sessions = 1\n");
+    std::fs::write(&config, text).unwrap();
+    let host = start_host(&f);
+    pair_owner(&fake, &code);
+
+    fake.push_message(OWNER, OWNER, "owner", "Write a note and read it back");
+    let card = fake.wait_for("sendMessage", |b| b.get("reply_markup").is_some());
+    fake.push_message(GROUP, OWNER, "owner", "/ai what is on today?");
+    wait_for("the group's message to be dropped at the limit", || {
+        kinds(&f, "channel-message-dropped").iter().any(|r| {
+            r["detail"]["chat"] == GROUP.to_string().as_str()
+                && r["detail"]["reason"]
+                    .as_str()
+                    .is_some_and(|w| w.contains("host.max_sessions = 1"))
+        })
+    });
+    fake.wait_for("sendMessage", |b| {
+        b["chat_id"] == GROUP && b["text"].as_str().unwrap_or("").contains("busy")
+    });
+    // The model was asked nothing for the group.
+    assert_eq!(model.requests().len(), 3, "{:?}", model.requests().len());
+
+    let approve = card["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    fake.push_press(OWNER, &sent_id(&card), OWNER, "owner", &approve);
+    fake.wait_for("sendMessage", |b| {
+        b["chat_id"] == OWNER
+            && b["text"]
+                .as_str()
+                .unwrap_or("")
+                .contains("Done with the note")
+    });
+    fake.push_message(GROUP, OWNER, "owner", "/ai what is on today?");
+    fake.wait_for("sendMessage", |b| {
+        b["chat_id"] == GROUP && b["text"].as_str().unwrap_or("").contains("Group answer.")
+    });
+    drop(host);
+    assert!(verify(&f.home).status.success());
+}

@@ -225,6 +225,9 @@ fn decide_form(login: &super::auth::WebLogin, v: &ApprovalView, passkey: bool) -
                 }
             }
             label { "Reason (for a denial): " input type="text" name="reason" maxlength="500"; }
+            @if passkey {
+                p class="passkey-note" { "Approving asks your passkey to sign this request and payload hash." }
+            }
             div class="buttons" {
                 button type="submit" name="decision" value="approve" class="approve" { "Approve" }
                 button type="submit" name="decision" value="deny" class="deny" { "Deny" }

@@ -123,12 +123,16 @@ pub async fn enrol_finish(
     match done {
         Err(e) => {
             tracing::warn!(error = %e, "web: a passkey enrolment was refused");
-            web.record(
-                "web-passkey-enrol-refused",
-                None,
-                json!({"why": e.to_string()}),
-            )
-            .await;
+            // Anyone can post here; refusals are recorded up to the host's request rate,
+            // so they cannot flood the log.
+            if web.host.rate.take("web-login-refused") {
+                web.record(
+                    "web-passkey-enrol-refused",
+                    None,
+                    json!({"why": e.to_string()}),
+                )
+                .await;
+            }
             refused(&e)
         }
         Ok(()) => {

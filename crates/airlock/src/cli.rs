@@ -100,7 +100,8 @@ pub enum Command {
     /// The kill switch: stop a session (or all), its sandboxes, approvals, grants and egress.
     Kill(cmd::kill::KillArgs),
     /// Print a one-time login link for the host's web page (it works once, within a
-    /// minute), and open it in a browser where there is a display.
+    /// minute), and open it in a browser where there is a display; with `--enroll`, a
+    /// link that enrols a passkey for the page served remotely.
     Web(cmd::web::WebArgs),
     /// Run one task with the configured model, without interaction. Approvals go to the
     /// queue and are denied at the timeout. Exit status: 0 completed, 3 a budget or limit

@@ -119,6 +119,10 @@ pub enum Command {
         /// Print one JSON object instead of the transcript.
         #[arg(long)]
         json: bool,
+        /// With --json: first a line naming the session, then one JSON line per piece of
+        /// the model's reply as it comes, then the report (the host's web page reads it).
+        #[arg(long, requires = "json", hide = true)]
+        stream_events: bool,
         /// Work on this directory instead of a fresh session workspace. Every change is
         /// a checkpoint (`airlock undo`); config, state and system directories are refused.
         #[arg(long, value_name = "DIR", conflicts_with = "session")]
@@ -292,6 +296,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             approval_timeout,
             profile,
             json,
+            stream_events,
             workspace,
             prompt,
         } => cmd::run::run(cmd::run::RunArgs {
@@ -299,6 +304,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             approval_timeout,
             profile,
             json,
+            stream_events,
             workspace,
             prompt,
         }),

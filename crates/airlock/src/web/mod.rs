@@ -14,7 +14,8 @@
 //! (Host/Origin, headers, login and CSRF extractors), [`layout`] (the frame and kill
 //! switch), [`tls`], [`passkeys`] and [`remote`] (the page served remotely), [`untrusted`] (showing untrusted text), [`chart`] (small SVG charts), and one
 //! module per page or action: [`sessions`], [`start`] (new work), [`dataflow`], [`approvals`], [`audit`],
-//! [`budgets`], [`memory`], [`config_page`] (settings), [`kill`], [`login`], [`assets`].
+//! [`budgets`], [`memory`], [`config_page`] (settings), [`kill`], [`login`], [`assets`], and
+//! [`stream`] (the model's reply as it comes).
 
 pub mod approvals;
 pub mod assets;
@@ -34,6 +35,7 @@ pub mod remote;
 pub mod sessions;
 pub mod settings;
 pub mod start;
+pub mod stream;
 pub mod tls;
 pub mod untrusted;
 
@@ -139,6 +141,8 @@ pub struct WebState {
     pub bound: settings::Bound,
     pub logins: Arc<auth::Logins>,
     pub passkeys: Option<Arc<passkeys::Passkeys>>,
+    /// The model's replies while the runs the page started are typing them.
+    pub streams: Arc<stream::Streams>,
 }
 
 /// Serve the page until the host stops. Nothing when it is off.
@@ -160,6 +164,7 @@ pub async fn serve(host: Arc<Host>) -> anyhow::Result<()> {
         bound: web.bound.clone(),
         logins: web.logins.clone(),
         passkeys: web.passkeys.clone(),
+        streams: Arc::new(stream::Streams::default()),
     });
     tracing::info!(url = %state.bound.base_url, "serving the web page");
     let served = match &web.tls {
@@ -179,6 +184,7 @@ pub fn router(state: Arc<WebState>) -> Router {
         .route("/sessions/{id}", get(sessions::one))
         .route("/sessions/{id}/flow", get(dataflow::page))
         .route("/sessions/{id}/length", get(sessions::length))
+        .route("/sessions/{id}/stream", get(stream::stream))
         .route("/sessions/start", post(start::start))
         .route("/budgets", get(budgets::page))
         .route("/memory", get(memory::page))

@@ -46,6 +46,27 @@ if (transcript) {
   }, 1000);
 }
 
+// The model's reply as it comes, while a run this page started is typing it: the host
+// sends it as server-sent events; it is shown as text only (textContent), and the page is
+// drawn again from the transcript once the reply is done.
+if (transcript) {
+  const events = new EventSource("/sessions/" + encodeURIComponent(transcript.dataset.session) + "/stream");
+  let shown = null;
+  events.addEventListener("text", (e) => {
+    if (shown === null) {
+      shown = document.createElement("pre");
+      shown.id = "reply-streaming";
+      shown.className = "streaming";
+      transcript.after(shown);
+    }
+    shown.textContent += JSON.parse(e.data);
+  });
+  events.addEventListener("done", () => {
+    events.close();
+    if (shown !== null) shown.classList.add("done");
+  });
+}
+
 // Passkeys, on the page served remotely (docs/web.md). The server makes every challenge;
 // this only hands its options to the browser's authenticator and posts the answer back.
 // `null`s are dropped first: the browser's JSON parsers want absent members, not nulls.

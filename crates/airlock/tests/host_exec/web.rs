@@ -998,7 +998,7 @@ async fn web_a_task_started_from_the_page_is_answered_and_takes_a_next_message()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn web_the_model_s_reply_streams_to_the_session_s_page_as_server_sent_events() {
     use airlock_agent::provider::ProviderKind;
-    use airlock_agent::scripted::{Fault, SCRIPTED_MODEL_NAME};
+    use airlock_agent::scripted::{Fault, StreamCut, SCRIPTED_MODEL_NAME};
     const REPLY: &str = "Streamed <b>reply</b>, line one.\nLine two.";
     let f = fixture();
     let model = ScriptedModel::start([
@@ -1133,7 +1133,44 @@ async fn web_the_model_s_reply_streams_to_the_session_s_page_as_server_sent_even
         "the model's markup became an element"
     );
     assert!(!b.pwned().await);
+
+    // A reply that stops half-way and hangs: its first pieces are on the page while the
+    // run is still waiting for the rest, so the page shows the reply as it comes, not
+    // when it is done.
+    model.push([Step::Fault(Fault::Truncated {
+        reply: airlock_agent::scripted::Reply::text("Partial answer that never ends"),
+        // The role, then two pieces of four characters.
+        after_events: 3,
+        cut: StreamCut::Hang,
+    })]);
+    start(Some(session.clone()), "Say it slowly").await;
+    b.client
+        .goto(&format!("{base}/sessions/{session}"))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(el) = b.client.find(Locator::Css("#reply-streaming")).await {
+            if el.text().await.unwrap_or_default().trim() == "Partial" {
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the partial reply is not on the page: {}",
+            b.text().await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        b.client
+            .find(Locator::Css("#reply-streaming.done"))
+            .await
+            .is_err(),
+        "the reply is marked done while its run still waits for the model"
+    );
     b.close().await;
+    // The host's end ends the hanging run with it (its children die with it).
     drop(host);
     assert!(verify(&f.home).status.success());
 }

@@ -281,6 +281,35 @@ async fn web_remote_serves_only_enrolment_until_a_passkey_is_enrolled_and_logs_i
     assert_eq!(c.http_only(), Some(true), "{c:?}");
     assert_eq!(format!("{:?}", c.same_site()), "Some(Strict)", "{c:?}");
     b.screenshot("remote-sessions").await;
+    // A login's assertion opens one login: the same answer sent again is refused (its
+    // challenge was used up).
+    let replay = b
+        .client
+        .execute_async(
+            r#"const done = arguments[arguments.length - 1];
+            const strip = (v) => Array.isArray(v) ? v.map(strip)
+              : (v && typeof v === "object") ? Object.fromEntries(Object.entries(v).filter(([, x]) => x !== null).map(([k, x]) => [k, strip(x)]))
+              : v;
+            (async () => {
+              const start = await (await fetch("/passkey/login", { method: "POST" })).json();
+              const publicKey = PublicKeyCredential.parseRequestOptionsFromJSON(strip(start.options.publicKey));
+              const credential = (await navigator.credentials.get({ publicKey })).toJSON();
+              const body = JSON.stringify({ ceremony: start.ceremony, credential });
+              const headers = { "content-type": "application/json" };
+              const first = await fetch("/passkey/login/finish", { method: "POST", headers, body });
+              const again = await fetch("/passkey/login/finish", { method: "POST", headers, body });
+              done([first.status, again.status, await again.text()]);
+            })().catch((e) => done(["error", String(e)]));"#,
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(replay[0], 200, "{replay}");
+    assert_eq!(replay[1], 403, "{replay}");
+    assert!(
+        replay[2].as_str().unwrap().contains("used already"),
+        "{replay}"
+    );
     b.close().await;
 
     // A browser whose authenticator holds no enrolled passkey cannot log in.

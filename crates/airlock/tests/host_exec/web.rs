@@ -87,6 +87,14 @@ async fn web_login_link_works_once_and_its_cookie_is_strict() {
     let f = fixture();
     init(&f, WEB);
     let _host = Host::start(&f.home);
+    // Served locally there are no passkeys to enrol.
+    let o = airlock(&f.home, &["web", "--enroll", "--no-open"]);
+    assert!(!o.status.success(), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("passkeys are for the web page served remotely"),
+        "{o:?}"
+    );
     let b = Browser::start(1280, 900).await;
     // Without a login, the page only says how to get one.
     let link = login_link(&f);

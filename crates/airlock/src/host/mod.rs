@@ -94,7 +94,7 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
     }
     let limits = warm.config().host.clone();
     // A `[web]` the host cannot serve safely stops the start, before anything runs.
-    let web = crate::web::Web::prepare(&warm.config().web)?;
+    let web = crate::web::Web::prepare(&warm.config().web, &home.state)?;
     let host = Arc::new(Host {
         home: home.clone(),
         warm,

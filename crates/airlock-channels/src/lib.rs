@@ -171,6 +171,13 @@ pub trait Channel: Send + Sync {
     fn mention_forms(&self) -> Vec<String> {
         Vec::new()
     }
+    /// The chat a thread belongs to, when `chat` is a thread this adapter models as a
+    /// chat of its own (Slack's `C123/1700000000.000100` is under `C123`); none for a
+    /// chat that is not a thread. The host uses it to let a thread share its chat's
+    /// session when so configured.
+    fn thread_parent(&self, _chat: &ChatId) -> Option<ChatId> {
+        None
+    }
 }
 
 /// Whether `text` mentions the assistant by one of `forms` (as a whole word:

@@ -751,6 +751,13 @@ impl Channel for Slack {
         known.iter().filter(|m| m.len() > 3).cloned().collect()
     }
 
+    fn thread_parent(&self, chat: &ChatId) -> Option<ChatId> {
+        match split_chat(chat) {
+            (channel, Some(_)) => Some(ChatId(channel.to_string())),
+            (_, None) => None,
+        }
+    }
+
     async fn next_events(&self) -> Result<Vec<Inbound>, ChannelError> {
         // Who the bot is, for mentions in channels: asked once, with the bot token.
         if self

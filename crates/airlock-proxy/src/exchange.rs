@@ -320,7 +320,7 @@ pub(crate) async fn authorize(
             };
             let policies = ticket.policies.clone();
             let timeout = inner.limits.ask_timeout;
-            let answer = tokio::time::timeout(timeout, inner.approvals.request(req)).await;
+            let answer = tokio::time::timeout(timeout, inner.terms().approvals.request(req)).await;
             let approval = match answer {
                 Ok(Some(a)) => a,
                 Ok(None) => {
@@ -399,6 +399,7 @@ pub(crate) async fn connect_checked(
         }
     };
     let addr = inner
+        .terms()
         .guard
         .pick(host, &ips, port)
         .map_err(|e| (StatusCode::FORBIDDEN, e.to_string()))?;
@@ -447,7 +448,10 @@ async fn forward(
         port: target.port,
         path: &ex.path,
     };
-    let report = inner.injector.apply(to, &action.url, &mut headers, &body);
+    let report = inner
+        .terms()
+        .injector
+        .apply(to, &action.url, &mut headers, &body);
     for m in &report.misuse {
         tracing::warn!(secret = %m.secret, location = %m.location, host = %target.host, "placeholder outside its binding");
         inner.audit.event(
@@ -569,7 +573,9 @@ async fn forward(
         let reason = format!("the response is {n} bytes, over the {cap}-byte response cap\nhelp: fetch a smaller resource or a range of it");
         return fail(&mut ex, StatusCode::BAD_GATEWAY, reason);
     }
-    if let Some(scrubber) = &inner.scrubber {
+    // One set of terms for the headers and the body alike.
+    let terms = inner.terms();
+    if let Some(scrubber) = &terms.scrubber {
         let names: Vec<_> = parts.headers.keys().cloned().collect();
         for name in names {
             let vals: Vec<HeaderValue> = parts.headers.get_all(&name).iter().cloned().collect();
@@ -594,7 +600,7 @@ async fn forward(
     let body = CappedBody::new(
         upstream_body,
         cap,
-        inner.scrubber.as_ref().map(|s| s.stream()),
+        terms.scrubber.as_ref().map(|s| s.stream()),
         Box::new(move |o| {
             ex.response_bytes = o.bytes;
             ex.truncated = o.truncated;

@@ -17,6 +17,7 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
+use secrecy::ExposeSecret;
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::task::JoinHandle;
@@ -106,29 +107,70 @@ pub(crate) struct Inner {
     session: RwLock<Session>,
     pub(crate) gate: Arc<dyn GateSource>,
     pub(crate) audit: AuditHandle,
-    pub(crate) rules: NetRules,
-    pub(crate) guard: AddressGuard,
+    terms: RwLock<Arc<Terms>>,
     pub(crate) ca: Arc<CertificateAuthority>,
-    pub(crate) injector: Injector,
-    pub(crate) scrubber: Option<Scrubber>,
     pub(crate) upstream_tls: Arc<rustls::ClientConfig>,
     pub(crate) resolver: Arc<dyn Resolver>,
     pub(crate) connector: Arc<dyn Connector>,
-    pub(crate) approvals: Arc<dyn ApprovalHook>,
     pub(crate) limits: Limits,
     pub(crate) budget: EgressBudget,
     pub(crate) rate: HostRateLimiter,
+}
+
+/// What the proxy serves under that its owner may change while it runs (a session's
+/// proxy lives as long as the session, and `net revoke`, `secret rm` or the next tool
+/// call's own approval hook must reach it): the operator's rules (pass-through and
+/// private ranges; the Gate, which is live, decides the rest), the secrets it injects
+/// and scrubs, and the hook that answers asks. Each use takes the terms in force.
+pub(crate) struct Terms {
+    pub(crate) rules: NetRules,
+    pub(crate) guard: AddressGuard,
+    pub(crate) injector: Injector,
+    pub(crate) scrubber: Option<Scrubber>,
+    /// Every secret this proxy has ever injected: the scrubber keeps looking for a
+    /// secret taken back, since a response to a request made before may still carry it.
+    scrubbed: Vec<LoadedSecret>,
+    pub(crate) approvals: Arc<dyn ApprovalHook>,
+}
+
+impl Terms {
+    fn new(
+        rules: NetRules,
+        secrets: Vec<LoadedSecret>,
+        approvals: Arc<dyn ApprovalHook>,
+        before: Option<&Terms>,
+    ) -> Terms {
+        let mut scrubbed = before.map(|t| t.scrubbed.clone()).unwrap_or_default();
+        for s in &secrets {
+            let known = scrubbed.iter().any(|k| {
+                k.info.name == s.info.name && k.value.expose_secret() == s.value.expose_secret()
+            });
+            if !known {
+                scrubbed.push(s.clone());
+            }
+        }
+        Terms {
+            guard: AddressGuard::new(rules.allow_private.clone()),
+            scrubber: Scrubber::new(&scrubbed),
+            scrubbed,
+            injector: Injector::new(secrets),
+            rules,
+            approvals,
+        }
+    }
 }
 
 impl Inner {
     /// Whether a rule or a secret binding for `host` limits paths. Such requests must
     /// have a path every server reads the same way (see [`crate::request_target`]).
     pub(crate) fn paths_limited(&self, host: &str) -> bool {
-        self.rules
+        let terms = self.terms();
+        terms
+            .rules
             .rules
             .iter()
             .any(|r| !r.pass_through && r.path_prefix.is_some() && r.matches_host(host))
-            || self
+            || terms
                 .injector
                 .secrets()
                 .iter()
@@ -140,6 +182,11 @@ impl Inner {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// The terms in force now.
+    pub(crate) fn terms(&self) -> Arc<Terms> {
+        self.terms.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
@@ -178,20 +225,7 @@ impl Proxy {
     /// Build the proxy. Registers every secret value with the audit log's redactor, so no
     /// record can ever hold one.
     pub fn new(cfg: ProxyConfig) -> Result<Proxy, ProxyError> {
-        {
-            // Add to (never replace) what the log already redacts: the binary registers
-            // every stored secret when it opens the log.
-            let mut log = cfg.audit.lock().unwrap_or_else(|p| p.into_inner());
-            let redactor = log.redactor_mut();
-            for s in &cfg.secrets {
-                redactor
-                    .add(s.info.name.clone(), s.value.clone())
-                    .map_err(|e| ProxyError::Redactor {
-                        name: s.info.name.clone(),
-                        message: e.to_string(),
-                    })?;
-            }
-        }
+        redact_secrets(&cfg.audit, &cfg.secrets)?;
         let audit = AuditHandle {
             log: cfg.audit.clone(),
             session: cfg.session.id.clone(),
@@ -202,18 +236,19 @@ impl Proxy {
         };
         Ok(Proxy {
             inner: Arc::new(Inner {
-                guard: AddressGuard::new(cfg.rules.allow_private.clone()),
-                scrubber: Scrubber::new(&cfg.secrets),
-                injector: Injector::new(cfg.secrets),
+                terms: RwLock::new(Arc::new(Terms::new(
+                    cfg.rules,
+                    cfg.secrets,
+                    cfg.approvals,
+                    None,
+                ))),
                 upstream_tls: upstream_client_config(&cfg.extra_roots_pem)?,
                 session: RwLock::new(cfg.session),
                 gate: cfg.gate,
                 audit,
-                rules: cfg.rules,
                 ca: cfg.ca,
                 resolver: cfg.resolver,
                 connector: cfg.connector,
-                approvals: cfg.approvals,
                 limits: cfg.limits,
                 budget: EgressBudget::default(),
                 rate: HostRateLimiter::default(),
@@ -228,6 +263,31 @@ impl Proxy {
             .session
             .write()
             .unwrap_or_else(|p| p.into_inner()) = session;
+    }
+
+    /// Serve from now on under `rules`, with `secrets` and answering asks with
+    /// `approvals`: a rule or a secret taken back is gone for the next request, and an
+    /// exchange already under way finishes as it began. The new secrets' values are
+    /// added to the log's redactor first, so no record can hold one.
+    pub fn set_terms(
+        &self,
+        rules: NetRules,
+        secrets: Vec<LoadedSecret>,
+        approvals: Arc<dyn ApprovalHook>,
+    ) -> Result<(), ProxyError> {
+        redact_secrets(&self.inner.audit.log, &secrets)?;
+        let mut terms = self.inner.terms.write().unwrap_or_else(|p| p.into_inner());
+        let next = Terms::new(rules, secrets, approvals, Some(&terms));
+        *terms = Arc::new(next);
+        Ok(())
+    }
+
+    /// Whether nothing of this proxy is under way: no client connection, exchange or
+    /// tunnel (each holds the proxy's state), seen from this `Proxy` when it is the only
+    /// one (a clone counts as work). Its audit records may still be queued: see
+    /// [`Proxy::records_token`].
+    pub fn is_quiet(&self) -> bool {
+        Arc::strong_count(&self.inner) == 1
     }
 
     /// Request bytes sent out so far.
@@ -256,12 +316,15 @@ impl Proxy {
         };
         listener.set_nonblocking(true).map_err(err)?;
         let listener = tokio::net::UnixListener::from_std(listener).map_err(err)?;
-        let inner = self.inner.clone();
+        // Weak: the listener is no work of its own (see [`Proxy::is_quiet`]), and a
+        // proxy whose every `Proxy` is gone takes no more connections.
+        let inner = Arc::downgrade(&self.inner);
         let task = tokio::spawn(async move {
             loop {
                 match listener.accept().await {
                     Ok((s, _)) => {
-                        tokio::spawn(serve_client(inner.clone(), s));
+                        let Some(inner) = inner.upgrade() else { return };
+                        tokio::spawn(serve_client(inner, s));
                     }
                     Err(e) => tracing::warn!("proxy accept failed: {e}"),
                 }
@@ -285,13 +348,14 @@ impl Proxy {
         };
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(err)?;
         let local = listener.local_addr().map_err(err)?;
-        let inner = self.inner.clone();
+        let inner = Arc::downgrade(&self.inner);
         let task = tokio::spawn(async move {
             loop {
                 match listener.accept().await {
                     Ok((s, _)) => {
+                        let Some(inner) = inner.upgrade() else { return };
                         let _ = s.set_nodelay(true);
-                        tokio::spawn(serve_client(inner.clone(), s));
+                        tokio::spawn(serve_client(inner, s));
                     }
                     Err(e) => tracing::warn!("proxy accept failed: {e}"),
                 }
@@ -371,7 +435,7 @@ async fn connect(inner: Arc<Inner>, mut req: Request<Incoming>) -> Response<Prox
         port,
     };
     let on_upgrade = hyper::upgrade::on(&mut req);
-    if inner.rules.pass_through_for(&host, port).is_some() {
+    if inner.terms().rules.pass_through_for(&host, port).is_some() {
         return pass_through(inner, target, on_upgrade).await;
     }
     tokio::spawn(async move {
@@ -550,4 +614,20 @@ pub fn bind_unix_socket(path: &Path) -> Result<std::os::unix::net::UnixListener,
     let listener = std::os::unix::net::UnixListener::bind(path).map_err(err)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
     Ok(listener)
+}
+
+/// Add `secrets` to (never replace) what `log` redacts: the binary registers every stored
+/// secret when it opens the log.
+fn redact_secrets(log: &Mutex<AuditLog>, secrets: &[LoadedSecret]) -> Result<(), ProxyError> {
+    let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
+    let redactor = log.redactor_mut();
+    for s in secrets {
+        redactor
+            .add(s.info.name.clone(), s.value.clone())
+            .map_err(|e| ProxyError::Redactor {
+                name: s.info.name.clone(),
+                message: e.to_string(),
+            })?;
+    }
+    Ok(())
 }

@@ -141,6 +141,11 @@ struct Shared {
     commit_approval_timeout: Duration,
     /// Where a held commit and the like are said (the conversation's stderr).
     notices: crate::service::caller::Notices,
+    /// The session's egress proxy between calls: started at the first call that needs
+    /// one, renewed for each next call ([`Egress::renew`]), finished with the session.
+    /// Empty while a call uses it (the loop makes one call at a time) and after a call
+    /// that was abandoned or left it busy (the next call starts a new one).
+    egress: Mutex<Option<Egress>>,
 }
 
 impl HostExecutors {
@@ -173,6 +178,7 @@ impl HostExecutors {
                 extras: EgressExtras::default(),
                 commit_approval_timeout: Duration::from_secs(cfg_approval_timeout),
                 notices,
+                egress: Mutex::new(None),
             }),
             delivered: Mutex::new(Vec::new()),
             files: Mutex::new(Vec::new()),
@@ -183,7 +189,12 @@ impl HostExecutors {
         }
     }
 
-    /// Give the loop's memory tools the session's memory.
+    /// Stop the session's egress proxy, once its last records are written (the session
+    /// is closing).
+    pub fn finish_egress(&self) {
+        self.shared.finish_egress();
+    }
+
     /// Deliver messages to `destination` (the third party the conversation is with) to
     /// the conversation.
     pub fn with_conversation(mut self, destination: String) -> HostExecutors {
@@ -204,6 +215,7 @@ impl HostExecutors {
         }
     }
 
+    /// Give the loop's memory tools the session's memory.
     pub fn with_memory(mut self, memory: crate::memory_executor::HostMemory) -> HostExecutors {
         self.memory = Some(memory);
         self
@@ -293,7 +305,7 @@ impl Executors for HostExecutors {
             expires_at: crate::runtime::now_unix() + timeout.as_secs() + 1,
         });
         let shared = self.shared.clone();
-        let started = tokio::task::spawn_blocking(move || shared.start_egress(Some(hook))).await;
+        let started = tokio::task::spawn_blocking(move || shared.take_egress(Some(hook))).await;
         let egress = match started {
             Ok(Ok(e)) => FinishOnDrop(Some(e)),
             Ok(Err(e)) => return ToolOutput::error(format!("{e:#}")),
@@ -322,7 +334,8 @@ impl Executors for HostExecutors {
         // Wait for the proxy's audit records before the result goes back to the loop.
         let mut egress = egress;
         if let Some(e) = egress.0.take() {
-            let _ = tokio::task::spawn_blocking(move || e.finish()).await;
+            let shared = self.shared.clone();
+            let _ = tokio::task::spawn_blocking(move || shared.keep_egress(e)).await;
         }
         match sent {
             Ok(Ok(out)) => out,
@@ -470,6 +483,47 @@ impl Shared {
             .get_session(&self.session_id)
             .map_err(|e| anyhow::anyhow!("cannot read session `{}`: {e}", self.session_id))?
             .gate)
+    }
+
+    /// The session's proxy for one call, answering asks with `approvals`: the one kept
+    /// from the last call, renewed, or a new one.
+    fn take_egress(&self, approvals: Option<Arc<dyn ApprovalHook>>) -> anyhow::Result<Egress> {
+        let kept = self.egress.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(mut egress) = kept {
+            egress.renew(&self.home, approvals, &self.session()?)?;
+            return Ok(egress);
+        }
+        self.start_egress(approvals)
+    }
+
+    /// Keep the proxy for the session's next call, once everything the call did through
+    /// it is recorded; a proxy still busy at the bound is finished instead.
+    fn keep_egress(&self, egress: Egress) {
+        if !egress.drain() {
+            egress.finish();
+            return;
+        }
+        let mut slot = self.egress.lock().unwrap_or_else(|p| p.into_inner());
+        match slot.as_ref() {
+            None => *slot = Some(egress),
+            Some(_) => {
+                drop(slot);
+                egress.finish();
+            }
+        }
+    }
+
+    /// Finish the session's kept proxy, waiting for its last records.
+    fn finish_egress(&self) {
+        let kept = self.egress.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(e) = kept else { return };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // Called from an async context, where the proxy's runtime cannot be shut
+            // down: on a plain thread, still waited for.
+            let _ = std::thread::spawn(move || e.finish()).join();
+        } else {
+            e.finish();
+        }
     }
 
     fn start_egress(&self, approvals: Option<Arc<dyn ApprovalHook>>) -> anyhow::Result<Egress> {
@@ -656,7 +710,7 @@ impl Shared {
         profile.workspace_overlay = Some(layers.clone());
         let layers = crate::transaction::RunLayers::new(layers);
         let egress = self
-            .start_egress(None)
+            .take_egress(None)
             .and_then(|e| e.configure(&mut profile).map(|()| e).map_err(Into::into))
             .map_err(refuse)?;
         let guard = match exec::register_run(&egress, &self.store, &session.id) {
@@ -677,8 +731,14 @@ impl Shared {
             &guard,
             OutputMode::Capture,
         );
+        // A killed session's proxy socket is cut (`airlock kill`): it serves no next call.
+        let killed = guard.was_killed();
         drop(guard);
-        egress.finish();
+        if killed {
+            egress.finish();
+        } else {
+            self.keep_egress(egress);
+        }
         // The change set is decided in the session as it is now: the same taint the
         // command was decided with (its output is not observed yet).
         let settled = match &end {
@@ -832,6 +892,20 @@ impl Drop for CancelFlag {
         if !self.1 {
             self.0.store(true, Ordering::Release);
         }
+    }
+}
+
+impl Drop for Shared {
+    /// A session dropped without [`HostExecutors::finish_egress`] (a panic, an error on
+    /// the way out) still stops its proxy, on a plain thread: the proxy's runtime cannot
+    /// be shut down from an async context, where the last share may be dropped.
+    fn drop(&mut self) {
+        let kept = self
+            .egress
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        drop(FinishOnDrop(kept));
     }
 }
 

@@ -284,6 +284,7 @@ impl AgentHost {
             rt,
             ..
         } = self;
+        executors.finish_egress();
         drop(executors);
         rt.shutdown_timeout(Duration::from_secs(5));
         audit.close().map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -100,7 +100,8 @@ pub enum Command {
     /// The kill switch: stop a session (or all), its sandboxes, approvals, grants and egress.
     Kill(cmd::kill::KillArgs),
     /// Print a one-time login link for the host's web page (it works once, within a
-    /// minute), and open it in a browser where there is a display.
+    /// minute), and open it in a browser where there is a display; with `--enroll`, a
+    /// link that enrols a passkey for the page served remotely.
     Web(cmd::web::WebArgs),
     /// Run one task with the configured model, without interaction. Approvals go to the
     /// queue and are denied at the timeout. Exit status: 0 completed, 3 a budget or limit
@@ -118,6 +119,10 @@ pub enum Command {
         /// Print one JSON object instead of the transcript.
         #[arg(long)]
         json: bool,
+        /// With --json: first a line naming the session, then one JSON line per piece of
+        /// the model's reply as it comes, then the report (the host's web page reads it).
+        #[arg(long, requires = "json", hide = true)]
+        stream_events: bool,
         /// Work on this directory instead of a fresh session workspace. Every change is
         /// a checkpoint (`airlock undo`); config, state and system directories are refused.
         #[arg(long, value_name = "DIR", conflicts_with = "session")]
@@ -291,6 +296,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             approval_timeout,
             profile,
             json,
+            stream_events,
             workspace,
             prompt,
         } => cmd::run::run(cmd::run::RunArgs {
@@ -298,6 +304,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             approval_timeout,
             profile,
             json,
+            stream_events,
             workspace,
             prompt,
         }),

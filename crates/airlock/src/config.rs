@@ -46,16 +46,18 @@ pub struct Config {
 }
 
 /// `[web]`: where `airlock serve` serves the web page. Without `listen` there is no web
-/// page. The host checks the rest when it starts ([`crate::web::settings`]): an address
-/// other than loopback needs a public DNS name, a TLS certificate and key, and passkeys,
-/// and the host refuses to start rather than serve it without them.
+/// page. The host checks the rest when it starts ([`crate::web::settings`]): with
+/// `public_name` the page is served remotely (TLS for that name, passkeys), on any
+/// address; an address other than loopback needs it, with its TLS certificate and key, and
+/// the host refuses to start rather than serve it without them.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WebSection {
     /// `127.0.0.1:7464`, `[::1]:7464`; port 0 picks a free one (the login link names it).
     #[serde(default)]
     pub listen: Option<String>,
-    /// The DNS name the page is reached by when it listens off loopback.
+    /// The DNS name the page is reached by when served remotely (never an IP); setting it
+    /// serves the page over TLS with passkeys.
     #[serde(default)]
     pub public_name: Option<String>,
     /// PEM certificate chain for `public_name`.

@@ -22,23 +22,6 @@ pub fn record(home: &Home, kind: &str, detail: Value) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Append one record of the host's own act (`system:<part>`, on the owner's behalf): its
-/// start and stop, what it recovered, an edit it refused to load. The operator did not
-/// make these at a command line, so they do not name the operator as who decided.
-pub fn record_system(home: &Home, part: &str, kind: &str, detail: Value) -> anyhow::Result<()> {
-    let cfg = config::load(&home.config_file())?;
-    let mut log = runtime::open_audit(home, &cfg)?;
-    let who = airlock_core::Attribution::system(
-        part,
-        airlock_core::Principal::Owner,
-        airlock_core::Via::internal(),
-    );
-    log.append(AuditEvent::by(kind, CONFIG_SESSION, &who).with_detail(detail))
-        .map_err(|e| anyhow::anyhow!("the host's `{kind}` record failed: {e}"))?;
-    log.close().map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(())
-}
-
 /// Append one configuration record to a log the caller already holds open.
 pub fn append(log: &mut airlock_audit::AuditLog, kind: &str, detail: Value) -> anyhow::Result<()> {
     let mut detail = detail;

@@ -1,4 +1,4 @@
-//! Egress for one sandboxed run: the run's own proxy on a fresh UNIX socket, and the
+//! Egress for sandboxed runs: a session's own proxy on a fresh UNIX socket, and the
 //! sandbox settings that make it the payload's only way out.
 //!
 //! * [`EgressSetup::load`] reads what the run needs from the config dir before anything is
@@ -14,6 +14,11 @@
 //!   that socket and write the payload's environment: the proxy variables and the CA
 //!   variables common tools read.
 //! * [`Egress::finish`] stops the proxy and waits until its audit records are written.
+//! * An agent session keeps one proxy for all its calls (`agent_executors`): between
+//!   calls [`Egress::drain`] waits for its records without stopping it, and
+//!   [`Egress::renew`] readies it for the next call as a fresh one would start (the net
+//!   rules and secrets as they are now, the call's own approval hook, the session's
+//!   taint as it is now). `airlock exec` is one call, and its proxy ends with it.
 //!
 //! Only the secrets named with `--secret` are loaded into the proxy: the payload gets each
 //! one's placeholder as an environment variable whose name is the secret's name in upper
@@ -138,24 +143,8 @@ impl EgressSetup {
         airlock_proxy::ensure_ca(&home.config).map_err(|e| EgressError::Ca(e.to_string()))?;
         let ca =
             CertificateAuthority::load(&home.config).map_err(|e| EgressError::Ca(e.to_string()))?;
-        let rules = NetRules::load(&home.config).map_err(|e| EgressError::Start(e.to_string()))?;
-        let store = SecretStore::new(&home.config);
-        let mut secrets = Vec::new();
-        let mut placeholders = BTreeMap::new();
-        if !secret_names.is_empty() {
-            let all = store
-                .load_all()
-                .map_err(|e| EgressError::Secrets(e.to_string()))?;
-            for name in secret_names {
-                let Some(s) = all.iter().find(|s| &s.info.name == name) else {
-                    return Err(EgressError::UnknownSecret(name.clone()));
-                };
-                if !secrets.iter().any(|l: &LoadedSecret| &l.info.name == name) {
-                    placeholders.insert(secret_env_name(name), s.info.placeholder.clone());
-                    secrets.push(s.clone());
-                }
-            }
-        }
+        let rules = load_rules(home)?;
+        let (secrets, placeholders) = load_secrets(home, secret_names)?;
         Ok(EgressSetup {
             ca: Arc::new(ca),
             ca_cert: home.config.join(CA_CERT_FILE),
@@ -170,6 +159,35 @@ impl EgressSetup {
             limits: Limits::default(),
         })
     }
+}
+
+fn load_rules(home: &Home) -> Result<NetRules, EgressError> {
+    NetRules::load(&home.config).map_err(|e| EgressError::Start(e.to_string()))
+}
+
+/// The secrets named in `names`, and the placeholder each is exposed to the payload as.
+fn load_secrets(
+    home: &Home,
+    names: &[String],
+) -> Result<(Vec<LoadedSecret>, BTreeMap<String, String>), EgressError> {
+    let mut secrets = Vec::new();
+    let mut placeholders = BTreeMap::new();
+    if names.is_empty() {
+        return Ok((secrets, placeholders));
+    }
+    let all = SecretStore::new(&home.config)
+        .load_all()
+        .map_err(|e| EgressError::Secrets(e.to_string()))?;
+    for name in names {
+        let Some(s) = all.iter().find(|s| &s.info.name == name) else {
+            return Err(EgressError::UnknownSecret(name.clone()));
+        };
+        if !secrets.iter().any(|l: &LoadedSecret| &l.info.name == name) {
+            placeholders.insert(secret_env_name(name), s.info.placeholder.clone());
+            secrets.push(s.clone());
+        }
+    }
+    Ok((secrets, placeholders))
 }
 
 /// A run's proxy socket, bound (with the run dir and the sandbox's CA bundle) before the
@@ -336,6 +354,8 @@ impl EgressBinding {
             relay: self.relay.clone(),
             placeholders: std::mem::take(&mut self.placeholders),
             secret_names: std::mem::take(&mut self.secret_names),
+            bytes_before_call: 0,
+            call: 1,
         };
         let proxy = Proxy::new(cfg).map_err(|e| start_err("proxy", &e));
         let handle = proxy.as_ref().ok().map(|proxy| {
@@ -392,6 +412,11 @@ pub struct Egress {
     relay: ProxyRelay,
     placeholders: BTreeMap<String, String>,
     secret_names: Vec<String>,
+    /// The proxy's request bytes when the current call began ([`Egress::renew`]).
+    bytes_before_call: u64,
+    /// Which call of its session this proxy serves now: 1 when started, one more at
+    /// each [`Egress::renew`].
+    call: u64,
 }
 
 impl Egress {
@@ -423,9 +448,66 @@ impl Egress {
         self.relay.proxy_url()
     }
 
-    /// Request bytes sent out through the proxy so far.
+    /// Request bytes sent out through the proxy in the current call (since it started,
+    /// or since [`Egress::renew`]).
     pub fn egress_bytes(&self) -> u64 {
-        self.proxy.as_ref().map(|p| p.egress_used()).unwrap_or(0)
+        self.proxy
+            .as_ref()
+            .map(|p| p.egress_used().saturating_sub(self.bytes_before_call))
+            .unwrap_or(0)
+    }
+
+    /// Ready a session's proxy for the session's next call, as a fresh one would start:
+    /// the operator's net rules and this proxy's secrets as they are now (a `net revoke`
+    /// or `secret rm` since the last call holds from this one on), the call's own answer
+    /// to asks (`None` denies them), the session as it is now (its taint), and the
+    /// call's request bytes counted from zero. The session's egress budget goes on.
+    pub fn renew(
+        &mut self,
+        home: &Home,
+        approvals: Option<Arc<dyn ApprovalHook>>,
+        session: &Session,
+    ) -> Result<(), EgressError> {
+        let Some(proxy) = self.proxy.as_ref() else {
+            return Err(start_err("proxy", &"it was stopped"));
+        };
+        let rules = load_rules(home)?;
+        let (secrets, _) = load_secrets(home, &self.secret_names)?;
+        let approvals = approvals.unwrap_or_else(|| Arc::new(airlock_proxy::approval::NoApprovals));
+        proxy
+            .set_terms(rules, secrets, approvals)
+            .map_err(|e| start_err("proxy", &e))?;
+        proxy.set_session(session.clone());
+        self.bytes_before_call = proxy.egress_used();
+        self.call += 1;
+        Ok(())
+    }
+
+    /// Wait (bounded) until the proxy has nothing under way and every audit record it
+    /// queued is written, without stopping it: what a call did through it is in the log
+    /// before the call's result is. `false` when something was still under way at the
+    /// timeout.
+    pub fn drain(&self) -> bool {
+        let deadline = Instant::now() + DRAIN_TIMEOUT;
+        loop {
+            // Ours and the proxy's own share of the records token: no write is queued.
+            let written = self
+                .records
+                .as_ref()
+                .is_none_or(|t| Arc::strong_count(t) <= 2);
+            if self.proxy.as_ref().is_none_or(|p| p.is_quiet()) && written {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// Which call of its session this proxy serves now (1: it was started for it).
+    pub fn call(&self) -> u64 {
+        self.call
     }
 
     /// Names of the secrets this run may use.

@@ -274,6 +274,15 @@ async fn i5_data_out_through_a_read_is_held_whatever_the_method_rule_says() {
             "{rec}"
         );
     }
+    // One proxy for the session: the one the first fetch started served the shell
+    // call too (the held fetches took none), renewed with the session's taint since,
+    // which is why it held the request above.
+    let executed = log
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|rec| rec["kind"] == "execution" && rec["detail"]["egress"].is_object())
+        .unwrap_or_else(|| panic!("no execution record of the shell call in {log}"));
+    assert_eq!(executed["detail"]["egress"]["proxy_call"], 2, "{executed}");
     assert_eq!(calls[4]["tool"], "shell", "{r:#}");
     assert!(
         calls[4]["result"]

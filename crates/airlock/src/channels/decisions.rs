@@ -9,15 +9,12 @@
 //! them. Messages dropped for their rate are not asked of the Gate: a flood would
 //! otherwise be a flood of synced records (`host::chat_limits` records them sparsely).
 
-use airlock_audit::AuditEvent;
+use airlock_audit::{AuditEvent, AuditLog};
 use airlock_core::action::{ChannelAdmitAction, ChannelBindAction};
 use airlock_core::gate::{Approval, AskTicket, Gate, Session, Verdict};
 use airlock_core::provenance::TaintState;
 use airlock_core::{Attribution, Authorized, IntoAction, Principal, Via};
 use serde_json::json;
-
-use crate::config::Config;
-use crate::home::Home;
 
 /// How long an owner's answer about a held sender is good for once given: it is used at
 /// once, so a minute only covers a slow disk.
@@ -55,28 +52,24 @@ pub fn via_of(channel: &str) -> Via {
     channel.parse().unwrap_or_else(|_| Via::internal())
 }
 
-/// Decide `action` with `gate`, recorded in the audit log before the verdict is returned.
+/// Decide `action` with `gate`, recorded in `log` before the verdict is returned (a
+/// record that fails refuses the action: the Gate fails closed).
 pub fn decide<A: IntoAction>(
-    home: &Home,
-    cfg: &Config,
+    log: &mut AuditLog,
     gate: &Gate,
     channel: &str,
     actor: Principal,
     via: Via,
     action: A,
-) -> anyhow::Result<Verdict<A>> {
+) -> Verdict<A> {
     let session = channel_session(channel, actor, via);
-    let mut log = crate::runtime::open_audit(home, cfg)?;
-    let verdict = gate.decide(&session, action, &mut log);
-    log.close().map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(verdict)
+    gate.decide(&session, action, log)
 }
 
 /// The owner answered "let them in" to a held admission: the approval is recorded and
 /// the admission token minted (or refused, if it no longer matches the held payload).
 pub fn approve_admission(
-    home: &Home,
-    cfg: &Config,
+    log: &mut AuditLog,
     gate: &Gate,
     ticket: AskTicket<ChannelAdmitAction>,
     approver: Principal,
@@ -89,24 +82,18 @@ pub fn approve_admission(
         payload_hash: ticket.action_hash.clone(),
         expires_at: now + ANSWER_VALID_SECS,
     };
-    let mut log = crate::runtime::open_audit(home, cfg)?;
-    let token = gate
-        .approve(ticket, &approval, now, &mut log)
-        .map_err(|e| anyhow::anyhow!("{e}"));
-    log.close().map_err(|e| anyhow::anyhow!("{e}"))?;
-    token
+    gate.approve(ticket, &approval, now, log)
+        .map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// The owner ignored a held sender, or did not answer in time: recorded against the
 /// held payload's hash, as any refused approval is.
 pub fn refuse_admission(
-    home: &Home,
-    cfg: &Config,
+    log: &mut AuditLog,
     ticket: &AskTicket<ChannelAdmitAction>,
     who: &Attribution,
     reason: &str,
 ) -> anyhow::Result<()> {
-    let mut log = crate::runtime::open_audit(home, cfg)?;
     let action = serde_json::to_value(ticket.action().to_action()).unwrap_or_default();
     log.append(
         AuditEvent::by("approval-denied", &ticket.session, who)
@@ -114,7 +101,6 @@ pub fn refuse_admission(
             .with_detail(json!({"reason": reason})),
     )
     .map_err(|e| anyhow::anyhow!("recording the refused sender failed: {e}"))?;
-    log.close().map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(())
 }
 

@@ -149,6 +149,40 @@ pub struct ChatConfig {
     /// (0: none), besides any pause the platform asks for.
     #[serde(default = "default_send_interval_ms")]
     pub send_interval_ms: u64,
+    /// Which chats share a session (and so one history, one taint and one turn at a
+    /// time): each thread its own (the default), a thread its chat's, or one for the
+    /// whole channel.
+    #[serde(default)]
+    pub sessions: SessionScope,
+}
+
+/// Which chats of a channel share a session.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionScope {
+    /// Each chat, and each thread where the platform has threads, is a session of its
+    /// own.
+    #[default]
+    Thread,
+    /// A thread shares the session of the chat it is in (Slack's threads under their
+    /// channel).
+    Chat,
+    /// Every chat on the channel shares one session: what was said in one is known in
+    /// the others, and untrusted content read in any of them taints all of them.
+    Channel,
+}
+
+impl SessionScope {
+    /// The key of `chat`'s session in the channel's state: chats with one key share a
+    /// session. `parent` is the chat a thread is in, as the adapter knows it.
+    pub fn session_key(self, chat: &str, parent: Option<&str>) -> String {
+        match self {
+            SessionScope::Thread => chat.to_string(),
+            SessionScope::Chat => parent.unwrap_or(chat).to_string(),
+            // No platform's chat id is `*`, so this key is no chat's own.
+            SessionScope::Channel => "*".to_string(),
+        }
+    }
 }
 
 impl ChatConfig {
@@ -351,7 +385,8 @@ pub struct ChannelState {
     pub pairing: Option<Pairing>,
     /// Where the platform's update stream stopped.
     pub offset: Option<i64>,
-    /// The session of each chat.
+    /// The session of each chat, by its key ([`SessionScope::session_key`]: the chat's
+    /// id, its parent chat's id, or `*` for the whole channel).
     #[serde(default)]
     pub chats: BTreeMap<String, String>,
     /// Admins and members by platform user id.
@@ -517,6 +552,27 @@ mod tests {
             PairingOutcome::AlreadyPaired
         );
         assert_eq!(s.owner.as_deref(), Some("42"));
+    }
+
+    #[test]
+    fn a_session_key_shares_a_session_only_as_far_as_the_scope_says() {
+        let thread = "C1/1700000000.000100";
+        assert_eq!(SessionScope::Thread.session_key(thread, Some("C1")), thread);
+        assert_eq!(SessionScope::Chat.session_key(thread, Some("C1")), "C1");
+        assert_eq!(SessionScope::Chat.session_key("C1", None), "C1");
+        assert_eq!(SessionScope::Channel.session_key(thread, Some("C1")), "*");
+        assert_eq!(SessionScope::Channel.session_key("D9", None), "*");
+        // The setting is spelt in channels.toml as `--sessions` takes it.
+        let parsed: ChatConfig =
+            toml::from_str("token_secret = \"t\"\nsessions = \"chat\"\n").unwrap();
+        assert_eq!(parsed.sessions, SessionScope::Chat);
+        let wrong = toml::from_str::<ChatConfig>("token_secret = \"t\"\nsessions = \"group\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            wrong.contains("thread") && wrong.contains("channel"),
+            "{wrong}"
+        );
     }
 
     #[test]

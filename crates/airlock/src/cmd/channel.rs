@@ -64,6 +64,10 @@ pub enum ChannelCommand {
         /// `ask` (the owner is asked, in their own chat, whether to answer it).
         #[arg(long, default_value = "drop")]
         unknown_senders: String,
+        /// Which chats share a session: `thread` (each chat and each thread its own, the
+        /// default), `chat` (a thread shares its chat's) or `channel` (one for all).
+        #[arg(long, value_enum, default_value_t)]
+        sessions: channels::SessionScope,
     },
     /// Admins and members of a channel, by platform user id.
     #[command(subcommand)]
@@ -130,6 +134,7 @@ pub fn run(cmd: ChannelCommand) -> anyhow::Result<i32> {
             approve_in_groups,
             messages_per_minute,
             send_interval_ms,
+            sessions,
         } => {
             check_kind(&kind)?;
             if kind == "webhook" {
@@ -154,6 +159,7 @@ pub fn run(cmd: ChannelCommand) -> anyhow::Result<i32> {
                 approve_in_groups,
                 messages_per_minute: messages_per_minute.unwrap_or(20),
                 send_interval_ms: send_interval_ms.unwrap_or(1000),
+                sessions,
             };
             add_chat(&home, &kind, cfg, &unknown_senders)
         }
@@ -283,7 +289,8 @@ fn add_chat(
                "group_trigger": cfg.group_trigger,
                "approve_in_groups": cfg.approve_in_groups,
                "messages_per_minute": cfg.messages_per_minute,
-               "send_interval_ms": cfg.send_interval_ms}),
+               "send_interval_ms": cfg.send_interval_ms,
+               "sessions": cfg.sessions}),
     )?;
     crate::out!(
         "{kind}: configured; a running host picks it up when restarted\nnext: airlock channel pair {kind}"
@@ -299,15 +306,10 @@ fn operator_binds(home: &Home, kind: &str, user: &str, role: &str) -> anyhow::Re
     let profile = crate::policies::pick_profile(None, &cfg.policy.profile)?;
     let gate = crate::runtime::gate_for(home, &cfg, profile, &home.state)?;
     let action = decisions::bind_action(kind, user, role, "operator");
-    match decisions::decide(
-        home,
-        &cfg,
-        &gate,
-        kind,
-        Principal::Owner,
-        Via::cli(),
-        action,
-    )? {
+    let mut log = crate::runtime::open_audit(home, &cfg)?;
+    let verdict = decisions::decide(&mut log, &gate, kind, Principal::Owner, Via::cli(), action);
+    log.close().map_err(|e| anyhow::anyhow!("{e}"))?;
+    match verdict {
         Verdict::Allow(_) => Ok(()),
         Verdict::Ask(t) => anyhow::bail!(
             "the policy holds this binding for approval ({}), and a binding made at the command line cannot wait\nhelp: change the policy that holds channel.bind",

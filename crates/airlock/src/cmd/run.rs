@@ -31,6 +31,8 @@ pub struct RunArgs {
     pub approval_timeout: Option<u64>,
     pub profile: Option<String>,
     pub json: bool,
+    /// With `json`: the session's id and each piece of the reply as a JSON line first.
+    pub stream_events: bool,
     /// Work on this directory (`--workspace`).
     pub workspace: Option<std::path::PathBuf>,
     pub prompt: String,
@@ -99,9 +101,24 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             let _ = out.flush();
         }
     };
+    // One JSON object a line: its text is escaped by JSON, so no line can end early.
+    let mut event_stream = |event: StreamEvent| {
+        if let StreamEvent::TextDelta(t) = event {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{}", serde_json::json!({ "delta": t }));
+            let _ = out.flush();
+        }
+    };
+    if args.stream_events {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", serde_json::json!({ "session": session_id }))?;
+        out.flush()?;
+    }
     let report = host.run_turn(
         &args.prompt,
-        if args.json {
+        if args.stream_events {
+            Some(&mut event_stream)
+        } else if args.json {
             None
         } else {
             Some(&mut print_stream)

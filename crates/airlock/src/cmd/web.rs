@@ -1,5 +1,6 @@
 //! `airlock web`: ask the running host for a one-time login link to its web page, print
-//! it, and open it where a browser can be (`docs/web.md`).
+//! it, and open it where a browser can be (`docs/web.md`). With `--enroll`, the link
+//! enrols a passkey for the page served remotely instead.
 
 use clap::Args;
 
@@ -12,6 +13,10 @@ pub struct WebArgs {
     /// Only print the link; do not start a browser.
     #[arg(long)]
     pub no_open: bool,
+    /// Print a one-time link that enrols a passkey for the page served remotely (at
+    /// `[web] public_name`), instead of a login link.
+    #[arg(long)]
+    pub enroll: bool,
 }
 
 pub fn run(args: WebArgs) -> anyhow::Result<i32> {
@@ -22,10 +27,15 @@ pub fn run(args: WebArgs) -> anyhow::Result<i32> {
             home.state.display()
         );
     };
-    let link: LoginLink = host.post("/v1/web/login", &serde_json::json!({}))?;
+    let (path, what) = if args.enroll {
+        ("/v1/web/enroll", "enrols a passkey")
+    } else {
+        ("/v1/web/login", "logs in")
+    };
+    let link: LoginLink = host.post(path, &serde_json::json!({}))?;
     crate::out!("{}", link.url);
     eprintln!(
-        "airlock: this link logs in once, within {} seconds; keep it to yourself",
+        "airlock: this link {what} once, within {} seconds; keep it to yourself",
         link.expires_in_secs
     );
     if !args.no_open && has_display() {

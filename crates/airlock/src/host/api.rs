@@ -93,6 +93,7 @@ pub fn router(host: Arc<Host>) -> Router {
         .route("/v1/audit/tail", post(audit_tail_route))
         .route("/v1/memory/act", post(memory_act_route))
         .route("/v1/web/login", post(web_login_route))
+        .route("/v1/web/enroll", post(web_enrol_route))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -382,5 +383,28 @@ async fn web_login_route(
         ));
     };
     tracing::info!("a web login link was made");
-    web.login_link().map(Json).map_err(ApiError::internal)
+    web.login_link().map(Json).map_err(web_refusal)
+}
+
+/// A one-time passkey enrolment link for the web page served remotely
+/// (`airlock web --enroll`): as for a login link, whoever reaches this socket is the owner.
+async fn web_enrol_route(
+    State(host): State<Arc<Host>>,
+) -> Result<Json<crate::web::LoginLink>, ApiError> {
+    let Some(web) = host.web.as_ref() else {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "this host serves no web page ([web] listen is not set)",
+            "set [web] listen, public_name, tls_cert and tls_key in airlock.toml and restart the host (docs/web.md)",
+        ));
+    };
+    tracing::info!("a web passkey enrolment link was made");
+    web.enrol_link().map(Json).map_err(web_refusal)
+}
+
+/// A link the page's regime does not make: a bad request, with the help the error carries.
+fn web_refusal(e: anyhow::Error) -> ApiError {
+    let text = e.to_string();
+    let (error, help) = text.split_once("\nhelp: ").unwrap_or((&text, ""));
+    ApiError::new(StatusCode::BAD_REQUEST, error, help)
 }

@@ -88,7 +88,10 @@ impl HostAudit {
         Ok(log)
     }
 
-    /// Append one record of the host's own (`system:<part>`) through the writer.
+    /// Append one record of the host's own act (`system:<part>`, on the owner's behalf)
+    /// through the writer: its start and stop, what it recovered, an edit it refused to
+    /// load, what a channel dropped. The operator did not make these at a command line,
+    /// so they do not name the operator as who decided.
     pub fn record_system(
         &self,
         cfg: &Config,

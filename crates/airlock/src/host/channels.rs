@@ -10,16 +10,18 @@
 //!   who sent it and why (`channel-message-dropped`, as `system:channel`), or, with
 //!   `unknown_senders = "untrusted"`, answered as a member is. Before pairing, everyone is
 //!   dropped.
-//! - **Each chat is a session.** The owner's message in a private chat (or, with a
-//!   `group_trigger`, one of theirs in a group that starts with it; the group's other
-//!   talk is not for the assistant) is a turn of that chat's session (made at its first message and kept in the channel's state), run
-//!   in the host's process like a chat through the host; the reply is what the turn said
-//!   to its own channel and its final text.
+//! - **Each chat is a session** unless `sessions` says otherwise (`chat`: a thread
+//!   shares its chat's; `channel`: one for all). The owner's message in a private chat
+//!   (or, with a `group_trigger` or a mention, one of theirs in a group; the group's
+//!   other talk is not for the assistant) is a turn of that chat's session (made at its
+//!   first message and kept in the channel's state), run in the host's process like a
+//!   chat through the host; the reply goes to the chat the message came from: what the
+//!   turn said to its own channel and its final text.
 //! - **Floods.** Each sender in each chat may send `messages_per_minute` (default 20);
 //!   the rest are dropped, their count recorded in a handful of records
-//!   (`host::chat_limits`). Each chat's turns wait in a short queue (a message that finds
-//!   it full is dropped with a record), and at most [`MAX_CHAT_WORKERS`] chats have a turn
-//!   worker at once; an idle worker ends. So nothing a platform sends grows the host's
+//!   (`host::chat_limits`). Each session's turns wait in a short queue and run one at a
+//!   time (a message that finds it full is dropped with a record), and at most
+//!   [`MAX_CHAT_WORKERS`] sessions have a turn worker at once; an idle worker ends. So nothing a platform sends grows the host's
 //!   memory or threads without bound.
 //! - **Where a card goes.** To the owner's private chat with the assistant, whatever
 //!   chat held the action: a member's or stranger's chat never sees a card (it is told
@@ -174,15 +176,19 @@ enum Said {
     Untrusted { source: String, text: String },
 }
 
-/// A chat's turn worker: its number and its queue.
+/// A session's turn worker: its number and its queue.
 #[derive(Clone)]
 struct Worker {
     number: u64,
     tx: SyncSender<Queued>,
 }
 
-/// A message for a chat's turn worker, and whether that chat is a private one.
+/// A message for a session's turn worker: the chat it came from, and whether that chat
+/// is a private one.
 struct Queued {
+    chat: ChatId,
+    /// The sender's platform user id.
+    from: String,
     said: Said,
     private: bool,
 }
@@ -195,8 +201,12 @@ struct Running {
     rt: tokio::runtime::Handle,
     presses: Presses,
     kind: Kind,
-    /// Each chat's turn worker, serving its queue one turn at a time.
-    chats: Mutex<HashMap<ChatId, Worker>>,
+    /// Each session's turn worker, by the session's key
+    /// ([`channels::SessionScope::session_key`]), serving its queue one turn at a time:
+    /// chats that share a session never run two turns of it at once.
+    workers: Mutex<HashMap<String, Worker>>,
+    /// Which chats share a session.
+    sessions: channels::SessionScope,
     /// Spaces what the host sends to each chat.
     pacer: OutboundPacer,
     /// The strangers the owner is being asked about, by ticket.
@@ -267,7 +277,8 @@ async fn start_webhook(host: Arc<Host>, w: channels::WebhookConfig) {
         rt: tokio::runtime::Handle::current(),
         presses: Presses::default(),
         kind: Kind::Webhook,
-        chats: Mutex::new(HashMap::new()),
+        workers: Mutex::new(HashMap::new()),
+        sessions: channels::SessionScope::Thread,
         next_worker: Default::default(),
         limiter: InboundLimiter::new(WEBHOOK_PER_MINUTE),
         // The operator's own endpoint: no pacing of ours.
@@ -375,7 +386,8 @@ fn start_chat(host: &Arc<Host>, kind: &'static str, c: channels::ChatConfig) {
             unknown_senders: c.unknown_senders,
             approve_in_groups: c.approve_in_groups,
         },
-        chats: Mutex::new(HashMap::new()),
+        workers: Mutex::new(HashMap::new()),
+        sessions: c.sessions,
         next_worker: Default::default(),
         limiter: InboundLimiter::new(c.messages_per_minute),
         pacer: OutboundPacer::new(Duration::from_millis(c.send_interval_ms)),
@@ -399,8 +411,8 @@ fn start_chat(host: &Arc<Host>, kind: &'static str, c: channels::ChatConfig) {
 
 impl Running {
     fn record(&self, kind: &str, detail: serde_json::Value) {
-        if let Err(e) = crate::config_audit::record_system(&self.host.home, "channel", kind, detail)
-        {
+        let cfg = self.host.warm.current_config();
+        if let Err(e) = self.host.audit.record_system(&cfg, "channel", kind, detail) {
             tracing::error!(error = %format!("{e:#}"), kind, "a channel record failed");
         }
     }
@@ -581,15 +593,16 @@ impl Running {
     /// Decide `action` about this channel as `system:channel`, recorded first.
     fn decide<A: IntoAction>(&self, action: A) -> anyhow::Result<Verdict<A>> {
         let (cfg, gate) = self.gate()?;
-        decisions::decide(
-            &self.host.home,
-            &cfg,
+        let log = self.host.audit.log(&cfg)?;
+        let mut log = crate::service::exec::lock(&log);
+        Ok(decisions::decide(
+            &mut log,
             &gate,
             self.name,
             decisions::channel_actor(),
             decisions::via_of(self.name),
             action,
-        )
+        ))
     }
 
     /// The config in force and the warm Gate of its profile, for the channel's decisions.
@@ -700,9 +713,10 @@ impl Running {
         held: AskTicket<ChannelAdmitAction>,
     ) -> anyhow::Result<Authorized<ChannelAdmitAction>> {
         let (cfg, gate) = self.gate()?;
+        let log = self.host.audit.log(&cfg)?;
+        let mut log = crate::service::exec::lock(&log);
         decisions::approve_admission(
-            &self.host.home,
-            &cfg,
+            &mut log,
             &gate,
             held,
             Principal::Owner,
@@ -728,7 +742,10 @@ impl Running {
             None => airlock_core::Attribution::system("channel", Principal::Owner, via),
         };
         let cfg = self.host.warm.current_config();
-        if let Err(e) = decisions::refuse_admission(&self.host.home, &cfg, held, &who, reason) {
+        let refused = self.host.audit.log(&cfg).and_then(|log| {
+            decisions::refuse_admission(&mut crate::service::exec::lock(&log), held, &who, reason)
+        });
+        if let Err(e) = refused {
             tracing::error!(error = %format!("{e:#}"), "recording a refused sender");
         }
     }
@@ -847,27 +864,41 @@ impl Running {
         }
     }
 
-    /// Give `said` to `chat`'s turn worker (started at the chat's first message, ended
-    /// when idle). A full queue, or too many chats at once, drops it with a record.
+    /// The key of `chat`'s session in the channel's state and the worker table.
+    fn session_key(&self, chat: &ChatId) -> String {
+        let parent = self.channel.thread_parent(chat);
+        self.sessions
+            .session_key(&chat.0, parent.as_ref().map(|p| p.0.as_str()))
+    }
+
+    /// Give `said` to the turn worker of `chat`'s session (started at the session's
+    /// first message, ended when idle). A full queue, or too many sessions at once,
+    /// drops it with a record.
     fn queue(self: &Arc<Self>, chat: ChatId, private: bool, from: &str, said: Said) {
-        let mut item = Queued { said, private };
+        let key = self.session_key(&chat);
+        let mut item = Queued {
+            chat: chat.clone(),
+            from: from.to_string(),
+            said,
+            private,
+        };
         // Twice at most: a worker that ended since its sender was cloned is started anew.
         for _ in 0..2 {
             let worker = {
-                let mut chats = self.chats.lock().unwrap_or_else(|p| p.into_inner());
-                match chats.get(&chat) {
+                let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+                match workers.get(&key) {
                     Some(w) => w.clone(),
                     None => {
-                        if chats.len() >= MAX_CHAT_WORKERS {
-                            drop(chats);
+                        if workers.len() >= MAX_CHAT_WORKERS {
+                            drop(workers);
                             return self.drop_queued(
                                 &chat,
                                 from,
                                 "too many chats are being served at once",
                             );
                         }
-                        let w = self.start_worker(&chat);
-                        chats.insert(chat.clone(), w.clone());
+                        let w = self.start_worker(&key);
+                        workers.insert(key.clone(), w.clone());
                         w
                     }
                 }
@@ -879,18 +910,18 @@ impl Running {
                 }
                 Err(TrySendError::Disconnected(back)) => {
                     item = back;
-                    self.forget_worker(&chat, worker.number);
+                    self.forget_worker(&key, worker.number);
                 }
             }
         }
         self.drop_queued(&chat, from, "no turn worker could be started for the chat");
     }
 
-    /// Take `chat`'s worker out of the table, if it is still worker `number`.
-    fn forget_worker(&self, chat: &ChatId, number: u64) {
-        let mut chats = self.chats.lock().unwrap_or_else(|p| p.into_inner());
-        if chats.get(chat).is_some_and(|w| w.number == number) {
-            chats.remove(chat);
+    /// Take session `key`'s worker out of the table, if it is still worker `number`.
+    fn forget_worker(&self, key: &str, number: u64) {
+        let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        if workers.get(key).is_some_and(|w| w.number == number) {
+            workers.remove(key);
         }
     }
 
@@ -902,32 +933,32 @@ impl Running {
         );
     }
 
-    /// A thread that runs `chat`'s turns one at a time, and ends after [`WORKER_IDLE`]
-    /// with nothing to do.
-    fn start_worker(self: &Arc<Self>, chat: &ChatId) -> Worker {
+    /// A thread that runs the turns of session `key` one at a time, whichever of its
+    /// chats they come from, and ends after [`WORKER_IDLE`] with nothing to do.
+    fn start_worker(self: &Arc<Self>, key: &str) -> Worker {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Queued>(CHAT_QUEUE);
         let number = self
             .next_worker
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let me = self.clone();
-        let c = chat.clone();
         let serve = move |q: Queued| {
-            if let Err(e) = me.turn(&c, &q.said, q.private) {
+            let c = &q.chat;
+            if let Err(e) = me.turn(c, &q.from, &q.said, q.private) {
                 tracing::error!(error = %format!("{e:#}"), "a channel turn");
                 // The host's own error may name its paths and settings: said in full only
                 // in the owner's own chat.
                 let own = channels::read_state(&me.host.home, me.name)
-                    .is_ok_and(|s| is_owner_chat(&c, &s));
+                    .is_ok_and(|s| is_owner_chat(c, &s));
                 let text = if own {
                     format!("airlock: the turn failed: {e:#}")
                 } else {
                     "airlock: the turn failed; the owner can see why in the host's log".into()
                 };
-                me.say(&c, &text);
+                me.say(c, &text);
             }
         };
         let me = self.clone();
-        let c = chat.clone();
+        let key = key.to_string();
         let spawned = std::thread::Builder::new()
             .name("airlock-chat-turns".into())
             .spawn(move || loop {
@@ -936,14 +967,14 @@ impl Running {
                     Err(RecvTimeoutError::Timeout) => {
                         // Under the table's lock nobody can take this worker's sender, so
                         // what is not queued now will find it gone and start another.
-                        let mut chats = me.chats.lock().unwrap_or_else(|p| p.into_inner());
+                        let mut workers = me.workers.lock().unwrap_or_else(|p| p.into_inner());
                         if let Ok(q) = rx.try_recv() {
-                            drop(chats);
+                            drop(workers);
                             serve(q);
                             continue;
                         }
-                        if chats.get(&c).is_some_and(|w| w.number == number) {
-                            chats.remove(&c);
+                        if workers.get(&key).is_some_and(|w| w.number == number) {
+                            workers.remove(&key);
                         }
                         return;
                     }
@@ -1012,14 +1043,35 @@ impl Running {
     }
 
     /// One turn of `chat`'s session for the owner's `text`, and its reply.
-    fn turn(self: &Arc<Self>, chat: &ChatId, said: &Said, private: bool) -> anyhow::Result<()> {
+    fn turn(
+        self: &Arc<Self>,
+        chat: &ChatId,
+        from: &str,
+        said: &Said,
+        private: bool,
+    ) -> anyhow::Result<()> {
+        // A turn is a session the host serves, counted with the others under
+        // `[host] max_sessions`: past it the message is dropped and the chat told.
+        let Some(_slot) = self.host.sessions.enter() else {
+            let reason = format!(
+                "the host serves its most sessions at once (host.max_sessions = {})",
+                self.host.sessions.max
+            );
+            self.drop_queued(chat, from, &reason);
+            self.say(
+                chat,
+                "airlock: busy with other sessions; send the message again later",
+            );
+            return Ok(());
+        };
         let home = &self.host.home;
         let cfg = (*self.host.warm.current_config()).clone();
         // The host's own model: `[provider]` of airlock.toml, with its key from the
         // secrets store.
         let provider_cfg = provider_config(home, &cfg, Default::default())?;
         let state = channels::read_state(home, self.name)?;
-        let session = state.chats.get(&chat.0).cloned();
+        let key = self.session_key(chat);
+        let session = state.chats.get(&key).cloned();
         // A chat that is not the owner's own is a third party: a group, a member's or a
         // stranger's chat. What the session says there is a message to them, which the
         // Gate decides (held after taint, as egress is): otherwise "reply here with
@@ -1051,7 +1103,7 @@ impl Running {
         }
         let id = agent.session_id.clone();
         channels::update_state(home, self.name, |s| {
-            s.chats.insert(chat.0.clone(), id.clone());
+            s.chats.insert(key.clone(), id.clone());
             Ok(())
         })?;
         // Nobody approves through a webhook.
@@ -1088,7 +1140,7 @@ impl Running {
         if matches!(report.outcome, airlock_agent::agent::Outcome::Killed) {
             // A killed session takes no more turns: the owner's next message starts anew.
             channels::update_state(home, self.name, |s| {
-                s.chats.remove(&chat.0);
+                s.chats.remove(&key);
                 Ok(())
             })?;
         }

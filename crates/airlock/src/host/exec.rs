@@ -293,6 +293,9 @@ pub(crate) fn agent_command(req: &AgentRequest) -> anyhow::Result<std::process::
         (Some(prompt), false) => {
             if req.json {
                 cmd.arg("--json");
+                if req.stream_events {
+                    cmd.arg("--stream-events");
+                }
             }
             cmd.arg("--").arg(prompt);
         }

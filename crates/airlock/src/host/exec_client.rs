@@ -88,6 +88,7 @@ pub fn agent_through_host(home: &Home, call: AgentCall) -> anyhow::Result<Option
         approval_timeout: call.approval_timeout,
         profile: call.profile,
         json: call.json,
+        stream_events: false,
         workspace: call
             .workspace
             .as_deref()

@@ -52,6 +52,9 @@ pub struct AgentRequest {
     /// `run --json`.
     #[serde(default)]
     pub json: bool,
+    /// `run --json --stream-events` (the web page's runs).
+    #[serde(default)]
+    pub stream_events: bool,
     /// `--workspace`, absolute.
     pub workspace: Option<PathBuf>,
     /// `run`'s prompt; absent for `chat`.

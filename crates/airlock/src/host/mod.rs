@@ -54,7 +54,7 @@ pub struct Host {
     /// The web page, when `[web] listen` is set (`docs/web.md`).
     pub web: Option<crate::web::Web>,
     /// The one audit writer every run in the host appends through.
-    pub audit: audit_writer::HostAudit,
+    pub audit: Arc<audit_writer::HostAudit>,
     /// Sandboxes built ahead of runs (`[host] sandbox_pool`).
     pub pool: Arc<pool::SandboxPool>,
 }
@@ -85,14 +85,16 @@ const RELOAD_EVERY: Duration = Duration::from_secs(1);
 pub fn serve(home: Home) -> anyhow::Result<i32> {
     init_logging();
     let _lock = lock::HostLock::acquire(&home)?;
-    let warm = warm::Warm::load(&home)?;
-    let recovered = recovery::recover(&home)?;
+    // The one writer first: every record of the host's own goes through it.
+    let audit = Arc::new(audit_writer::HostAudit::new(home.clone()));
+    let warm = warm::Warm::load(&home, audit.clone())?;
+    let recovered = recovery::recover(&home, &audit, &warm.config())?;
     if !recovered.interrupted.is_empty() || recovered.orphaned > 0 {
         tracing::warn!(interrupted = ?recovered.interrupted, orphaned_approvals = recovered.orphaned, "recovered what the last run of the host left");
     }
     let limits = warm.config().host.clone();
     // A `[web]` the host cannot serve safely stops the start, before anything runs.
-    let web = crate::web::Web::prepare(&warm.config().web)?;
+    let web = crate::web::Web::prepare(&warm.config().web, &home.state)?;
     let host = Arc::new(Host {
         home: home.clone(),
         warm,
@@ -106,7 +108,7 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
         rate: rate::RateLimits::new(limits.requests_per_minute),
         stopping: std::sync::atomic::AtomicBool::new(false),
         web,
-        audit: audit_writer::HostAudit::new(home.clone()),
+        audit,
         pool: pool::SandboxPool::new(),
     });
     host.pool.start_builder(home.clone(), {
@@ -170,8 +172,8 @@ async fn run(host: Arc<Host>) -> anyhow::Result<()> {
             let host = host.clone();
             move || exec::listen(host, exec_listener)
         })?;
-    crate::config_audit::record_system(
-        &host.home,
+    host.audit.record_system(
+        &host.warm.config(),
         "host",
         "host-start",
         serde_json::json!({"pid": std::process::id(), "socket": path.display().to_string(),

@@ -24,7 +24,11 @@ pub struct Recovered {
     pub orphaned: usize,
 }
 
-pub fn recover(home: &Home) -> anyhow::Result<Recovered> {
+pub fn recover(
+    home: &Home,
+    audit: &super::audit_writer::HostAudit,
+    cfg: &crate::config::Config,
+) -> anyhow::Result<Recovered> {
     let store = crate::service::approvals::open_store(home)?;
     let now = Timestamp::now();
     let orphaned = store
@@ -56,8 +60,8 @@ pub fn recover(home: &Home) -> anyhow::Result<Recovered> {
         orphaned,
     };
     if !found.interrupted.is_empty() || found.orphaned > 0 {
-        crate::config_audit::record_system(
-            home,
+        audit.record_system(
+            cfg,
             "recovery",
             "host-recovery",
             json!({"interrupted": found.interrupted, "orphaned_approvals": found.orphaned}),

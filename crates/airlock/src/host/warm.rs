@@ -37,6 +37,8 @@ struct WarmGate {
 
 pub struct Warm {
     home: Home,
+    /// The host's one writer, for the records of refused edits.
+    audit: Arc<super::audit_writer::HostAudit>,
     config: RwLock<Loaded<Config>>,
     gates: RwLock<HashMap<&'static str, Loaded<WarmGate>>>,
 }
@@ -95,12 +97,13 @@ fn load_gate(home: &Home, profile: Profile) -> anyhow::Result<WarmGate> {
 
 impl Warm {
     /// Load the config and the configured profile; an error here stops the host's start.
-    pub fn load(home: &Home) -> anyhow::Result<Warm> {
+    pub fn load(home: &Home, audit: Arc<super::audit_writer::HostAudit>) -> anyhow::Result<Warm> {
         let fingerprint = config_fingerprint(home);
         let cfg = crate::config::load(&home.config_file())?;
         let profile = crate::policies::pick_profile(None, &cfg.policy.profile)?;
         let warm = Warm {
             home: home.clone(),
+            audit,
             config: RwLock::new(Loaded {
                 value: Arc::new(cfg),
                 fingerprint,
@@ -264,8 +267,9 @@ impl Warm {
 
     fn record_refusal(&self, what: &str, why: &str) {
         let detail = serde_json::json!({"what": what, "error": why, "kept": "the set in force before the edit"});
-        if let Err(e) =
-            crate::config_audit::record_system(&self.home, "reload", "reload-refused", detail)
+        if let Err(e) = self
+            .audit
+            .record_system(&self.config(), "reload", "reload-refused", detail)
         {
             tracing::error!(error = %format!("{e:#}"), "the refused reload could not be recorded");
         }

@@ -785,7 +785,8 @@ pub(crate) fn run_sandboxed(
 ) -> SandboxedRun {
     let egress_detail = || {
         json!({"proxy": egress.proxy_url(), "socket": egress.socket_path(),
-        "secrets": egress.secret_names(), "request_bytes": egress.egress_bytes()})
+        "secrets": egress.secret_names(), "request_bytes": egress.egress_bytes(),
+        "proxy_call": egress.call()})
     };
     if guard.was_killed() {
         drop(prepared);

@@ -443,5 +443,10 @@ impl Drop for RunGuard {
         if let Some(w) = self.watcher.take() {
             let _ = w.join();
         }
+        // The run dir may outlive the run (a session's proxy keeps it for the session's
+        // next call): pids the kernel may give to other processes must not stay in it
+        // for a later `airlock kill` to find.
+        let _ = std::fs::remove_file(self.dir.join(SANDBOX_PIDS_FILE));
+        let _ = std::fs::remove_file(self.dir.join(EXEC_PID_FILE));
     }
 }

@@ -2,6 +2,9 @@
 //! which policy, where its arguments appear in untrusted content, and the forms to decide
 //! it. The decision form carries the hash of the payload drawn on the page; the service
 //! refuses it if the request now holds another ([`crate::service::approvals::approve_as`]).
+//! Served remotely, an approval also carries a passkey assertion whose challenge is bound
+//! to that request and hash ([`super::remote::check_approval`]); the page's script asks the
+//! passkey when Approve is pressed.
 
 use std::sync::Arc;
 
@@ -45,7 +48,7 @@ pub async fn list(State(web): State<Arc<WebState>>, LoggedIn(login): LoggedIn) -
                 p id="no-approvals" { "Nothing is waiting for your approval." }
             }
             @for (v, ev) in &pending {
-                (card(&login, v, ev, now_ms))
+                (card(&login, v, ev, now_ms, web.bound.is_remote()))
             }
             @if !orphaned.is_empty() {
                 h2 { "Orphaned" }
@@ -72,6 +75,7 @@ fn card(
     v: &ApprovalView,
     evidence: &anyhow::Result<Vec<Source>>,
     now_ms: i64,
+    passkey: bool,
 ) -> Markup {
     let secs_left = (v.expires_at_ms - now_ms).max(0) / 1000;
     html! {
@@ -110,7 +114,7 @@ fn card(
                 pre class="payload-json" { (untrusted::block(&v.payload)) }
             }
             p class="hash" { "Payload hash: " code class="payload-hash" { (v.payload_hash) } }
-            (decide_form(login, v))
+            (decide_form(login, v, passkey))
         }
     }
 }
@@ -190,12 +194,18 @@ fn provenance(evidence: &anyhow::Result<Vec<Source>>) -> Markup {
 }
 
 /// Approve (alone, or with a grant) or deny, bound to the hash drawn above.
-fn decide_form(login: &super::auth::WebLogin, v: &ApprovalView) -> Markup {
+/// With `passkey` (the page served remotely) the form also has the fields the script fills
+/// with the passkey's assertion before it is sent.
+fn decide_form(login: &super::auth::WebLogin, v: &ApprovalView, passkey: bool) -> Markup {
     html! {
-        form method="post" action="/approvals/decide" class="decide" {
+        form method="post" action="/approvals/decide" class="decide" data-passkey=[passkey.then_some("required")] {
             (csrf(login))
             input type="hidden" name="id" value=(v.id);
             input type="hidden" name="hash" value=(v.payload_hash);
+            @if passkey {
+                input type="hidden" name="ceremony" value="";
+                input type="hidden" name="assertion" value="";
+            }
             fieldset class="grant" {
                 legend { "Also grant (optional)" }
                 label {
@@ -215,6 +225,9 @@ fn decide_form(login: &super::auth::WebLogin, v: &ApprovalView) -> Markup {
                 }
             }
             label { "Reason (for a denial): " input type="text" name="reason" maxlength="500"; }
+            @if passkey {
+                p class="passkey-note" { "Approving asks your passkey to sign this request and payload hash." }
+            }
             div class="buttons" {
                 button type="submit" name="decision" value="approve" class="approve" { "Approve" }
                 button type="submit" name="decision" value="deny" class="deny" { "Deny" }
@@ -239,6 +252,11 @@ pub struct DecideForm {
     scope: String,
     #[serde(default)]
     reason: String,
+    /// Served remotely: the passkey ceremony and its assertion (JSON) for an approval.
+    #[serde(default)]
+    ceremony: String,
+    #[serde(default)]
+    assertion: String,
 }
 
 impl HasCsrf for DecideForm {
@@ -266,6 +284,23 @@ pub async fn decide(
                 "/approvals",
             )
             .await;
+    }
+    if form.decision == "approve" {
+        if let Err(why) = super::remote::check_approval(
+            &web,
+            &login.id,
+            &form.id,
+            &form.hash,
+            &form.ceremony,
+            &form.assertion,
+        )
+        .await
+        {
+            tracing::warn!(login = %login.id, request = %form.id, why = %why, "web: an approval without a valid passkey assertion was refused");
+            return web
+                .outcome_page(&login, "Refused", false, &why, "/approvals")
+                .await;
+        }
     }
     let done = tokio::task::spawn_blocking(move || -> anyhow::Result<String> {
         match form.decision.as_str() {

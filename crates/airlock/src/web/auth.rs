@@ -113,6 +113,13 @@ impl Logins {
         Ok(self.open_session(&mut st, now))
     }
 
+    /// Open a session without a link (the page served remotely, after a passkey's
+    /// assertion): its cookie value and the session.
+    pub fn open(&self) -> anyhow::Result<(String, WebLogin)> {
+        let mut st = self.state();
+        self.open_session(&mut st, Instant::now())
+    }
+
     fn open_session(&self, st: &mut State, now: Instant) -> anyhow::Result<(String, WebLogin)> {
         let cookie = random_hex()?;
         let login = WebLogin {

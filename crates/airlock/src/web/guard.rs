@@ -3,6 +3,7 @@
 //! - its `Host` must be one of the page's own addresses, and its `Origin`, when it has one,
 //!   the page's own origin (a state change must have one): a page of another site, or a
 //!   name rebound to 127.0.0.1, gets a 403 and nothing else;
+//! - served remotely with no passkey enrolled yet, it answers only enrolment;
 //! - every answer has a strict Content-Security-Policy (no inline script, no framing), is
 //!   never cached, sends no referrer to another origin, and has no CORS header (no other origin may read it);
 //! - a handler that needs a login takes [`LoggedIn`]; one that changes state takes
@@ -40,6 +41,11 @@ pub async fn check_request(
             tracing::warn!(why = %why, "web: refused a request");
             (StatusCode::FORBIDDEN, why).into_response()
         }
+        None if !enrolment_open(&web, request.uri().path()) => {
+            let mut r = super::remote::welcome_page(&web);
+            *r.status_mut() = StatusCode::FORBIDDEN;
+            r
+        }
         None => next.run(request).await,
     };
     let h = response.headers_mut();
@@ -59,6 +65,13 @@ pub async fn check_request(
         HeaderValue::from_static("same-origin"),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if web.bound.is_remote() {
+        // Served over TLS for a public name: never again over plain HTTP there.
+        h.insert(
+            header::STRICT_TRANSPORT_SECURITY,
+            HeaderValue::from_static("max-age=31536000"),
+        );
+    }
     h.insert(
         "cross-origin-opener-policy",
         HeaderValue::from_static("same-origin"),
@@ -68,6 +81,25 @@ pub async fn check_request(
         HeaderValue::from_static("same-origin"),
     );
     response
+}
+
+/// The paths the page served remotely answers before a passkey is enrolled: enrolment,
+/// the page saying how to enrol, and the files those pages load.
+const ENROLMENT_ONLY: [&str; 5] = [
+    "/enroll",
+    "/enroll/finish",
+    "/welcome",
+    "/static/web.css",
+    "/static/web.js",
+];
+
+/// Whether `path` may be served now: anything locally or once a passkey is enrolled;
+/// until then, remotely, only enrolment.
+fn enrolment_open(web: &WebState, path: &str) -> bool {
+    match &web.passkeys {
+        None => true,
+        Some(keys) => keys.enrolled() > 0 || ENROLMENT_ONLY.contains(&path),
+    }
 }
 
 /// Why a request is refused before it is looked at, if it is.

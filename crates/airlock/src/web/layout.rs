@@ -107,6 +107,28 @@ pub fn bare(title: &str, body: Markup) -> Markup {
     }
 }
 
+/// A page for someone not logged in that needs the page's script (a passkey's button).
+pub fn with_script(title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { "Airlock — " (title) }
+                link rel="stylesheet" href="/static/web.css";
+                script type="module" src="/static/web.js" {}
+            }
+            body {
+                main {
+                    h1 { (title) }
+                    (body)
+                }
+            }
+        }
+    }
+}
+
 /// The result of a change: what happened, and the way back.
 pub fn outcome(ok: bool, message: &str, back: &str) -> Markup {
     html! {

@@ -23,6 +23,10 @@ pub struct LinkQuery {
 
 /// `GET /login?token=…`: the link `airlock web` printed.
 pub async fn login(State(web): State<Arc<WebState>>, Query(q): Query<LinkQuery>) -> Response {
+    if web.passkeys.is_some() {
+        // Served remotely, a login is a passkey's; no link opens one.
+        return super::remote::welcome_page(&web);
+    }
     match web.logins.redeem(&q.token) {
         Err(why) => {
             // Any page the browser opens can send it here with a guess; each refusal is
@@ -109,7 +113,13 @@ pub async fn logout(
     web.record("web-logout", Some(&login.id), json!({})).await;
     let page = layout::bare(
         "Logged out",
-        html! { p id="logged-out" { "Logged out. Run " code { "airlock web" } " to log in again." } },
+        html! { p id="logged-out" {
+            @if web.bound.is_remote() {
+                "Logged out. " a href="/welcome" { "Log in again" } " with your passkey."
+            } @else {
+                "Logged out. Run " code { "airlock web" } " to log in again."
+            }
+        } },
     );
     (
         [(header::SET_COOKIE, web.cookie("", 0))],
@@ -119,7 +129,10 @@ pub async fn logout(
 }
 
 /// `GET /welcome`: where a browser without a login lands.
-pub async fn welcome() -> Response {
+pub async fn welcome(State(web): State<Arc<WebState>>) -> Response {
+    if web.passkeys.is_some() {
+        return super::remote::welcome_page(&web);
+    }
     let page = layout::bare(
         "Log in",
         html! {
@@ -133,14 +146,20 @@ pub async fn welcome() -> Response {
 
 impl WebState {
     /// The `Set-Cookie` value for `value`, lasting `max_age` seconds (0 removes it).
-    fn cookie(&self, value: &str, max_age: u64) -> String {
-        // `Secure` belongs to TLS, which this version does not serve (loopback only).
-        format!("{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}")
+    pub(super) fn cookie(&self, value: &str, max_age: u64) -> String {
+        // `Secure` under TLS (the page served remotely); locally it is plain HTTP, where a
+        // browser would never send a `Secure` cookie back.
+        let secure = if self.bound.is_remote() {
+            "; Secure"
+        } else {
+            ""
+        };
+        format!("{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}")
     }
 
     /// Append a record of a login event as the owner's act through the web; whether it
     /// was recorded.
-    async fn record(
+    pub(super) async fn record(
         &self,
         kind: &'static str,
         login: Option<&str>,

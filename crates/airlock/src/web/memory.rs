@@ -84,6 +84,22 @@ pub async fn decide(
     State(web): State<Arc<WebState>>,
     Checked(login, form): Checked<DecideForm>,
 ) -> Response {
+    if web.bound.is_remote() && form.decision == "approve" {
+        // Served remotely every approval is a passkey assertion bound to what it approves;
+        // a held memory change has no payload hash to bind yet, so it is applied elsewhere.
+        return web
+            .outcome_page(
+                &login,
+                "Refused",
+                false,
+                &format!(
+                    "applying a held memory change is not offered on the page served remotely, where every approval must be a passkey assertion bound to a payload hash\nhelp: apply it with `airlock memory approve {}`, or from the page on loopback; rejecting it works here",
+                    form.change
+                ),
+                "/memory",
+            )
+            .await;
+    }
     let who = Decider::web(&login.id);
     let home = web.host.home.clone();
     let done = tokio::task::spawn_blocking(move || {

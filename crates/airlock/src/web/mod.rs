@@ -4,15 +4,18 @@
 //! It is one more client of the host's services, in the host's own process: every
 //! decision goes through [`crate::service`] with the web principal attached (the owner,
 //! via `web`, and the login's id), exactly as the socket's API calls them for the
-//! command line. It listens on loopback only ([`settings`]); a login is a one-time link
-//! from `airlock web` ([`auth`]); every request passes [`guard`]; every value a model,
-//! tool or sender wrote is shown through [`untrusted`].
+//! command line. Locally it listens on loopback, over plain HTTP, and a login is a
+//! one-time link from `airlock web` ([`auth`]). Remotely (`[web] public_name`, see
+//! [`settings`]) it is served over TLS ([`tls`]) for that name, and a login and every
+//! approval is a passkey assertion ([`passkeys`], [`remote`]). Every request passes
+//! [`guard`]; every value a model, tool or sender wrote is shown through [`untrusted`].
 //!
 //! Modules: [`settings`] (`[web]` checked), [`auth`] (links and logins), [`guard`]
 //! (Host/Origin, headers, login and CSRF extractors), [`layout`] (the frame and kill
-//! switch), [`untrusted`] (showing untrusted text), [`chart`] (small SVG charts), and one
+//! switch), [`tls`], [`passkeys`] and [`remote`] (the page served remotely), [`untrusted`] (showing untrusted text), [`chart`] (small SVG charts), and one
 //! module per page or action: [`sessions`], [`start`] (new work), [`dataflow`], [`approvals`], [`audit`],
-//! [`budgets`], [`memory`], [`config_page`] (settings), [`kill`], [`login`], [`assets`].
+//! [`budgets`], [`memory`], [`config_page`] (settings), [`kill`], [`login`], [`assets`], and
+//! [`stream`] (the model's reply as it comes).
 
 pub mod approvals;
 pub mod assets;
@@ -27,9 +30,13 @@ pub mod kill;
 pub mod layout;
 pub mod login;
 pub mod memory;
+pub mod passkeys;
+pub mod remote;
 pub mod sessions;
 pub mod settings;
 pub mod start;
+pub mod stream;
+pub mod tls;
 pub mod untrusted;
 
 use std::sync::{Arc, Mutex};
@@ -46,15 +53,23 @@ use crate::host::Host;
 pub struct Web {
     pub bound: settings::Bound,
     pub logins: Arc<auth::Logins>,
+    /// The owner's passkeys, when the page is served remotely.
+    pub passkeys: Option<Arc<passkeys::Passkeys>>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     listener: Mutex<Option<std::net::TcpListener>>,
 }
 
 impl Web {
-    /// Check `[web]` and bind its address; `None` when the page is off.
-    pub fn prepare(section: &crate::config::WebSection) -> anyhow::Result<Option<Web>> {
+    /// Check `[web]`, load its TLS files and passkeys, and bind its address; `None` when
+    /// the page is off.
+    pub fn prepare(
+        section: &crate::config::WebSection,
+        state_dir: &std::path::Path,
+    ) -> anyhow::Result<Option<Web>> {
         let Some(s) = settings::check(section)? else {
             return Ok(None);
         };
+        let tls = s.remote.as_ref().map(tls::server_config).transpose()?;
         let listener = std::net::TcpListener::bind(s.listen).map_err(|e| {
             anyhow::anyhow!(
                 "cannot listen on web.listen = {} for the web page: {e}\nhelp: choose another port in [web] listen (port 0 picks a free one), or stop what uses it",
@@ -63,19 +78,52 @@ impl Web {
         })?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
+        let (bound, passkeys) = match &s.remote {
+            None => (settings::Bound::at(addr), None),
+            Some(r) => {
+                let bound = settings::Bound::remote(addr, &r.name);
+                let keys = passkeys::Passkeys::open(state_dir, &r.name, &bound.base_url)?;
+                (bound, Some(Arc::new(keys)))
+            }
+        };
         Ok(Some(Web {
-            bound: settings::Bound::at(addr),
+            bound,
             logins: Arc::new(auth::Logins::new(s.session)),
+            passkeys,
+            tls,
             listener: Mutex::new(Some(listener)),
         }))
     }
 
-    /// A new one-time login link.
+    /// A new one-time login link (the page served locally only: remotely a login is a
+    /// passkey's).
     pub fn login_link(&self) -> anyhow::Result<LoginLink> {
+        if self.passkeys.is_some() {
+            anyhow::bail!(
+                "the web page at {} logs in with a passkey, not a link\nhelp: open it and log in with your passkey; to enrol one, run `airlock web --enroll`",
+                self.bound.base_url
+            );
+        }
         let token = self.logins.new_link()?;
         Ok(LoginLink {
             url: format!("{}/login?token={token}", self.bound.base_url),
             expires_in_secs: auth::LINK_TTL.as_secs(),
+        })
+    }
+}
+
+impl Web {
+    /// A new one-time enrolment link (the page served remotely only).
+    pub fn enrol_link(&self) -> anyhow::Result<LoginLink> {
+        let Some(keys) = &self.passkeys else {
+            anyhow::bail!(
+                "passkeys are for the web page served remotely, and this host serves it on loopback with login links\nhelp: run `airlock web` for a login link; to serve the page remotely set web.public_name, web.tls_cert and web.tls_key (docs/web.md)"
+            );
+        };
+        let token = keys.new_enrol_link()?;
+        Ok(LoginLink {
+            url: format!("{}/enroll?token={token}", self.bound.base_url),
+            expires_in_secs: passkeys::ENROL_LINK_TTL.as_secs(),
         })
     }
 }
@@ -92,6 +140,9 @@ pub struct WebState {
     pub host: Arc<Host>,
     pub bound: settings::Bound,
     pub logins: Arc<auth::Logins>,
+    pub passkeys: Option<Arc<passkeys::Passkeys>>,
+    /// The model's replies while the runs the page started are typing them.
+    pub streams: Arc<stream::Streams>,
 }
 
 /// Serve the page until the host stops. Nothing when it is off.
@@ -112,11 +163,18 @@ pub async fn serve(host: Arc<Host>) -> anyhow::Result<()> {
         host: host.clone(),
         bound: web.bound.clone(),
         logins: web.logins.clone(),
+        passkeys: web.passkeys.clone(),
+        streams: Arc::new(stream::Streams::default()),
     });
     tracing::info!(url = %state.bound.base_url, "serving the web page");
-    axum::serve(listener, router(state))
-        .await
-        .map_err(|e| anyhow::anyhow!("serving the web page: {e}"))
+    let served = match &web.tls {
+        None => axum::serve(listener, router(state)).await,
+        Some(config) => {
+            let tls = tls::TlsListener::new(listener, config.clone())?;
+            axum::serve(tls, router(state)).await
+        }
+    };
+    served.map_err(|e| anyhow::anyhow!("serving the web page: {e}"))
 }
 
 /// Every route of the page.
@@ -126,6 +184,7 @@ pub fn router(state: Arc<WebState>) -> Router {
         .route("/sessions/{id}", get(sessions::one))
         .route("/sessions/{id}/flow", get(dataflow::page))
         .route("/sessions/{id}/length", get(sessions::length))
+        .route("/sessions/{id}/stream", get(stream::stream))
         .route("/sessions/start", post(start::start))
         .route("/budgets", get(budgets::page))
         .route("/memory", get(memory::page))
@@ -134,6 +193,11 @@ pub fn router(state: Arc<WebState>) -> Router {
         .route("/approvals", get(approvals::list))
         .route("/approvals/count", get(approvals::count))
         .route("/approvals/decide", post(approvals::decide))
+        .route("/approvals/challenge", post(remote::approval_challenge))
+        .route("/enroll", get(remote::enrol_page))
+        .route("/enroll/finish", post(remote::enrol_finish))
+        .route("/passkey/login", post(remote::login_start))
+        .route("/passkey/login/finish", post(remote::login_finish))
         .route("/audit", get(audit::timeline))
         .route("/kill", post(kill::kill))
         .route("/login", get(login::login))

@@ -1,9 +1,16 @@
-//! `[web]` checked at the host's start: where the page listens, and the `Host` and
-//! `Origin` values it answers to. Anything but loopback is refused here, with what is
-//! missing: the page off loopback needs a public DNS name, TLS and passkeys, and this
-//! version has no passkeys yet, so it never serves off loopback.
+//! `[web]` checked at the host's start: where the page listens, in which regime, and the
+//! `Host` and `Origin` values it answers to.
+//!
+//! Two regimes, chosen by `web.public_name` (not by the listening address, so the remote
+//! one can be run, and tested, on loopback too):
+//! - **local** (no `public_name`): plain HTTP on a loopback address only, logins by a
+//!   one-time link from `airlock web`;
+//! - **remote** (`public_name` set): HTTPS for that DNS name with the configured certificate
+//!   and key, logins and approvals by passkey. Any address that is not loopback needs it,
+//!   and the host refuses to start without a name, a certificate and a key.
 
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::config::WebSection;
@@ -19,18 +26,31 @@ pub struct WebSettings {
     /// The address asked for (its port may be 0; the bound one is in [`Bound`]).
     pub listen: SocketAddr,
     pub session: Duration,
+    /// The remote regime's name and TLS files; `None` for the local regime.
+    pub remote: Option<Remote>,
+}
+
+/// The remote regime: the public DNS name (the passkeys' relying party) and its TLS files.
+#[derive(Debug, Clone)]
+pub struct Remote {
+    pub name: String,
+    pub tls_cert: PathBuf,
+    pub tls_key: PathBuf,
 }
 
 /// The page's address once bound, and what requests must name to be answered.
 #[derive(Debug, Clone)]
 pub struct Bound {
     pub addr: SocketAddr,
-    /// `Host` header values answered: the address itself and `localhost` at its port.
+    /// `Host` header values answered: locally the address itself and `localhost` at its
+    /// port; remotely the public name (with its port unless it is 443).
     pub hosts: Vec<String>,
-    /// `Origin` values answered: `http://` and each of `hosts`.
+    /// `Origin` values answered: `http://` (local) or `https://` (remote) and each of `hosts`.
     pub origins: Vec<String>,
-    /// The base of the login link.
+    /// The base of the login and enrolment links.
     pub base_url: String,
+    /// The public name when the page is served remotely (over TLS, with passkeys).
+    pub remote_name: Option<String>,
 }
 
 /// `[web]` checked, or `None` when it has no `listen` (no web page).
@@ -54,34 +74,41 @@ pub fn check(section: &WebSection) -> anyhow::Result<Option<WebSettings>> {
             "airlock.toml: web.listen = {listen:?} is not an IP address with a port\nhelp: write web.listen = \"127.0.0.1:7464\" (or \"[::1]:7464\")"
         )
     })?;
-    if !addr.ip().is_loopback() {
-        let missing: Vec<&str> = [
-            (
-                "web.public_name (a DNS name, never an IP)",
-                public_name_ok(section),
-            ),
-            ("web.tls_cert", section.tls_cert.is_some()),
-            ("web.tls_key", section.tls_key.is_some()),
-        ]
-        .into_iter()
-        .filter(|(_, ok)| !ok)
-        .map(|(k, _)| k)
-        .collect();
-        if !missing.is_empty() {
+    if let Some(name) = section.public_name.as_deref() {
+        check_public_name(name)?;
+    }
+    let remote = match (&section.public_name, &section.tls_cert, &section.tls_key) {
+        (None, None, None) if addr.ip().is_loopback() => None,
+        (Some(name), Some(cert), Some(key)) => Some(Remote {
+            name: name.to_ascii_lowercase(),
+            tls_cert: cert.clone(),
+            tls_key: key.clone(),
+        }),
+        _ => {
+            let missing: Vec<&str> = [
+                (
+                    "web.public_name (a DNS name, never an IP)",
+                    section.public_name.is_some(),
+                ),
+                ("web.tls_cert", section.tls_cert.is_some()),
+                ("web.tls_key", section.tls_key.is_some()),
+            ]
+            .into_iter()
+            .filter(|(_, ok)| !ok)
+            .map(|(k, _)| k)
+            .collect();
+            if addr.ip().is_loopback() {
+                anyhow::bail!(
+                    "airlock.toml: the web page served remotely needs a public name with its TLS certificate and key together; missing: {}\nhelp: set all three of web.public_name, web.tls_cert and web.tls_key, or none of them for the page on loopback only",
+                    missing.join(", ")
+                );
+            }
             anyhow::bail!(
                 "airlock.toml: web.listen = {listen} is not a loopback address, and the web page off loopback needs TLS for a public name; missing: {}\nhelp: listen on 127.0.0.1 (reach it from another machine through an SSH tunnel), or set web.public_name, web.tls_cert and web.tls_key",
                 missing.join(", ")
             );
         }
-        anyhow::bail!(
-            "airlock.toml: web.listen = {listen} is not a loopback address; off loopback every login and approval must be a passkey assertion, and this version of Airlock has no passkey support yet, so it serves the page on loopback only\nhelp: listen on 127.0.0.1 and reach it from another machine through an SSH tunnel (ssh -L 7464:127.0.0.1:7464 host)"
-        );
-    }
-    if section.tls_cert.is_some() || section.tls_key.is_some() || section.public_name.is_some() {
-        anyhow::bail!(
-            "airlock.toml: web.public_name, web.tls_cert and web.tls_key are for an address off loopback, and web.listen = {listen} is loopback\nhelp: remove them; on loopback the page is served over plain HTTP to this machine only"
-        );
-    }
+    };
     let session = match section.session_minutes {
         None => DEFAULT_SESSION,
         Some(m) => {
@@ -98,15 +125,31 @@ pub fn check(section: &WebSection) -> anyhow::Result<Option<WebSettings>> {
     Ok(Some(WebSettings {
         listen: addr,
         session,
+        remote,
     }))
 }
 
 /// A public name must be a DNS name: passkeys are bound to it, and an IP cannot carry one.
-fn public_name_ok(section: &WebSection) -> bool {
-    section
-        .public_name
-        .as_deref()
-        .is_some_and(|n| !n.is_empty() && n.parse::<IpAddr>().is_err() && n.contains('.'))
+fn check_public_name(name: &str) -> anyhow::Result<()> {
+    let bare = name.trim_start_matches('[').trim_end_matches(']');
+    if bare.parse::<IpAddr>().is_ok() {
+        anyhow::bail!(
+            "airlock.toml: web.public_name = {name:?} is an IP address, and it must be a DNS name: passkeys are bound to a name, never to an IP\nhelp: give the DNS name the page is reached by, e.g. web.public_name = \"airlock.example.org\""
+        );
+    }
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    };
+    if name.len() > 253 || !name.contains('.') || !name.split('.').all(label_ok) {
+        anyhow::bail!(
+            "airlock.toml: web.public_name = {name:?} is not a DNS name with a dot (no port, no scheme)\nhelp: give the DNS name the page is reached by, e.g. web.public_name = \"airlock.example.org\""
+        );
+    }
+    Ok(())
 }
 
 impl Bound {
@@ -126,7 +169,31 @@ impl Bound {
             hosts,
             origins,
             base_url: format!("http://{own}"),
+            remote_name: None,
         }
+    }
+
+    /// What requests to `addr` must name when it is served as `name` over TLS: only that
+    /// name (at the bound port), so neither a bare IP nor a rebound name reaches it.
+    pub fn remote(addr: SocketAddr, name: &str) -> Bound {
+        let port = addr.port();
+        let mut hosts = vec![format!("{name}:{port}")];
+        if port == 443 {
+            hosts.insert(0, name.to_string());
+        }
+        let origins = hosts.iter().map(|h| format!("https://{h}")).collect();
+        Bound {
+            addr,
+            base_url: format!("https://{}", hosts[0]),
+            hosts,
+            origins,
+            remote_name: Some(name.to_string()),
+        }
+    }
+
+    /// Whether the page is served remotely (TLS, passkeys).
+    pub fn is_remote(&self) -> bool {
+        self.remote_name.is_some()
     }
 }
 
@@ -146,21 +213,46 @@ mod tests {
         assert!(check(&WebSection::default()).unwrap().is_none());
         let s = check(&section("127.0.0.1:0")).unwrap().unwrap();
         assert_eq!(s.session, DEFAULT_SESSION);
+        assert!(s.remote.is_none());
         assert!(check(&section("[::1]:7464")).unwrap().is_some());
         let e = check(&section("0.0.0.0:7464")).unwrap_err().to_string();
         assert!(e.contains("not a loopback address"), "{e}");
         assert!(e.contains("web.tls_cert"), "{e}");
         let mut full = section("192.0.2.1:443");
-        full.public_name = Some("airlock.example.org".into());
+        full.public_name = Some("Airlock.example.org".into());
         full.tls_cert = Some("/c.pem".into());
         full.tls_key = Some("/k.pem".into());
-        let e = check(&full).unwrap_err().to_string();
-        assert!(e.contains("passkey"), "{e}");
+        let r = check(&full).unwrap().unwrap().remote.unwrap();
+        assert_eq!(r.name, "airlock.example.org");
         full.public_name = Some("192.0.2.1".into());
         let e = check(&full).unwrap_err().to_string();
-        assert!(e.contains("never an IP"), "{e}");
+        assert!(e.contains("never to an IP"), "{e}");
+        full.public_name = Some("[::1]".into());
+        let e = check(&full).unwrap_err().to_string();
+        assert!(e.contains("is an IP address"), "{e}");
+        full.public_name = Some("airlock.example.org:443".into());
+        let e = check(&full).unwrap_err().to_string();
+        assert!(e.contains("not a DNS name"), "{e}");
         let e = check(&section("localhost:80")).unwrap_err().to_string();
         assert!(e.contains("is not an IP address with a port"), "{e}");
+    }
+
+    #[test]
+    fn the_remote_regime_follows_the_public_name_even_on_loopback() {
+        let mut s = section("127.0.0.1:0");
+        s.public_name = Some("airlock.test".into());
+        let e = check(&s).unwrap_err().to_string();
+        assert!(e.contains("web.tls_cert, web.tls_key"), "{e}");
+        s.tls_cert = Some("/c.pem".into());
+        s.tls_key = Some("/k.pem".into());
+        assert!(check(&s).unwrap().unwrap().remote.is_some());
+        let b = Bound::remote("127.0.0.1:5000".parse().unwrap(), "airlock.test");
+        assert_eq!(b.hosts, ["airlock.test:5000"]);
+        assert_eq!(b.origins, ["https://airlock.test:5000"]);
+        assert_eq!(b.base_url, "https://airlock.test:5000");
+        let b = Bound::remote("0.0.0.0:443".parse().unwrap(), "airlock.test");
+        assert_eq!(b.base_url, "https://airlock.test");
+        assert!(b.hosts.contains(&"airlock.test:443".to_string()));
     }
 
     #[test]

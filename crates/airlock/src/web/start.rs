@@ -59,9 +59,10 @@ pub async fn start(
     }
     tracing::info!(login = %login.id, session = ?session, "web: starting a run");
     let host = web.host.clone();
+    let streams = web.streams.clone();
     let prompt = form.prompt;
     let s = session.clone();
-    let done = tokio::task::spawn_blocking(move || start_run(&host, prompt, s)).await;
+    let done = tokio::task::spawn_blocking(move || start_run(&host, &streams, prompt, s)).await;
     let (ok, message) = match done {
         Ok(Ok(())) => (
             true,
@@ -84,7 +85,12 @@ pub async fn start(
 }
 
 /// Start `airlock run` for `prompt` in the host (blocking for the start only).
-fn start_run(host: &Arc<Host>, prompt: String, session: Option<String>) -> anyhow::Result<()> {
+fn start_run(
+    host: &Arc<Host>,
+    streams: &Arc<super::stream::Streams>,
+    prompt: String,
+    session: Option<String>,
+) -> anyhow::Result<()> {
     let prompt = prompt.trim().to_string();
     anyhow::ensure!(
         !prompt.is_empty(),
@@ -107,27 +113,35 @@ fn start_run(host: &Arc<Host>, prompt: String, session: Option<String>) -> anyho
             host.sessions.max
         );
     };
+    let req_session = session.clone();
     let req = AgentRequest {
         chat: false,
         session,
         approval_timeout: None,
         profile: None,
-        json: false,
+        // Its report is in the store; its output is the reply as it comes, for the page.
+        json: true,
+        stream_events: true,
         workspace: None,
         prompt: Some(prompt),
         cwd: host.home.state.clone(),
         env: Vec::new(),
     };
     let mut cmd = crate::host::exec::agent_command(&req)?;
-    // Its report is in the store and the transcript; what it says about itself goes to
-    // the host's log.
+    // What it says about itself goes to the host's log.
     cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     let mut child = host.spawner.spawn(cmd)?;
+    let out = child.stdout.take();
+    let streams = streams.clone();
+    let expected = req_session.as_deref().map(|s| streams.expect(s));
     std::thread::Builder::new()
         .name("airlock-web-run".into())
         .spawn(move || {
+            if let Some(out) = out {
+                streams.follow(out, expected);
+            }
             let status = child.wait();
             tracing::info!(status = ?status, "web: a run ended");
             drop(slot);

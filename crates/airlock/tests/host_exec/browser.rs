@@ -4,6 +4,10 @@
 //! first-run, domain reliability and the rest of its phoning home are off, every request
 //! goes to a proxy at 127.0.0.1:9 that does not exist except those to loopback, and no
 //! host name resolves but `localhost`.
+//!
+//! For the page served remotely ([`Browser::start_remote`]) one test name, such as
+//! `airlock.test`, also resolves, to 127.0.0.1, and the certificate whose public key has
+//! the given SPKI hash is accepted (that one key, not any certificate).
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -26,8 +30,20 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// A test name that resolves to 127.0.0.1, and the SPKI hash (base64 of the SHA-256 of
+/// the DER SubjectPublicKeyInfo) of the one TLS key accepted for it.
+pub struct RemoteName<'a> {
+    pub name: &'a str,
+    pub spki_sha256: &'a str,
+}
+
 /// The switches that keep Chromium on this machine and quiet.
-fn chromium_args(profile: &std::path::Path, width: u32, height: u32) -> Vec<String> {
+fn chromium_args(
+    profile: &std::path::Path,
+    width: u32,
+    height: u32,
+    remote: Option<&RemoteName>,
+) -> Vec<String> {
     let mut args: Vec<String> = [
         "--headless=new",
         // The tests run as root, where Chromium's own sandbox cannot start.
@@ -48,12 +64,33 @@ fn chromium_args(profile: &std::path::Path, width: u32, height: u32) -> Vec<Stri
         "--password-store=basic",
         // Everything through a proxy that is not there, but loopback (the page under test).
         "--proxy-server=127.0.0.1:9",
-        "--proxy-bypass-list=127.0.0.1;localhost;[::1]",
-        "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE localhost , EXCLUDE 127.0.0.1",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
+    match remote {
+        None => {
+            args.push("--proxy-bypass-list=127.0.0.1;localhost;[::1]".into());
+            args.push(
+                "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE localhost , EXCLUDE 127.0.0.1"
+                    .into(),
+            );
+        }
+        Some(r) => {
+            args.push(format!(
+                "--proxy-bypass-list=127.0.0.1;localhost;[::1];{}",
+                r.name
+            ));
+            args.push(format!(
+                "--host-resolver-rules=MAP {} 127.0.0.1 , MAP * ~NOTFOUND , EXCLUDE localhost , EXCLUDE 127.0.0.1",
+                r.name
+            ));
+            args.push(format!(
+                "--ignore-certificate-errors-spki-list={}",
+                r.spki_sha256
+            ));
+        }
+    }
     args.push(format!("--user-data-dir={}", profile.display()));
     args.push(format!("--window-size={width},{height}"));
     args
@@ -62,6 +99,15 @@ fn chromium_args(profile: &std::path::Path, width: u32, height: u32) -> Vec<Stri
 impl Browser {
     /// A headless Chromium with a `width`×`height` window.
     pub async fn start(width: u32, height: u32) -> Browser {
+        Browser::launch(width, height, None).await
+    }
+
+    /// A headless Chromium for the page served remotely as `remote.name`.
+    pub async fn start_remote(remote: &RemoteName<'_>) -> Browser {
+        Browser::launch(1280, 900, Some(remote)).await
+    }
+
+    async fn launch(width: u32, height: u32, remote: Option<&RemoteName<'_>>) -> Browser {
         use std::os::unix::process::CommandExt;
         for (bin, pkg) in [
             ("chromium", "chromium"),
@@ -96,7 +142,7 @@ impl Browser {
         caps.insert("browserName".into(), "chrome".into());
         // A window has a least width; a phone's viewport is emulated instead, exactly.
         let mut options =
-            serde_json::json!({ "args": chromium_args(profile.path(), width, height) });
+            serde_json::json!({ "args": chromium_args(profile.path(), width, height, remote) });
         if width < 600 {
             options["mobileEmulation"] = serde_json::json!({
                 "deviceMetrics": { "width": width, "height": height, "pixelRatio": 3.0, "touch": true },
@@ -149,6 +195,17 @@ impl Browser {
         std::fs::write(std::path::Path::new(&dir).join(format!("{name}.png")), png).unwrap();
     }
 
+    /// Give the browser a virtual WebAuthn authenticator (a platform passkey store that
+    /// verifies its user), through WebDriver's `POST /session/{id}/webauthn/authenticator`.
+    pub async fn add_virtual_authenticator(&self) -> String {
+        let id = self
+            .client
+            .issue_cmd(AddVirtualAuthenticator)
+            .await
+            .expect("chromedriver adds a virtual authenticator");
+        id.as_str().expect("the authenticator's id").to_string()
+    }
+
     pub async fn close(self) {
         let _ = self.client.clone().close().await;
     }
@@ -162,5 +219,35 @@ impl Drop for Browser {
             nix::sys::signal::Signal::SIGKILL,
         );
         let _ = self.driver.wait();
+    }
+}
+
+/// WebDriver's "Add Virtual Authenticator" (Web Authentication, §11), which fantoccini has
+/// no method for.
+#[derive(Debug)]
+struct AddVirtualAuthenticator;
+
+impl fantoccini::wd::WebDriverCompatibleCommand for AddVirtualAuthenticator {
+    fn endpoint(
+        &self,
+        base_url: &url::Url,
+        session_id: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base_url.join(&format!(
+            "session/{}/webauthn/authenticator",
+            session_id.unwrap_or_default()
+        ))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (axum::http::Method, Option<String>) {
+        let options = serde_json::json!({
+            "protocol": "ctap2",
+            "transport": "internal",
+            "hasResidentKey": true,
+            "hasUserVerification": true,
+            "isUserVerified": true,
+            "isUserConsenting": true,
+        });
+        (axum::http::Method::POST, Some(options.to_string()))
     }
 }

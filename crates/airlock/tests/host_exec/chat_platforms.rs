@@ -402,4 +402,76 @@ mod slack {
         drop(host);
         assert!(verify(&f.home).status.success());
     }
+
+    /// With `sessions = "chat"`, a thread shares its channel's session: one session in
+    /// the state, both turns under it in the log, and the thread's turn sees what was
+    /// said at the top of the channel.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn slack_threads_share_their_channels_session_when_so_configured() {
+        let f = fixture();
+        let model =
+            ScriptedModel::start([Step::text("First answer."), Step::text("Second answer.")])
+                .await
+                .unwrap();
+        let fake = FakeSlack::start(APP_TOKEN, BOT_TOKEN);
+        let code = configure(
+            &f,
+            &model,
+            "slack",
+            &fake.api_base(),
+            &fake.ca_pem(),
+            &[("slack-bot", BOT_TOKEN), ("slack-app", APP_TOKEN)],
+            &[
+                "--token-secret",
+                "slack-bot",
+                "--app-token-secret",
+                "slack-app",
+                "--group-trigger",
+                "!ai",
+                "--sessions",
+                "chat",
+            ],
+        );
+        let _host = start_host(&f);
+        fake.push_message(OWNER_DM, OWNER, &code, true);
+        fake.wait_for("chat.postMessage", |b| {
+            b["channel"] == OWNER_DM && text_has(b, "text", "paired")
+        });
+
+        fake.push_message(GROUP, OWNER, "!ai the code word is heliotrope", false);
+        fake.wait_for("chat.postMessage", |b| {
+            b["channel"] == GROUP && text_has(b, "text", "First answer")
+        });
+        fake.push_thread_message(
+            GROUP,
+            "1700000001.000100",
+            OWNER,
+            "!ai what was the code word?",
+        );
+        fake.wait_for("chat.postMessage", |b| {
+            b["channel"] == GROUP
+                && b["thread_ts"] == "1700000001.000100"
+                && text_has(b, "text", "Second answer")
+        });
+
+        let state: Value = serde_json::from_slice(
+            &std::fs::read(f.home.join("state/channels/slack.json")).unwrap(),
+        )
+        .unwrap();
+        let chats = state["chats"].as_object().unwrap();
+        assert_eq!(chats.len(), 1, "{state}");
+        let session = chats[GROUP].as_str().unwrap();
+        // Every record of a session on this channel is that one session's.
+        let sessions: std::collections::BTreeSet<String> = audit_records(&f.home)
+            .into_iter()
+            .filter_map(|r| r["session"].as_str().map(str::to_string))
+            .filter(|s| s.starts_with("s-"))
+            .collect();
+        assert_eq!(sessions.into_iter().collect::<Vec<_>>(), [session],);
+        let asked = model.requests();
+        assert_eq!(asked.len(), 2);
+        let second = String::from_utf8_lossy(&asked[1].body);
+        assert!(second.contains("heliotrope"), "{second}");
+        assert!(verify(&f.home).status.success());
+    }
 }

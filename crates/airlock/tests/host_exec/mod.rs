@@ -16,6 +16,7 @@ mod pool;
 mod sessions;
 mod telegram;
 mod web;
+mod web_remote;
 mod webhook;
 
 fn status(f: &Fixture) -> serde_json::Value {

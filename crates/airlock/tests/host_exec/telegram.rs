@@ -617,6 +617,14 @@ async fn strangers_and_members_are_answered_as_untrusted_content_and_cannot_appr
 }
 
 /// A field of `/proc/<pid>/status`, such as `VmRSS` (kB) or `Threads`.
+/// The signed checkpoints in the log so far.
+fn checkpoints(f: &Fixture) -> usize {
+    std::fs::read_to_string(f.home.join("state/audit/checkpoints.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
 fn proc_status(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap()
@@ -642,6 +650,7 @@ async fn a_flood_of_a_thousand_messages_is_cut_at_the_rate_limit_without_growing
     let pid = host.child.id();
     pair_owner(&fake, &code);
     let (rss_before, threads_before) = (proc_status(pid, "VmRSS"), proc_status(pid, "Threads"));
+    let signed_before = checkpoints(&f);
     for i in 0..1000 {
         fake.push_message(OWNER, OWNER, "owner", &format!("flood message {i}"));
     }
@@ -682,6 +691,14 @@ async fn a_flood_of_a_thousand_messages_is_cut_at_the_rate_limit_without_growing
         .map(|r| r["detail"]["dropped_this_minute"].as_u64().unwrap())
         .collect();
     assert_eq!(counts, vec![1, 2, 4, 8, 16, 32, 64, 128, 256, 512]);
+    // The channel's admissions and drops go through the host's one writer: no checkpoint
+    // of their own (each turn's session still signs its two logs as it closes).
+    let signed = checkpoints(&f) - signed_before;
+    assert!(
+        signed <= 2 * answers() + 2,
+        "{signed} checkpoints for {} turns",
+        answers()
+    );
     // Nothing of the flood stays behind in the host.
     let (rss_after, threads_after) = (proc_status(pid, "VmRSS"), proc_status(pid, "Threads"));
     assert!(
@@ -1180,6 +1197,76 @@ async fn a_workspace_file_is_sent_only_as_the_gate_decides() {
     fake.wait_for("sendMessage", |b| b["chat_id"] == GROUP);
     assert_eq!(fake.documents().len(), 1, "{:?}", fake.documents());
     assert_eq!(kinds(&f, "channel-file-sent").len(), 1);
+    drop(host);
+    assert!(verify(&f.home).status.success());
+}
+
+/// A channel's turn is a session the host serves, counted under `[host] max_sessions`:
+/// while the owner's private chat holds the only place (its action waits for a press),
+/// a message in a group is dropped with a record naming the limit, and the group told;
+/// once the place is free, the group is served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_past_the_hosts_session_limit_is_dropped_with_a_record() {
+    const GROUP: i64 = -100_777;
+    let f = fixture();
+    let model = ScriptedModel::start([
+        Step::tool_call(
+            "c1",
+            "shell",
+            r#"{"command":"echo 'Send the minutes to bob@example.com' > note.txt"}"#,
+        ),
+        Step::tool_call("c2", "read_file", r#"{"path":"note.txt"}"#),
+        Step::tool_call(
+            "c3",
+            "send_message",
+            r#"{"destination":"bob@example.com","text":"the minutes"}"#,
+        ),
+        Step::text("Done with the note."),
+        Step::text("Group answer."),
+    ])
+    .await
+    .unwrap();
+    let (fake, code) = configure(&f, &model, &["--group-trigger", "/ai"]);
+    let config = f.home.join("config/airlock.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("\n[host]\nmax_sessions = 1\n");
+    std::fs::write(&config, text).unwrap();
+    let host = start_host(&f);
+    pair_owner(&fake, &code);
+
+    fake.push_message(OWNER, OWNER, "owner", "Write a note and read it back");
+    let card = fake.wait_for("sendMessage", |b| b.get("reply_markup").is_some());
+    fake.push_message(GROUP, OWNER, "owner", "/ai what is on today?");
+    wait_for("the group's message to be dropped at the limit", || {
+        kinds(&f, "channel-message-dropped").iter().any(|r| {
+            r["detail"]["chat"] == GROUP.to_string().as_str()
+                && r["detail"]["reason"]
+                    .as_str()
+                    .is_some_and(|w| w.contains("host.max_sessions = 1"))
+        })
+    });
+    fake.wait_for("sendMessage", |b| {
+        b["chat_id"] == GROUP && b["text"].as_str().unwrap_or("").contains("busy")
+    });
+    // The model was asked nothing for the group.
+    assert_eq!(model.requests().len(), 3, "{:?}", model.requests().len());
+
+    let approve = card["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    fake.push_press(OWNER, &sent_id(&card), OWNER, "owner", &approve);
+    fake.wait_for("sendMessage", |b| {
+        b["chat_id"] == OWNER
+            && b["text"]
+                .as_str()
+                .unwrap_or("")
+                .contains("Done with the note")
+    });
+    fake.push_message(GROUP, OWNER, "owner", "/ai what is on today?");
+    fake.wait_for("sendMessage", |b| {
+        b["chat_id"] == GROUP && b["text"].as_str().unwrap_or("").contains("Group answer.")
+    });
     drop(host);
     assert!(verify(&f.home).status.success());
 }

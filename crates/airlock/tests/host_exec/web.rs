@@ -87,6 +87,14 @@ async fn web_login_link_works_once_and_its_cookie_is_strict() {
     let f = fixture();
     init(&f, WEB);
     let _host = Host::start(&f.home);
+    // Served locally there are no passkeys to enrol.
+    let o = airlock(&f.home, &["web", "--enroll", "--no-open"]);
+    assert!(!o.status.success(), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("passkeys are for the web page served remotely"),
+        "{o:?}"
+    );
     let b = Browser::start(1280, 900).await;
     // Without a login, the page only says how to get one.
     let link = login_link(&f);
@@ -990,6 +998,213 @@ async fn web_a_task_started_from_the_page_is_answered_and_takes_a_next_message()
     b.close().await;
     drop(host);
     assert!(verify(&f.home).status.success());
+}
+
+/// The model's reply as it comes: a run started from the page streams its reply to the
+/// host, which sends it to the session's page as server-sent events (the reply so far,
+/// then each piece, then `done`); the page shows it as text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_the_model_s_reply_streams_to_the_session_s_page_as_server_sent_events() {
+    use airlock_agent::provider::ProviderKind;
+    use airlock_agent::scripted::{Fault, StreamCut, SCRIPTED_MODEL_NAME};
+    const REPLY: &str = "Streamed <b>reply</b>, line one.\nLine two.";
+    let f = fixture();
+    let model = ScriptedModel::start([
+        Step::text("First answer."),
+        // Slow, so the page is open before the reply starts.
+        Step::Fault(Fault::Slow {
+            delay: Duration::from_secs(2),
+            then: Box::new(Step::text(REPLY)),
+        }),
+    ])
+    .await
+    .unwrap();
+    init(
+        &f,
+        &format!(
+            "{WEB}\n[provider]\nkind = \"openai\"\nmodel = \"{SCRIPTED_MODEL_NAME}\"\nbase_url = \"{}\"\n",
+            model.base_url(ProviderKind::Openai)
+        ),
+    );
+    let host = Host::start(&f.home);
+    let (base, cookie, csrf) = http_login(&f).await;
+    let start = |session: Option<String>, prompt: &'static str| {
+        let (base, cookie, csrf) = (base.clone(), cookie.clone(), csrf.clone());
+        async move {
+            let mut form = vec![("csrf", csrf), ("prompt", prompt.to_string())];
+            if let Some(s) = session {
+                form.push(("session", s));
+            }
+            let r = http()
+                .post(format!("{base}/sessions/start"))
+                .header("cookie", &cookie)
+                .header("origin", &base)
+                .form(&form)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+        }
+    };
+    start(None, "Say something").await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let session = loop {
+        let page = http()
+            .get(format!("{base}/"))
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if let Some(id) = page
+            .split("data-session=\"")
+            .nth(1)
+            .and_then(|s| s.split('"').next())
+        {
+            break id.to_string();
+        }
+        assert!(Instant::now() < deadline, "no session: {}", host.log_text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // The first run's reply, over SSE once it is done: all of it, then `done`.
+    let stream = |session: String| {
+        let (base, cookie) = (base.clone(), cookie.clone());
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let r = http()
+                    .get(format!("{base}/sessions/{session}/stream"))
+                    .header("cookie", &cookie)
+                    .send()
+                    .await
+                    .unwrap();
+                if r.status() == 200 {
+                    assert_eq!(r.headers()["content-type"], "text/event-stream");
+                    return r.text().await.unwrap();
+                }
+                assert_eq!(r.status(), 204);
+                assert!(Instant::now() < deadline, "no stream for {session}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let (text, done) = sse_text(&stream(session.clone()).await);
+    assert_eq!(text, "First answer.");
+    assert!(done);
+    // Without a login there is no stream.
+    let r = http()
+        .get(format!("{base}/sessions/{session}/stream"))
+        .send()
+        .await
+        .unwrap();
+    assert_ne!(r.status(), 200);
+
+    // The next message's reply, on the session's page in the browser while it comes.
+    let b = Browser::start(1280, 900).await;
+    browser_login(&b, &f).await;
+    start(Some(session.clone()), "Say more").await;
+    b.client
+        .goto(&format!("{base}/sessions/{session}"))
+        .await
+        .unwrap();
+    let (text, done) = sse_text(&stream(session.clone()).await);
+    assert_eq!(text, REPLY);
+    assert!(done);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(el) = b.client.find(Locator::Css("#reply-streaming")).await {
+            if el
+                .text()
+                .await
+                .unwrap_or_default()
+                .contains("Streamed <b>reply</b>, line one.")
+            {
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the reply is not on the page: {}",
+            b.text().await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        b.client
+            .find_all(Locator::Css("main b"))
+            .await
+            .unwrap()
+            .len(),
+        0,
+        "the model's markup became an element"
+    );
+    assert!(!b.pwned().await);
+
+    // A reply that stops half-way and hangs: its first pieces are on the page while the
+    // run is still waiting for the rest, so the page shows the reply as it comes, not
+    // when it is done.
+    model.push([Step::Fault(Fault::Truncated {
+        reply: airlock_agent::scripted::Reply::text("Partial answer that never ends"),
+        // The role, then two pieces of four characters.
+        after_events: 3,
+        cut: StreamCut::Hang,
+    })]);
+    start(Some(session.clone()), "Say it slowly").await;
+    b.client
+        .goto(&format!("{base}/sessions/{session}"))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(el) = b.client.find(Locator::Css("#reply-streaming")).await {
+            if el.text().await.unwrap_or_default().trim() == "Partial" {
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the partial reply is not on the page: {}",
+            b.text().await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        b.client
+            .find(Locator::Css("#reply-streaming.done"))
+            .await
+            .is_err(),
+        "the reply is marked done while its run still waits for the model"
+    );
+    b.close().await;
+    // The host's end ends the hanging run with it (its children die with it).
+    drop(host);
+    assert!(verify(&f.home).status.success());
+}
+
+/// The text of a server-sent-events body's `text` events (JSON strings), and whether a
+/// `done` event ended it.
+fn sse_text(body: &str) -> (String, bool) {
+    let mut text = String::new();
+    let mut done = false;
+    for block in body.split("\n\n") {
+        let event = block
+            .lines()
+            .find_map(|l| l.strip_prefix("event: "))
+            .unwrap_or("");
+        let data: String = block
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .collect::<Vec<_>>()
+            .join("\n");
+        match event {
+            "text" => text.push_str(&serde_json::from_str::<String>(&data).unwrap()),
+            "done" => done = true,
+            _ => {}
+        }
+    }
+    (text, done)
 }
 
 /// The command's processes in the sandbox (not the `airlock` naming it).

@@ -45,3 +45,128 @@ if (transcript) {
     }
   }, 1000);
 }
+
+// The model's reply as it comes, while a run this page started is typing it: the host
+// sends it as server-sent events; it is shown as text only (textContent), and the page is
+// drawn again from the transcript once the reply is done.
+if (transcript) {
+  const events = new EventSource("/sessions/" + encodeURIComponent(transcript.dataset.session) + "/stream");
+  let shown = null;
+  events.addEventListener("text", (e) => {
+    if (shown === null) {
+      shown = document.createElement("pre");
+      shown.id = "reply-streaming";
+      shown.className = "streaming";
+      transcript.after(shown);
+    }
+    shown.textContent += JSON.parse(e.data);
+  });
+  events.addEventListener("done", () => {
+    events.close();
+    if (shown !== null) shown.classList.add("done");
+  });
+}
+
+// Passkeys, on the page served remotely (docs/web.md). The server makes every challenge;
+// this only hands its options to the browser's authenticator and posts the answer back.
+// `null`s are dropped first: the browser's JSON parsers want absent members, not nulls.
+const dropNulls = (v) => {
+  if (Array.isArray(v)) return v.map(dropNulls);
+  if (v && typeof v === "object") {
+    const out = {};
+    for (const [k, x] of Object.entries(v)) if (x !== null) out[k] = dropNulls(x);
+    return out;
+  }
+  return v;
+};
+const status = (text) => {
+  const el = document.getElementById("passkey-status");
+  if (el) el.textContent = text;
+};
+const postJson = async (path, body) => {
+  const r = await fetch(path, {
+    method: "POST",
+    credentials: "same-origin",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  const answer = await r.json().catch(() => ({ error: "the host's answer cannot be read" }));
+  if (!r.ok) throw new Error(answer.error || "refused");
+  return answer;
+};
+const assert = async (options) => {
+  const publicKey = PublicKeyCredential.parseRequestOptionsFromJSON(dropNulls(options.publicKey));
+  const credential = await navigator.credentials.get({ publicKey });
+  return credential.toJSON();
+};
+
+const enrol = document.getElementById("passkey-enrol");
+if (enrol) {
+  enrol.addEventListener("click", async () => {
+    try {
+      status("Asking your authenticator…");
+      const options = JSON.parse(enrol.dataset.options);
+      const publicKey = PublicKeyCredential.parseCreationOptionsFromJSON(dropNulls(options.publicKey));
+      const credential = await navigator.credentials.create({ publicKey });
+      const done = await postJson("/enroll/finish", {
+        ceremony: enrol.dataset.ceremony,
+        credential: credential.toJSON(),
+      });
+      enrol.disabled = true;
+      status("Enrolled. Log in with it now.");
+      const next = document.createElement("a");
+      next.href = done.next;
+      next.id = "enrolled";
+      next.textContent = "Log in";
+      enrol.after(next);
+    } catch (e) {
+      status("Not enrolled: " + e.message);
+    }
+  });
+}
+
+const login = document.getElementById("passkey-login");
+if (login) {
+  login.addEventListener("click", async () => {
+    try {
+      status("Asking your authenticator…");
+      const start = await postJson("/passkey/login", {});
+      const credential = await assert(start.options);
+      const done = await postJson("/passkey/login/finish", { ceremony: start.ceremony, credential });
+      location.assign(done.next);
+    } catch (e) {
+      status("Not logged in: " + e.message);
+    }
+  });
+}
+
+// An approval on the page served remotely: the server binds a challenge to this request
+// and the payload hash the page drew; the passkey signs it; the form then carries the
+// assertion. A denial needs no passkey.
+for (const form of document.querySelectorAll("form.decide[data-passkey]")) {
+  form.addEventListener("submit", async (event) => {
+    const approving = event.submitter && event.submitter.value === "approve";
+    if (!approving || form.elements.assertion.value !== "") return;
+    event.preventDefault();
+    const button = event.submitter;
+    try {
+      const body = new URLSearchParams({
+        csrf: form.elements.csrf.value,
+        id: form.elements.id.value,
+        hash: form.elements.hash.value,
+      });
+      const r = await fetch("/approvals/challenge", { method: "POST", credentials: "same-origin", body });
+      const start = await r.json();
+      if (!r.ok) throw new Error(start.error || "refused");
+      const credential = await assert(start.options);
+      form.elements.ceremony.value = start.ceremony;
+      form.elements.assertion.value = JSON.stringify(credential);
+      form.requestSubmit(button);
+    } catch (e) {
+      const note = document.createElement("p");
+      note.className = "error passkey-error";
+      note.textContent = "Not approved: " + e.message;
+      form.append(note);
+    }
+  });
+}

@@ -1,0 +1,308 @@
+//! The page served remotely: enrolling a passkey, logging in with one, and the challenge
+//! an approval's assertion signs. The ceremonies themselves are [`super::passkeys`]'; the
+//! browser's half is in `static/web.js` (it passes the options to
+//! `navigator.credentials` and posts the answer back).
+//!
+//! Every route here answers 404 when the page is served locally, where logins are links.
+//! Each enrolment, login and refusal is recorded in the audit log as the owner's act
+//! through the web.
+
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::Json;
+use maud::{html, Markup};
+use serde::Deserialize;
+use serde_json::json;
+use webauthn_rs::prelude::{PublicKeyCredential, RegisterPublicKeyCredential};
+
+use super::guard::{Checked, HasCsrf};
+use super::layout;
+use super::passkeys::{ApprovalAsked, Passkeys, Refused};
+use super::WebState;
+
+fn not_here() -> Response {
+    (StatusCode::NOT_FOUND, "no such page").into_response()
+}
+
+fn refused(e: &Refused) -> Response {
+    let status = match e {
+        Refused::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        _ => StatusCode::FORBIDDEN,
+    };
+    (status, Json(json!({ "error": e.to_string() }))).into_response()
+}
+
+impl WebState {
+    fn keys(&self) -> Option<&Arc<Passkeys>> {
+        self.passkeys.as_ref()
+    }
+}
+
+/// A page that asks the authenticator: `body` has the button the script answers to.
+fn passkey_page(title: &str, body: Markup) -> Markup {
+    layout::with_script(
+        title,
+        html! {
+            (body)
+            p id="passkey-status" class="status" {}
+        },
+    )
+}
+
+#[derive(Debug, Deserialize)]
+pub struct LinkQuery {
+    #[serde(default)]
+    token: String,
+}
+
+/// `GET /enroll?token=…`: the link `airlock web --enroll` printed. The token is used
+/// here, once; the page carries the ceremony that the button finishes.
+pub async fn enrol_page(State(web): State<Arc<WebState>>, Query(q): Query<LinkQuery>) -> Response {
+    let Some(keys) = web.keys() else {
+        return not_here();
+    };
+    match keys.start_enrolment(&q.token) {
+        Err(e) => {
+            if web.host.rate.take("web-login-refused") {
+                web.record(
+                    "web-passkey-enrol-refused",
+                    None,
+                    json!({"why": e.to_string()}),
+                )
+                .await;
+            }
+            let page = layout::bare(
+                "This enrolment link cannot be used",
+                html! { p class="error" id="enrol-refused" { (e.to_string()) } },
+            );
+            (StatusCode::FORBIDDEN, Html(page.into_string())).into_response()
+        }
+        Ok((ceremony, options)) => {
+            let options = match serde_json::to_string(&options) {
+                Ok(o) => o,
+                Err(e) => return refused(&Refused::Failed(e.into())),
+            };
+            let page = passkey_page(
+                "Enrol a passkey",
+                html! {
+                    p {
+                        "This enrols a passkey of this device for the Airlock page at "
+                        code { (web.bound.base_url) } ". With it you log in here, and approve held actions."
+                    }
+                    button type="button" id="passkey-enrol" data-ceremony=(ceremony) data-options=(options) {
+                        "Create a passkey"
+                    }
+                },
+            );
+            Html(page.into_string()).into_response()
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct EnrolAnswer {
+    ceremony: String,
+    credential: RegisterPublicKeyCredential,
+}
+
+/// `POST /enroll/finish`: the authenticator's new credential; kept once it checks out.
+pub async fn enrol_finish(
+    State(web): State<Arc<WebState>>,
+    Json(a): Json<EnrolAnswer>,
+) -> Response {
+    let Some(keys) = web.keys().cloned() else {
+        return not_here();
+    };
+    let done =
+        tokio::task::spawn_blocking(move || keys.finish_enrolment(&a.ceremony, &a.credential))
+            .await
+            .unwrap_or_else(|e| Err(Refused::Failed(e.into())));
+    match done {
+        Err(e) => {
+            tracing::warn!(error = %e, "web: a passkey enrolment was refused");
+            // Anyone can post here; refusals are recorded up to the host's request rate,
+            // so they cannot flood the log.
+            if web.host.rate.take("web-login-refused") {
+                web.record(
+                    "web-passkey-enrol-refused",
+                    None,
+                    json!({"why": e.to_string()}),
+                )
+                .await;
+            }
+            refused(&e)
+        }
+        Ok(()) => {
+            let enrolled = web.keys().map(|k| k.enrolled()).unwrap_or(0);
+            web.record("web-passkey-enrolled", None, json!({"passkeys": enrolled}))
+                .await;
+            Json(json!({ "ok": true, "next": "/welcome" })).into_response()
+        }
+    }
+}
+
+/// The remote page's way in for a browser without a login: the passkey button, or, with
+/// none enrolled yet, how to enrol one.
+pub fn welcome_page(web: &WebState) -> Response {
+    let enrolled = web.keys().map(|k| k.enrolled()).unwrap_or(0);
+    let page = if enrolled == 0 {
+        layout::bare(
+            "Enrol a passkey first",
+            html! {
+                p id="enrol-first" {
+                    "No passkey is enrolled yet, so this address serves only enrolment. Run "
+                    code { "airlock web --enroll" } " on the machine the host runs on and open the link it prints (it works once, within a minute)."
+                }
+            },
+        )
+    } else {
+        passkey_page(
+            "Log in",
+            html! {
+                p id="not-logged-in" { "Log in with the passkey you enrolled for this page." }
+                button type="button" id="passkey-login" { "Log in with a passkey" }
+            },
+        )
+    };
+    (StatusCode::UNAUTHORIZED, Html(page.into_string())).into_response()
+}
+
+/// `POST /passkey/login`: a login ceremony's options.
+pub async fn login_start(State(web): State<Arc<WebState>>) -> Response {
+    let Some(keys) = web.keys() else {
+        return not_here();
+    };
+    match keys.start_login() {
+        Err(e) => refused(&e),
+        Ok((ceremony, options)) => {
+            Json(json!({ "ceremony": ceremony, "options": options })).into_response()
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Assertion {
+    ceremony: String,
+    credential: PublicKeyCredential,
+}
+
+/// `POST /passkey/login/finish`: an enrolled passkey's assertion opens a login, whose
+/// cookie is `Secure`.
+pub async fn login_finish(State(web): State<Arc<WebState>>, Json(a): Json<Assertion>) -> Response {
+    let Some(keys) = web.keys().cloned() else {
+        return not_here();
+    };
+    let done = tokio::task::spawn_blocking(move || keys.finish_login(&a.ceremony, &a.credential))
+        .await
+        .unwrap_or_else(|e| Err(Refused::Failed(e.into())));
+    if let Err(e) = done {
+        tracing::warn!(error = %e, "web: a passkey login was refused");
+        if web.host.rate.take("web-login-refused") {
+            web.record("web-login-refused", None, json!({"why": e.to_string()}))
+                .await;
+        }
+        return refused(&e);
+    }
+    let (cookie, login) = match web.logins.open() {
+        Ok(c) => c,
+        Err(e) => return refused(&Refused::Failed(e)),
+    };
+    if !web
+        .record(
+            "web-login",
+            Some(&login.id),
+            json!({"with": "passkey", "expires_in_secs": web.logins.session_ttl().as_secs()}),
+        )
+        .await
+    {
+        web.logins.logout(&cookie);
+        return refused(&Refused::Failed(anyhow::anyhow!(
+            "the login could not be recorded in the audit log, so it was not made; see the host's log"
+        )));
+    }
+    (
+        [(
+            header::SET_COOKIE,
+            web.cookie(&cookie, web.logins.session_ttl().as_secs()),
+        )],
+        Json(json!({ "ok": true, "next": "/" })),
+    )
+        .into_response()
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ChallengeForm {
+    #[serde(default)]
+    csrf: String,
+    id: String,
+    #[serde(default)]
+    hash: String,
+}
+
+impl HasCsrf for ChallengeForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+/// `POST /approvals/challenge`: the options of the assertion that approves request `id`
+/// with the payload `hash` the page drew; its challenge is bound to both.
+pub async fn approval_challenge(
+    State(web): State<Arc<WebState>>,
+    Checked(login, form): Checked<ChallengeForm>,
+) -> Response {
+    let Some(keys) = web.keys() else {
+        return not_here();
+    };
+    if form.hash.is_empty() || form.id.is_empty() {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "the form names no request or payload hash; reload the approvals page"})),
+        )
+            .into_response();
+    }
+    let asked = ApprovalAsked {
+        login_id: login.id,
+        request_id: form.id,
+        payload_hash: form.hash,
+    };
+    match keys.start_approval(asked) {
+        Err(e) => refused(&e),
+        Ok((ceremony, options)) => {
+            Json(json!({ "ceremony": ceremony, "options": options })).into_response()
+        }
+    }
+}
+
+/// Check an approval's assertion (the form's `ceremony` and `assertion`) against the
+/// request and payload hash the form names; `Err` with why when it does not hold.
+pub async fn check_approval(
+    web: &WebState,
+    login_id: &str,
+    request_id: &str,
+    payload_hash: &str,
+    ceremony: &str,
+    assertion: &str,
+) -> Result<(), String> {
+    let Some(keys) = web.keys().cloned() else {
+        return Ok(());
+    };
+    if ceremony.is_empty() || assertion.is_empty() {
+        return Err("an approval on this page is a passkey assertion, and the form carries none\nhelp: approve with the page's Approve button, which asks your passkey".into());
+    }
+    let credential: PublicKeyCredential = serde_json::from_str(assertion)
+        .map_err(|e| format!("the form's passkey assertion cannot be read: {e}"))?;
+    let named = ApprovalAsked {
+        login_id: login_id.to_string(),
+        request_id: request_id.to_string(),
+        payload_hash: payload_hash.to_string(),
+    };
+    let ceremony = ceremony.to_string();
+    tokio::task::spawn_blocking(move || keys.finish_approval(&ceremony, &credential, &named))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+}

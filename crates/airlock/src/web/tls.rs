@@ -1,0 +1,143 @@
+//! TLS for the page served remotely: the certificate and key of `[web]`, checked at the
+//! host's start to be for the public name, and a listener that hands the page's server
+//! only connections whose handshake is done.
+//!
+//! The handshakes run in their own tasks, each with a deadline, so one slow or silent
+//! client cannot hold up the others (axum's `serve` takes one connection at a time from
+//! its listener).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::server::ResolvesServerCertUsingSni;
+use rustls::sign::CertifiedKey;
+use rustls::ServerConfig;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+
+use super::settings::Remote;
+
+/// How long a client may take to finish its handshake.
+const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
+/// Handshaken connections waiting for the server to take them.
+const READY_QUEUE: usize = 64;
+
+/// The server's TLS configuration for `remote`: its certificate chain and key, which must
+/// match each other and name `remote.name`; only that name is answered (by SNI), and
+/// only HTTP/1.1 is offered.
+pub fn server_config(remote: &Remote) -> anyhow::Result<Arc<ServerConfig>> {
+    let chain = read_chain(&remote.tls_cert)?;
+    let key = PrivateKeyDer::from_pem_file(&remote.tls_key).map_err(|e| {
+        anyhow::anyhow!(
+            "airlock.toml: web.tls_key = {} cannot be read as a PEM private key: {e}\nhelp: give the key of web.tls_cert, in PEM (PKCS#8, PKCS#1 or SEC1)",
+            remote.tls_key.display()
+        )
+    })?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certified = CertifiedKey::from_der(chain, key, &provider).map_err(|e| {
+        anyhow::anyhow!(
+            "airlock.toml: web.tls_key is not the key of web.tls_cert, or is of a kind TLS cannot use: {e}\nhelp: give the certificate and the key that were made together"
+        )
+    })?;
+    let mut names = ResolvesServerCertUsingSni::new();
+    names.add(&remote.name, certified).map_err(|e| {
+        anyhow::anyhow!(
+            "airlock.toml: web.tls_cert = {} is not a certificate for web.public_name = {}: {e}\nhelp: give a certificate whose subject alternative names include {}",
+            remote.tls_cert.display(),
+            remote.name,
+            remote.name
+        )
+    })?;
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(names));
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+fn read_chain(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    let unreadable = |e: &dyn std::fmt::Display| {
+        anyhow::anyhow!(
+            "airlock.toml: web.tls_cert = {} cannot be read as PEM certificates: {e}\nhelp: give the certificate chain for web.public_name in PEM, the server's certificate first",
+            path.display()
+        )
+    };
+    let chain = CertificateDer::pem_file_iter(path)
+        .map_err(|e| unreadable(&e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| unreadable(&e))?;
+    if chain.is_empty() {
+        return Err(unreadable(&"it holds no certificate"));
+    }
+    Ok(chain)
+}
+
+/// A listener whose connections have finished their TLS handshake.
+pub struct TlsListener {
+    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    local: SocketAddr,
+}
+
+impl TlsListener {
+    /// Accept on `tcp` and shake hands with `config`, in the background.
+    pub fn new(tcp: TcpListener, config: Arc<ServerConfig>) -> std::io::Result<TlsListener> {
+        let local = tcp.local_addr()?;
+        let (tx, ready) = mpsc::channel(READY_QUEUE);
+        let acceptor = TlsAcceptor::from(config);
+        tokio::spawn(async move {
+            loop {
+                let (stream, peer) = match tcp.accept().await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // Out of descriptors and the like: wait, as axum's own listener does.
+                        tracing::warn!(error = %e, "web: cannot accept a connection");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        continue;
+                    }
+                };
+                if tx.is_closed() {
+                    return;
+                }
+                let acceptor = acceptor.clone();
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    match tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => {
+                            let _ = tx.send((tls, peer)).await;
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "web: a TLS handshake failed")
+                        }
+                        Err(_) => tracing::debug!(%peer, "web: a TLS handshake took too long"),
+                    }
+                });
+            }
+        });
+        Ok(TlsListener { ready, local })
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(c) => c,
+            // The accepting task ended (it only does when this listener is gone): no more
+            // connections will come.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}

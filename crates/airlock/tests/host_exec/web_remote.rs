@@ -1,0 +1,626 @@
+//! The web page served remotely (`docs/web.md`, "Remote access"), against a real host in
+//! a real headless Chromium with Chromium's virtual authenticator: only enrolment until a
+//! passkey is enrolled, enrolment by a one-time link, a login that is a passkey assertion,
+//! an approval whose assertion is bound to the payload hash, and a host that will not start
+//! the remote page without a DNS name, a certificate for it and its key.
+//!
+//! The remote regime follows `[web] public_name`, not the listening address, so the host
+//! here listens on 127.0.0.1 as `airlock.test`: Chromium resolves that name to 127.0.0.1
+//! (`--host-resolver-rules`) and accepts the one test key made here
+//! (`--ignore-certificate-errors-spki-list`); nothing leaves the machine.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use airlock_agent::scripted::{ScriptedModel, Step};
+use fantoccini::Locator;
+use sha2::{Digest, Sha256};
+
+use super::super::exec_fixture::{airlock, airlock_bin, fixture, Fixture};
+use super::super::host_fixture::Host;
+use super::super::{audit_records, verify};
+use super::browser::{Browser, RemoteName};
+use super::{init, pending_approvals};
+
+const NAME: &str = "airlock.test";
+
+/// A test CA, a certificate it signed for `names`, and the certificate's key, as PEM files.
+struct TestTls {
+    _dir: tempfile::TempDir,
+    cert: PathBuf,
+    key: PathBuf,
+    ca_pem: String,
+    /// base64 SHA-256 of the certificate's SubjectPublicKeyInfo (what Chromium accepts).
+    spki: String,
+}
+
+fn test_tls(names: &[&str]) -> TestTls {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "airlock web test CA");
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf =
+        rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .unwrap()
+            .signed_by(&leaf_key, &issuer)
+            .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cert = dir.path().join("cert.pem");
+    let key = dir.path().join("key.pem");
+    std::fs::write(&cert, leaf.pem() + &ca_cert.pem()).unwrap();
+    std::fs::write(&key, leaf_key.serialize_pem()).unwrap();
+    let spki = base64(&Sha256::digest(
+        rcgen::PublicKeyData::subject_public_key_info(&leaf_key),
+    ));
+    TestTls {
+        _dir: dir,
+        cert,
+        key,
+        ca_pem: ca_cert.pem(),
+        spki,
+    }
+}
+
+/// Standard base64 with padding (what Chromium's SPKI list takes); no crate of the
+/// workspace offers it to the tests.
+fn base64(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// `[web]` served remotely as `name` on a free loopback port.
+fn remote_web(tls: &TestTls, name: &str) -> String {
+    format!(
+        "\n[web]\nlisten = \"127.0.0.1:0\"\npublic_name = \"{name}\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n",
+        tls.cert.display(),
+        tls.key.display()
+    )
+}
+
+/// A fresh one-time enrolment link from `airlock web --enroll`.
+fn enrol_link(f: &Fixture) -> String {
+    let o = airlock(&f.home, &["web", "--enroll", "--no-open"]);
+    assert!(o.status.success(), "{o:?}");
+    let link = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    assert!(link.starts_with(&format!("https://{NAME}:")), "{link}");
+    assert!(link.contains("/enroll?token="), "{link}");
+    link
+}
+
+fn base_of(link: &str) -> String {
+    link.split("/enroll").next().unwrap().to_string()
+}
+
+/// An HTTPS client that trusts only the test CA and reaches `NAME` at 127.0.0.1.
+fn https(tls: &TestTls, base: &str) -> reqwest::Client {
+    let port: u16 = base.rsplit(':').next().unwrap().parse().unwrap();
+    reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(tls.ca_pem.as_bytes()).unwrap())
+        .resolve(NAME, ([127, 0, 0, 1], port).into())
+        .build()
+        .unwrap()
+}
+
+async fn start_browser(tls: &TestTls) -> Browser {
+    let b = Browser::start_remote(&RemoteName {
+        name: NAME,
+        spki_sha256: &tls.spki,
+    })
+    .await;
+    b
+}
+
+/// Enrol the browser's virtual authenticator with a fresh link; the page's base URL.
+async fn enrol(b: &Browser, f: &Fixture) -> String {
+    let link = enrol_link(f);
+    b.client.goto(&link).await.unwrap();
+    b.client
+        .find(Locator::Css("#passkey-enrol"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    if b.client
+        .wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::Css("#enrolled"))
+        .await
+        .is_err()
+    {
+        panic!("not enrolled: {}", b.text().await);
+    }
+    base_of(&link)
+}
+
+/// Log in with the browser's passkey.
+async fn passkey_login(b: &Browser, base: &str) {
+    b.client.goto(&format!("{base}/welcome")).await.unwrap();
+    b.client
+        .find(Locator::Css("#passkey-login"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    if b.client
+        .wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::Css("#kill-all"))
+        .await
+        .is_err()
+    {
+        panic!("not logged in: {}", b.text().await);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_remote_serves_only_enrolment_until_a_passkey_is_enrolled_and_logs_in_with_it() {
+    let tls = test_tls(&[NAME]);
+    let f = fixture();
+    init(&f, &remote_web(&tls, NAME));
+    let _host = Host::start(&f.home);
+    let link = enrol_link(&f);
+    let base = base_of(&link);
+    let http = https(&tls, &base);
+
+    // No passkey yet: every page but enrolment is refused, logged in or not.
+    for path in ["/", "/approvals", "/audit", "/settings", "/sessions/x"] {
+        let r = http.get(format!("{base}{path}")).send().await.unwrap();
+        assert_eq!(r.status(), 403, "{path}");
+        let text = r.text().await.unwrap();
+        assert!(text.contains("serves only enrolment"), "{path}: {text}");
+    }
+    let r = http
+        .post(format!("{base}/passkey/login"))
+        .header("origin", &base)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    // Served remotely, there is no login link, and the link route opens nothing.
+    let o = airlock(&f.home, &["web", "--no-open"]);
+    assert!(!o.status.success(), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("logs in with a passkey"),
+        "{o:?}"
+    );
+    // Every answer is over TLS and says so.
+    let r = http.get(format!("{base}/welcome")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(r.headers()["strict-transport-security"]
+        .to_str()
+        .unwrap()
+        .contains("max-age="));
+    // The name is the only Host answered: the bare address is refused.
+    let port = base.rsplit(':').next().unwrap();
+    let r = http
+        .get(format!("{base}/welcome"))
+        .header("host", format!("127.0.0.1:{port}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+
+    let b = start_browser(&tls).await;
+    b.client.goto(&format!("{base}/approvals")).await.unwrap();
+    let text = b.text().await;
+    assert!(text.contains("No passkey is enrolled yet"), "{text}");
+    assert!(b.client.find(Locator::Css("#kill-all")).await.is_err());
+
+    // Enrol: the link works once.
+    b.add_virtual_authenticator().await;
+    b.client.goto(&link).await.unwrap();
+    b.client
+        .find(Locator::Css("#passkey-enrol"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    if b.client
+        .wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::Css("#enrolled"))
+        .await
+        .is_err()
+    {
+        panic!("not enrolled: {}", b.text().await);
+    }
+    b.screenshot("passkey-enrolled").await;
+    b.client.goto(&link).await.unwrap();
+    assert!(
+        b.client.find(Locator::Css("#enrol-refused")).await.is_ok(),
+        "{}",
+        b.text().await
+    );
+    // Kept in the state dir, and only the public half.
+    let stored: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(f.home.join("state/web/passkeys.json")).unwrap())
+            .unwrap();
+    assert_eq!(stored["passkeys"].as_array().unwrap().len(), 1, "{stored}");
+
+    // Still no page without a login; the login is the passkey's assertion.
+    let r = http.get(format!("{base}/approvals")).send().await.unwrap();
+    assert_eq!(r.status(), 303, "a page now asks for a login");
+    passkey_login(&b, &base).await;
+    assert_eq!(b.client.current_url().await.unwrap().path(), "/");
+    let cookies = b.client.get_all_cookies().await.unwrap();
+    assert_eq!(cookies.len(), 1, "{cookies:?}");
+    let c = &cookies[0];
+    assert_eq!(
+        c.secure(),
+        Some(true),
+        "under TLS the cookie is Secure: {c:?}"
+    );
+    assert_eq!(c.http_only(), Some(true), "{c:?}");
+    assert_eq!(format!("{:?}", c.same_site()), "Some(Strict)", "{c:?}");
+    b.screenshot("remote-sessions").await;
+    // A login's assertion opens one login: the same answer sent again is refused (its
+    // challenge was used up).
+    let replay = b
+        .client
+        .execute_async(
+            r#"const done = arguments[arguments.length - 1];
+            const strip = (v) => Array.isArray(v) ? v.map(strip)
+              : (v && typeof v === "object") ? Object.fromEntries(Object.entries(v).filter(([, x]) => x !== null).map(([k, x]) => [k, strip(x)]))
+              : v;
+            (async () => {
+              const start = await (await fetch("/passkey/login", { method: "POST" })).json();
+              const publicKey = PublicKeyCredential.parseRequestOptionsFromJSON(strip(start.options.publicKey));
+              const credential = (await navigator.credentials.get({ publicKey })).toJSON();
+              const body = JSON.stringify({ ceremony: start.ceremony, credential });
+              const headers = { "content-type": "application/json" };
+              const first = await fetch("/passkey/login/finish", { method: "POST", headers, body });
+              const again = await fetch("/passkey/login/finish", { method: "POST", headers, body });
+              done([first.status, again.status, await again.text()]);
+            })().catch((e) => done(["error", String(e)]));"#,
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(replay[0], 200, "{replay}");
+    assert_eq!(replay[1], 403, "{replay}");
+    assert!(
+        replay[2].as_str().unwrap().contains("used already"),
+        "{replay}"
+    );
+    b.close().await;
+
+    // A browser whose authenticator holds no enrolled passkey cannot log in.
+    let stranger = start_browser(&tls).await;
+    stranger.add_virtual_authenticator().await;
+    stranger
+        .client
+        .goto(&format!("{base}/welcome"))
+        .await
+        .unwrap();
+    stranger
+        .client
+        .find(Locator::Css("#passkey-login"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = stranger
+            .client
+            .find(Locator::Css("#passkey-status"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if status.starts_with("Not logged in") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no refusal: {status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(stranger
+        .client
+        .find(Locator::Css("#kill-all"))
+        .await
+        .is_err());
+    assert!(stranger.client.get_all_cookies().await.unwrap().is_empty());
+    stranger.close().await;
+
+    let records = audit_records(&f.home);
+    assert!(records.iter().any(|r| r["kind"] == "web-passkey-enrolled"));
+    let login = records
+        .iter()
+        .find(|r| r["kind"] == "web-login")
+        .expect("a web-login record");
+    assert_eq!(login["detail"]["with"], "passkey", "{login}");
+    assert_eq!(login["via"], "web", "{login}");
+    assert!(verify(&f.home).status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_remote_approval_is_a_passkey_assertion_bound_to_the_payload_hash() {
+    let tls = test_tls(&[NAME]);
+    let f = fixture();
+    init(&f, &remote_web(&tls, NAME));
+    // The strict profile holds any command that is not read-only.
+    let cfg = f.home.join("config/airlock.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        text.replace("profile = \"default\"", "profile = \"strict\""),
+    )
+    .unwrap();
+    let host = Host::start(&f.home);
+    let model = ScriptedModel::start([
+        Step::tool_call(
+            "c1",
+            "shell",
+            serde_json::json!({ "command": "echo passkey-approved > proof.txt" }).to_string(),
+        ),
+        Step::text("Done."),
+    ])
+    .await
+    .unwrap();
+    let mut cmd = super::super::exec_fixture::scripted_command(&f.home, &model);
+    cmd.current_dir(&f.ws)
+        .args(["run", "--json", "--approval-timeout", "120", "--workspace"])
+        .arg(&f.ws)
+        .arg("Write the proof")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(f.ws.join("../run.log")).unwrap());
+    let run = cmd.spawn().unwrap();
+    let held = held_of(&f, "exec").await;
+
+    let b = start_browser(&tls).await;
+    b.add_virtual_authenticator().await;
+    let base = enrol(&b, &f).await;
+    passkey_login(&b, &base).await;
+    b.client.goto(&format!("{base}/approvals")).await.unwrap();
+    let card_css = format!("#approval-{}", held.id);
+    let shown = b
+        .client
+        .find(Locator::Css(&card_css))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(shown.contains(&held.payload_hash), "{shown}");
+    b.screenshot("remote-approvals").await;
+
+    // Logged in, with the CSRF token, but no assertion: refused.
+    let cookie = b.client.get_all_cookies().await.unwrap()[0].clone();
+    let csrf: String = b
+        .client
+        .execute(
+            "return document.querySelector('input[name=csrf]').value;",
+            vec![],
+        )
+        .await
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = https(&tls, &base)
+        .post(format!("{base}/approvals/decide"))
+        .header("origin", &base)
+        .header("cookie", format!("{}={}", cookie.name(), cookie.value()))
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("id", held.id.as_str()),
+            ("hash", held.payload_hash.as_str()),
+            ("decision", "approve"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("is a passkey assertion"), "{text}");
+    assert!(still_held(&f, &held.id));
+
+    // An assertion made for this payload, sent with another payload's hash: the page's
+    // script asks the passkey for the hash drawn, and a listener swaps the hash in the
+    // form just before it is sent. The server derives the challenge from the hash the form
+    // names, which is not the one signed, and refuses.
+    let other_hash = format!("sha256:{}", "0".repeat(64));
+    b.client
+        .execute(
+            "const form = document.querySelector(arguments[0] + ' form.decide');
+             form.addEventListener('submit', () => {
+               if (form.elements.assertion.value !== '') form.elements.hash.value = arguments[1];
+             });",
+            vec![card_css.clone().into(), other_hash.into()],
+        )
+        .await
+        .unwrap();
+    click_approve(&b, &card_css).await;
+    let outcome = outcome_of(&b, false).await;
+    assert!(
+        outcome.contains("made for another payload"),
+        "refused for another reason: {outcome}"
+    );
+    assert!(still_held(&f, &held.id));
+    assert!(!f.ws.join("proof.txt").exists());
+
+    // The same flow untouched approves exactly the payload drawn, and it runs.
+    b.client.goto(&format!("{base}/approvals")).await.unwrap();
+    click_approve(&b, &card_css).await;
+    let outcome = outcome_of(&b, true).await;
+    assert!(outcome.contains(&held.payload_hash), "{outcome}");
+    b.close().await;
+    let o = tokio::task::spawn_blocking(move || run.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let r = super::super::exec_fixture::report_ok(&o);
+    assert_eq!(r["tool_calls"][0]["executed"], true, "{r:#}");
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("proof.txt")).unwrap(),
+        "passkey-approved\n"
+    );
+    let records = audit_records(&f.home);
+    let granted = records
+        .iter()
+        .find(|r| r["kind"] == "approval-granted" && r["action_hash"] == held.payload_hash.as_str())
+        .expect("the command's approval-granted record");
+    assert_eq!(granted["via"], "web", "{granted}");
+    drop(host);
+    assert!(verify(&f.home).status.success());
+}
+
+/// The first pending request of `kind`, once there is one.
+async fn held_of(f: &Fixture, kind: &'static str) -> airlock_store::ApprovalRequest {
+    let home = f.home.clone();
+    let log = f.ws.join("../run.log");
+    tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !pending_approvals(&home)
+            .iter()
+            .any(|a| a.action_kind == kind)
+        {
+            if Instant::now() > deadline {
+                let pending: Vec<String> = pending_approvals(&home)
+                    .into_iter()
+                    .map(|a| a.action_kind)
+                    .collect();
+                panic!(
+                    "no {kind} held; pending: {pending:?}; the run said: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        pending_approvals(&home)
+            .into_iter()
+            .find(|a| a.action_kind == kind)
+            .unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+fn still_held(f: &Fixture, id: &str) -> bool {
+    pending_approvals(&f.home).iter().any(|a| a.id == id)
+}
+
+async fn click_approve(b: &Browser, card_css: &str) {
+    b.client
+        .find(Locator::Css(&format!("{card_css} button.approve")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+}
+
+/// The outcome page's message, which must be a success (`ok`) or a refusal.
+async fn outcome_of(b: &Browser, ok: bool) -> String {
+    let css = if ok { "#outcome.ok" } else { "#outcome.error" };
+    if b.client
+        .wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(Locator::Css(css))
+        .await
+        .is_err()
+    {
+        panic!("no {css}: {}", b.text().await);
+    }
+    b.text().await
+}
+
+/// `airlock serve` with this `[web]`: it must not start; what it said.
+fn serve_refuses(web: &str) -> String {
+    let f = fixture();
+    init(&f, web);
+    let mut serve = Command::new(airlock_bin())
+        .env("AIRLOCK_HOME", &f.home)
+        .arg("serve")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if serve.try_wait().unwrap().is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = serve.kill();
+            panic!("the host started with {web}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = serve.wait_with_output().unwrap();
+    assert!(!o.status.success());
+    assert!(!f.home.join("state/host/api.sock").exists());
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(err.contains("help:"), "{err}");
+    err
+}
+
+/// The remote page does not start without what it needs, and each refusal names the
+/// setting to fix: a public name that is an IP, a name without TLS (on loopback too),
+/// and a certificate for another name.
+#[test]
+fn web_remote_without_a_dns_name_or_tls_for_it_the_host_refuses_to_start() {
+    let tls = test_tls(&[NAME]);
+    let err = serve_refuses(&remote_web(&tls, "127.0.0.1"));
+    assert!(
+        err.contains("web.public_name = \"127.0.0.1\" is an IP address"),
+        "{err}"
+    );
+    let err = serve_refuses(&format!(
+        "\n[web]\nlisten = \"127.0.0.1:0\"\npublic_name = \"{NAME}\"\n"
+    ));
+    assert!(err.contains("missing: web.tls_cert, web.tls_key"), "{err}");
+    let err = serve_refuses(&format!(
+        "\n[web]\nlisten = \"0.0.0.0:0\"\npublic_name = \"{NAME}\"\ntls_cert = \"{}\"\n",
+        tls.cert.display()
+    ));
+    assert!(err.contains("not a loopback address"), "{err}");
+    assert!(err.contains("missing: web.tls_key"), "{err}");
+    let other = test_tls(&["elsewhere.test"]);
+    let err = serve_refuses(&remote_web(&other, NAME));
+    assert!(
+        err.contains("is not a certificate for web.public_name = airlock.test"),
+        "{err}"
+    );
+    // A key that is not the certificate's.
+    let mixed = format!(
+        "\n[web]\nlisten = \"127.0.0.1:0\"\npublic_name = \"{NAME}\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n",
+        tls.cert.display(),
+        other.key.display()
+    );
+    let err = serve_refuses(&mixed);
+    assert!(
+        err.contains("web.tls_key is not the key of web.tls_cert"),
+        "{err}"
+    );
+}

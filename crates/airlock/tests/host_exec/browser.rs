@@ -164,13 +164,17 @@ impl Browser {
 
     /// The page's text.
     pub async fn text(&self) -> String {
-        self.client
-            .find(fantoccini::Locator::Css("body"))
+        // Read in one script: the page's own script may redraw the body between a
+        // WebDriver find and a read of what was found (a stale element).
+        let text = self
+            .client
+            .execute(
+                "return document.body ? document.body.innerText : '';",
+                vec![],
+            )
             .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+            .unwrap();
+        text.as_str().unwrap_or_default().to_string()
     }
 
     /// Whether any script of the page set `window.__pwned` (what every XSS payload in

@@ -26,6 +26,7 @@ pub mod paths;
 pub mod policy;
 pub mod policy_probe;
 pub mod principal;
+pub mod schedule;
 pub mod provenance;
 pub mod terminal_text;
 #[cfg(feature = "testing")]

@@ -10,10 +10,10 @@
 //! ```
 //! use airlock_core::schedule::Schedule;
 //! let s = Schedule::parse("0 8 * * *", "Europe/Berlin").unwrap();
-//! // 2026-03-28 12:00 UTC: the next 08:00 in Berlin is 07:00 UTC (CET), the one after
-//! // that 06:00 UTC (CEST, after the change on the 29th).
-//! let next = s.next_runs(1_774_699_200, 2);
-//! assert_eq!(next, vec![1_774_767_600, 1_774_850_400]);
+//! // From 2026-03-27 12:00 UTC: the next 08:00 in Berlin is 07:00 UTC (CET), the one
+//! // after that 06:00 UTC (CEST, after the change on the 29th).
+//! let next = s.next_runs(1_774_612_800, 2);
+//! assert_eq!(next, vec![1_774_681_200, 1_774_764_000]);
 //! assert!(s.describe().contains("08:00"));
 //! ```
 

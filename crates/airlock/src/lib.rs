@@ -34,5 +34,6 @@ pub mod replay;
 pub mod runtime;
 pub mod sandbox_helper;
 pub mod service;
+pub mod tasks;
 pub mod transaction;
 pub mod web;

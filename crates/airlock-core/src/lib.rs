@@ -26,8 +26,8 @@ pub mod paths;
 pub mod policy;
 pub mod policy_probe;
 pub mod principal;
-pub mod schedule;
 pub mod provenance;
+pub mod schedule;
 pub mod terminal_text;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -33,7 +33,9 @@ pub enum ScheduleError {
     BadCron { spec: String, why: String },
     #[error("{spec:?} is not a time: {why}\nhelp: write an RFC 3339 instant (`2026-12-05T08:00:00Z`) or a local time in the task's time zone (`2026-12-05 08:00`)")]
     BadTime { spec: String, why: String },
-    #[error("{0:?} never fires\nhelp: check the day and month fields (a 31st of February never comes)")]
+    #[error(
+        "{0:?} never fires\nhelp: check the day and month fields (a 31st of February never comes)"
+    )]
     NeverFires(String),
 }
 
@@ -47,7 +49,7 @@ pub struct Schedule {
 
 #[derive(Debug, Clone)]
 enum Kind {
-    Cron { spec: String, cron: Cron },
+    Cron { spec: String, cron: Box<Cron> },
     Once { at: Timestamp },
 }
 
@@ -71,7 +73,7 @@ impl Schedule {
         let s = Schedule {
             kind: Kind::Cron {
                 spec: spec.to_string(),
-                cron,
+                cron: Box::new(cron),
             },
             zone: zone_tz,
             zone_name: zone.to_string(),
@@ -118,8 +120,9 @@ impl Schedule {
     /// A time (a spec that starts with a four-digit year) or a cron expression.
     pub fn parse(spec: &str, zone: &str) -> Result<Schedule, ScheduleError> {
         let t = spec.trim();
-        let looks_like_date =
-            t.len() >= 5 && t.as_bytes()[..4].iter().all(u8::is_ascii_digit) && t.as_bytes()[4] == b'-';
+        let looks_like_date = t.len() >= 5
+            && t.as_bytes()[..4].iter().all(u8::is_ascii_digit)
+            && t.as_bytes()[4] == b'-';
         if looks_like_date {
             Schedule::once(t, zone)
         } else {
@@ -188,7 +191,13 @@ impl Schedule {
     /// `once, at Sat 2026-12-05 08:00 CET (+01:00)`.
     pub fn describe(&self) -> String {
         match &self.kind {
-            Kind::Cron { cron, .. } => format!("{} ({})", cron.describe(), self.zone_name),
+            Kind::Cron { cron, .. } => {
+                format!(
+                    "{} ({})",
+                    cron.describe().trim_end_matches('.'),
+                    self.zone_name
+                )
+            }
             Kind::Once { at } => format!("once, at {}", self.local(at.as_second())),
         }
     }
@@ -210,7 +219,10 @@ fn zone_named(name: &str) -> Result<TimeZone, ScheduleError> {
 
 fn local_in(zone: &TimeZone, instant: i64) -> String {
     match Timestamp::from_second(instant) {
-        Ok(t) => t.to_zoned(zone.clone()).strftime("%a %Y-%m-%d %H:%M %Z (%:z)").to_string(),
+        Ok(t) => t
+            .to_zoned(zone.clone())
+            .strftime("%a %Y-%m-%d %H:%M %Z (%:z)")
+            .to_string(),
         Err(_) => format!("@{instant}"),
     }
 }
@@ -303,7 +315,11 @@ mod tests {
         assert_eq!(spring.len(), 2);
         // The day of the change still gets exactly one run, after the gap, before the
         // next day's.
-        assert!(spring[0] >= at("2026-03-29T01:00:00Z") && spring[0] < at("2026-03-29T02:00:00Z"), "{:?}", utc(&spring));
+        assert!(
+            spring[0] >= at("2026-03-29T01:00:00Z") && spring[0] < at("2026-03-29T02:00:00Z"),
+            "{:?}",
+            utc(&spring)
+        );
         assert_eq!(utc(&spring[1..]), ["2026-03-30T00:30:00Z"]);
         let autumn = s.next_runs(at("2026-10-24T12:00:00Z"), 2);
         // 02:30 CEST is 00:30 UTC; the repeated 02:30 CET (01:30 UTC) does not run again.
@@ -320,7 +336,10 @@ mod tests {
         for w in runs.windows(2) {
             assert_eq!(w[1] - w[0], 3600, "{:?}", utc(&runs));
         }
-        assert_eq!(s.shortest_gap(at("2026-11-01T00:00:00Z")), Some(Duration::from_secs(3600)));
+        assert_eq!(
+            s.shortest_gap(at("2026-11-01T00:00:00Z")),
+            Some(Duration::from_secs(3600))
+        );
     }
 
     #[test]
@@ -329,7 +348,12 @@ mod tests {
         assert!(!s.is_recurring());
         assert_eq!(s.next_after(0), Some(at("2026-12-05T07:00:00Z")));
         assert_eq!(s.next_after(at("2026-12-05T07:00:00Z")), None);
-        assert!(s.describe().starts_with("once, at Sat 2026-12-05 08:00 CET"), "{}", s.describe());
+        assert!(
+            s.describe()
+                .starts_with("once, at Sat 2026-12-05 08:00 CET"),
+            "{}",
+            s.describe()
+        );
         let r = Schedule::parse("2026-12-05T08:00:00Z", "UTC").unwrap();
         assert_eq!(r.spec(), "2026-12-05T08:00:00Z");
         assert_eq!(r.shortest_gap(0), None);
@@ -356,7 +380,10 @@ mod tests {
     fn the_description_and_distances_are_in_words() {
         let s = Schedule::parse("0 8 * * MON-FRI", "Europe/Berlin").unwrap();
         let d = s.describe();
-        assert!(d.contains("08:00") && d.contains("Monday") && d.ends_with("(Europe/Berlin)"), "{d}");
+        assert!(
+            d.contains("08:00") && d.contains("Monday") && d.ends_with("(Europe/Berlin)"),
+            "{d}"
+        );
         assert_eq!(in_words(0, 7_500), "in 2 hours 5 minutes");
         assert_eq!(in_words(0, 3 * 86_400 + 60), "in 3 days 1 minute");
         assert_eq!(in_words(100, 40), "1 minute ago");

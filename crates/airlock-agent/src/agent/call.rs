@@ -187,6 +187,11 @@ impl Agent<'_> {
                     .await?
             }
             PlannedCall::Memory(plan) => return self.memory_call(run, call, plan),
+            PlannedCall::ScheduleTask(a) => {
+                let t = authorized!(a);
+                self.execute(&id, self.executors.schedule_task(t), timeout)
+                    .await?
+            }
         };
         match output {
             Some(o) => {

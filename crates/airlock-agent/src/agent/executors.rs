@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use airlock_core::action::{ExecAction, FsWriteAction, MessageSendAction, NetRequestAction};
+use airlock_core::action::{
+    ExecAction, FsWriteAction, MessageSendAction, NetRequestAction, TaskScheduleAction,
+};
 use airlock_core::Authorized;
 
 /// The result of one tool call, as the model will see it.
@@ -92,6 +94,12 @@ pub trait Executors: Send + Sync {
         _timeout: Duration,
     ) -> Option<ToolOutput> {
         None
+    }
+
+    /// Make the scheduled task the Gate (and the owner) let through. `None`-like default:
+    /// this host keeps no scheduled tasks, and the tool says so.
+    async fn schedule_task(&self, _auth: Authorized<TaskScheduleAction>) -> ToolOutput {
+        ToolOutput::not_run("this host keeps no scheduled tasks; run the session in `airlock serve`'s host or with `airlock run`")
     }
 
     /// The memory of this session's namespace; `None` (the default) when the host keeps

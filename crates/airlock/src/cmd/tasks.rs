@@ -72,13 +72,29 @@ pub enum TasksCommand {
         json: bool,
     },
     /// Pause a task until it is resumed.
-    Pause { id: String },
+    Pause {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Resume a paused task (by the owner, the kill switch or failures) at its next time.
-    Resume { id: String },
+    Resume {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Run a task at once (the host runs it within a second or two), leaving its schedule.
-    RunNow { id: String },
+    RunNow {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Cancel a task for good; its history stays.
-    Cancel { id: String },
+    Cancel {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// A task's runs: outcome, usage, what was held, the audit range.
     History {
         id: String,
@@ -159,14 +175,19 @@ pub fn run(cmd: TasksCommand) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
-        TasksCommand::Pause { id } => done(act(&home, id, Act::Pause)?, "paused"),
-        TasksCommand::Resume { id } => done(act(&home, id, Act::Resume)?, "resumed"),
-        TasksCommand::RunNow { id } => {
+        TasksCommand::Pause { id, json } => done(act(&home, id, Act::Pause)?, "paused", json),
+        TasksCommand::Resume { id, json } => done(act(&home, id, Act::Resume)?, "resumed", json),
+        TasksCommand::RunNow { id, json } => {
             let running = crate::host::lock::running_host(&home).is_some();
             let shown = act(&home, id, Act::RunNow)?;
-            done(shown, if running { "will run now" } else { "will run when the host starts (no host is running: `airlock serve`)" })
+            let what = if running {
+                "will run now"
+            } else {
+                "will run when the host starts (no host is running: `airlock serve`)"
+            };
+            done(shown, what, json)
         }
-        TasksCommand::Cancel { id } => done(act(&home, id, Act::Cancel)?, "cancelled"),
+        TasksCommand::Cancel { id, json } => done(act(&home, id, Act::Cancel)?, "cancelled", json),
         TasksCommand::History { id, json } => {
             let shown = history(&home, &id)?;
             if json {
@@ -195,7 +216,11 @@ pub fn run(cmd: TasksCommand) -> anyhow::Result<i32> {
                     r.audit_to.map_or("?".into(), |n| n.to_string())
                 );
                 for h in &r.held {
-                    crate::out!("  held: {} ({})", escape_line(&h.summary), escape_line(&h.outcome));
+                    crate::out!(
+                        "  held: {} ({})",
+                        escape_line(&h.summary),
+                        escape_line(&h.outcome)
+                    );
                 }
                 if let Some(d) = &r.delivered {
                     crate::out!("  delivered: {}", escape_line(d));
@@ -219,12 +244,16 @@ fn act(home: &Home, id: String, act: Act) -> anyhow::Result<TaskView> {
 
 fn history(home: &Home, id: &str) -> anyhow::Result<Vec<crate::tasks::store::Run>> {
     match crate::host::client::find(home) {
-        Some(host) => host.post("/v1/tasks/history", &id.to_string()),
-        None => service::history(home, &id.to_string()),
+        Some(host) => host.post("/v1/tasks/history", &id),
+        None => service::history(home, id),
     }
 }
 
-fn done(shown: TaskView, what: &str) -> anyhow::Result<i32> {
+fn done(shown: TaskView, what: &str, json: bool) -> anyhow::Result<i32> {
+    if json {
+        crate::out!("{}", serde_json::to_string_pretty(&shown)?);
+        return Ok(0);
+    }
     crate::out!("task {} {what}", escape_line(&shown.id));
     print_task(&shown)?;
     Ok(0)
@@ -232,10 +261,18 @@ fn done(shown: TaskView, what: &str) -> anyhow::Result<i32> {
 
 fn print_task(t: &TaskView) -> anyhow::Result<()> {
     crate::out!("  status:      {}", escape_line(&t.status));
-    crate::out!("  schedule:    {} ({})", escape_line(&t.schedule), escape_line(&t.time_zone));
+    crate::out!(
+        "  schedule:    {} ({})",
+        escape_line(&t.schedule),
+        escape_line(&t.time_zone)
+    );
     crate::out!("  in words:    {}", escape_line(&t.description));
     for (i, n) in t.next_runs.iter().enumerate() {
-        crate::out!("  {:<12} {}", if i == 0 { "next runs:" } else { "" }, escape_line(n));
+        crate::out!(
+            "  {:<12} {}",
+            if i == 0 { "next runs:" } else { "" },
+            escape_line(n)
+        );
     }
     crate::out!("  prompt:      {}", escape_line(&t.prompt));
     crate::out!("  deliver to:  {}", escape_line(&t.deliver_to));
@@ -244,7 +281,15 @@ fn print_task(t: &TaskView) -> anyhow::Result<()> {
         escape_line(&t.budget_per_run),
         t.runs_per_day
     );
-    crate::out!("  created by:  {}{}", escape_line(&t.created_by), if t.tainted { " (tainted: its prompt is untrusted content in every run)" } else { "" });
+    crate::out!(
+        "  created by:  {}{}",
+        escape_line(&t.created_by),
+        if t.tainted {
+            " (tainted: its prompt is untrusted content in every run)"
+        } else {
+            ""
+        }
+    );
     if let Some(c) = &t.check {
         crate::out!("  check:       {}", escape_line(c));
     }

@@ -409,7 +409,10 @@ async fn task_history_route(
     body: Bytes,
 ) -> Result<Json<Vec<crate::tasks::store::Run>>, ApiError> {
     let id: String = parse(&body)?;
-    serve_blocking(&host, id, crate::service::tasks::history).await
+    serve_blocking(&host, id, |home, id: &String| {
+        crate::service::tasks::history(home, id)
+    })
+    .await
 }
 
 /// A one-time login link for the web page (`airlock web`): only the operator reaches this

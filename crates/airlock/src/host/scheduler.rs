@@ -42,25 +42,7 @@ pub const TICK: Duration = Duration::from_secs(1);
 /// Longest report kept in a run's history.
 const MAX_REPORT_BYTES: usize = 8 * 1024;
 
-/// Debug builds only: `AIRLOCK_DEBUG_CLOCK_FILE=<file>` makes the scheduler read "now"
-/// (unix seconds) from the file at every tick, so tests move its clock by hours without
-/// waiting. A release build reads the system clock only.
-#[cfg(debug_assertions)]
-const DEBUG_CLOCK_VAR: &str = "AIRLOCK_DEBUG_CLOCK_FILE";
-
-/// The scheduler's clock.
-fn now() -> i64 {
-    #[cfg(debug_assertions)]
-    if let Some(path) = std::env::var_os(DEBUG_CLOCK_VAR) {
-        if let Some(t) = std::fs::read_to_string(path)
-            .ok()
-            .and_then(|s| s.trim().parse::<i64>().ok())
-        {
-            return t;
-        }
-    }
-    crate::runtime::now_unix() as i64
-}
+use crate::tasks::clock::now;
 
 /// The scheduler's shared state: its wake-up bell and the tasks running now.
 #[derive(Default)]
@@ -131,7 +113,12 @@ fn catch_up(host: &Host) -> anyhow::Result<()> {
         Ok(missed)
     })?;
     for (task, what) in missed {
-        record(host, "scheduler", "task-runs-missed", json!({"task": task, "missed_runs": what}));
+        record(
+            host,
+            "scheduler",
+            "task-runs-missed",
+            json!({"task": task, "missed_runs": what}),
+        );
     }
     Ok(())
 }
@@ -143,7 +130,12 @@ fn record(host: &Host, session: &str, kind: &str, detail: serde_json::Value) {
 }
 
 /// Append a record by `system:scheduler` on the owner's behalf; its sequence number.
-fn append(host: &Host, session: &str, kind: &str, detail: serde_json::Value) -> anyhow::Result<u64> {
+fn append(
+    host: &Host,
+    session: &str,
+    kind: &str,
+    detail: serde_json::Value,
+) -> anyhow::Result<u64> {
     let log = host.audit.log(&host.warm.config())?;
     let who = Attribution::system("scheduler", Principal::Owner, Via::internal());
     let receipt = crate::service::exec::lock(&log)
@@ -223,7 +215,11 @@ fn run_and_keep(host: &Host, task: Task, trigger: Trigger, number: u64, started_
     }
     let ended = now().max(started_at);
     run.ended_at = Some(ended);
-    let session = if run.session.is_empty() { "scheduler".to_string() } else { run.session.clone() };
+    let session = if run.session.is_empty() {
+        "scheduler".to_string()
+    } else {
+        run.session.clone()
+    };
     match append(
         host,
         &session,
@@ -235,7 +231,11 @@ fn run_and_keep(host: &Host, task: Task, trigger: Trigger, number: u64, started_
         Err(e) => tracing::error!(error = %format!("{e:#}"), "the run's end record failed"),
     }
     let rules = host.warm.config().tasks.rules();
-    let end = if run.ok { RunEnd::Succeeded } else { RunEnd::Failed };
+    let end = if run.ok {
+        RunEnd::Succeeded
+    } else {
+        RunEnd::Failed
+    };
     let after = store::update(&host.home, |all| {
         let t = all.get_mut(&task.id)?;
         let schedule = t.parsed()?;
@@ -251,9 +251,13 @@ fn run_and_keep(host: &Host, task: Task, trigger: Trigger, number: u64, started_
             json!({"task": task.id, "failures": rules.max_failures,
                    "help": format!("see `airlock tasks history {}`, then `airlock tasks resume {}`", task.id, task.id)}),
         ),
-        Ok(AfterRun::BackedOff(wait)) => tracing::warn!(task = %task.id, wait_secs = wait.as_secs(), "a task run failed; backing off"),
+        Ok(AfterRun::BackedOff(wait)) => {
+            tracing::warn!(task = %task.id, wait_secs = wait.as_secs(), "a task run failed; backing off")
+        }
         Ok(_) => {}
-        Err(e) => tracing::error!(task = %task.id, error = %format!("{e:#}"), "keeping a run's outcome"),
+        Err(e) => {
+            tracing::error!(task = %task.id, error = %format!("{e:#}"), "keeping a run's outcome")
+        }
     }
 }
 
@@ -303,7 +307,10 @@ fn run_once(host: &Host, task: &Task, run: &mut Run) -> anyhow::Result<()> {
             return Err(e);
         }
     };
-    let source = format!("a scheduled task ({}) proposed after untrusted content", task.id);
+    let source = format!(
+        "a scheduled task ({}) proposed after untrusted content",
+        task.id
+    );
     let input = if task.tainted {
         TurnInput::Untrusted {
             source: &source,
@@ -320,7 +327,12 @@ fn run_once(host: &Host, task: &Task, run: &mut Run) -> anyhow::Result<()> {
         .ok();
     let held_ids: Vec<String> = report
         .as_ref()
-        .map(|r| r.tool_calls.iter().filter_map(|c| c.approval_id.clone()).collect())
+        .map(|r| {
+            r.tool_calls
+                .iter()
+                .filter_map(|c| c.approval_id.clone())
+                .collect()
+        })
         .unwrap_or_default();
     run.held = held_actions(home, &held_ids);
     run.tainted = agent
@@ -348,7 +360,9 @@ fn run_once(host: &Host, task: &Task, run: &mut Run) -> anyhow::Result<()> {
     }
     run.report = cut(text, MAX_REPORT_BYTES);
     run.delivered = Some(match &task.deliver_to {
-        Some(d) => format!("kept in the run history; delivery to {d} is not available in this host yet"),
+        Some(d) => {
+            format!("kept in the run history; delivery to {d} is not available in this host yet")
+        }
         None => "kept in the run history".into(),
     });
     Ok(())

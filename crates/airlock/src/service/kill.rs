@@ -131,10 +131,18 @@ pub fn kill_sessions_as(
     let tasks_paused = if input.all {
         let ids = crate::service::tasks::pause_all_for_kill(home).map_err(fault)?;
         log.append(
-            AuditEvent::by("tasks-paused", crate::config_audit::CONFIG_SESSION, &who.attribution())
-                .with_detail(json!({"decided_by": who.detail(), "by": "kill --all", "tasks": ids})),
+            AuditEvent::by(
+                "tasks-paused",
+                crate::config_audit::CONFIG_SESSION,
+                &who.attribution(),
+            )
+            .with_detail(json!({"decided_by": who.detail(), "by": "kill --all", "tasks": ids})),
         )
-        .map_err(|e| fault(anyhow::anyhow!("the tasks were paused, but their record failed: {e}")))?;
+        .map_err(|e| {
+            fault(anyhow::anyhow!(
+                "the tasks were paused, but their record failed: {e}"
+            ))
+        })?;
         Some(ids.len())
     } else {
         None

@@ -83,9 +83,7 @@ pub struct Listing {
     pub tasks: Vec<TaskView>,
 }
 
-fn now() -> i64 {
-    crate::runtime::now_unix() as i64
-}
+use crate::tasks::clock::now;
 
 /// The view of `task` at `now`.
 pub fn view(task: &Task, now: i64) -> TaskView {
@@ -206,7 +204,13 @@ pub fn act(home: &Home, input: &TaskAct) -> anyhow::Result<TaskView> {
                 if matches!(task.state.status, Status::Cancelled { .. }) {
                     anyhow::bail!("task {}: it was cancelled; add it again to run it", task.id);
                 }
-                if matches!(task.state.status, Status::Paused { why: plan::PauseReason::KillSwitch, .. }) {
+                if matches!(
+                    task.state.status,
+                    Status::Paused {
+                        why: plan::PauseReason::KillSwitch,
+                        ..
+                    }
+                ) {
                     anyhow::bail!("task {}: it is paused by the kill switch\nhelp: `airlock tasks resume {}` first", task.id, task.id);
                 }
                 task.state.run_requested = true;
@@ -229,8 +233,7 @@ pub fn act(home: &Home, input: &TaskAct) -> anyhow::Result<TaskView> {
         Act::Cancel => "task-cancelled",
         Act::Show => unreachable!("show returned above"),
     };
-    crate::config_audit::record(home, kind, json!({"task": input.id}))
-        .map_err(fault)?;
+    crate::config_audit::record(home, kind, json!({"task": input.id})).map_err(fault)?;
     Ok(shown)
 }
 
@@ -248,7 +251,7 @@ pub fn pause_all_for_kill(home: &Home) -> anyhow::Result<Vec<String>> {
 }
 
 /// A task's runs, oldest first.
-pub fn history(home: &Home, id: &String) -> anyhow::Result<Vec<Run>> {
+pub fn history(home: &Home, id: &str) -> anyhow::Result<Vec<Run>> {
     let all = store::read(home).map_err(fault)?;
     Ok(all.get(id)?.runs.clone())
 }

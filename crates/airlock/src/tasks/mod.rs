@@ -11,6 +11,7 @@
 //! The host runs them (`crate::host::scheduler`); the commands are `airlock tasks …`
 //! (`crate::service::tasks`).
 
+pub mod clock;
 pub mod new_task;
 pub mod plan;
 pub mod store;

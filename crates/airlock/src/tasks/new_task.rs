@@ -150,18 +150,26 @@ mod tests {
         assert_eq!(t.approval_timeout_secs, cfg.tasks.approval_timeout_secs);
         let e = make(&cfg, new("* * * * *"), now).unwrap_err().to_string();
         assert!(e.contains("minimum interval"), "{e}");
-        let e = make(&cfg, new("2020-01-01 08:00"), now).unwrap_err().to_string();
+        let e = make(&cfg, new("2020-01-01 08:00"), now)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("in the past"), "{e}");
         let mut bad = new("0 8 * * *");
         bad.deliver_to = Some("https://evil.example/".into());
-        assert!(make(&cfg, bad, now).unwrap_err().to_string().contains("cannot deliver"));
+        assert!(make(&cfg, bad, now)
+            .unwrap_err()
+            .to_string()
+            .contains("cannot deliver"));
         let mut empty = new("0 8 * * *");
         empty.prompt = " ".into();
         assert!(make(&cfg, empty, now).is_err());
         let s = Schedule::parse("0 8 * * *", "Europe/Berlin").unwrap();
         let lines = next_runs_words(&s, now, 3);
         assert_eq!(lines.len(), 3);
-        assert!(lines[0].starts_with("Thu 2026-01-01 08:00 CET") && lines[0].ends_with("(in 7 hours)"), "{lines:?}");
+        assert!(
+            lines[0].starts_with("Thu 2026-01-01 08:00 CET") && lines[0].ends_with("(in 7 hours)"),
+            "{lines:?}"
+        );
         assert_eq!(runs_per_day(&s, now, 100), 1);
     }
 }

@@ -40,10 +40,15 @@ pub enum Status {
     Active,
     /// Paused by `why` (the owner, the kill switch, too many failures); nothing fires
     /// until the owner resumes it.
-    Paused { why: PauseReason, at: i64 },
+    Paused {
+        why: PauseReason,
+        at: i64,
+    },
     /// A one-off task that ran, or a task whose schedule has no further time.
     Done,
-    Cancelled { at: i64 },
+    Cancelled {
+        at: i64,
+    },
 }
 
 /// Why a task is paused.
@@ -262,7 +267,9 @@ pub fn pause(state: &mut State, now: i64) -> Result<(), String> {
             Ok(())
         }
         Status::Paused { .. } => Err("the task is paused already".into()),
-        Status::Done | Status::Cancelled { .. } => Err("the task has ended; it cannot be paused".into()),
+        Status::Done | Status::Cancelled { .. } => {
+            Err("the task has ended; it cannot be paused".into())
+        }
     }
 }
 
@@ -327,7 +334,10 @@ mod tests {
         while now < at("2026-03-31T00:00:00Z") {
             if due(&state, now).is_some() {
                 fired.push(utc(now));
-                assert_eq!(run(&mut state, &s, RunEnd::Succeeded, now), AfterRun::Scheduled);
+                assert_eq!(
+                    run(&mut state, &s, RunEnd::Succeeded, now),
+                    AfterRun::Scheduled
+                );
             }
             now += MIN;
         }
@@ -373,7 +383,10 @@ mod tests {
         );
         assert!(matches!(
             state.status,
-            Status::Paused { why: PauseReason::Failures, .. }
+            Status::Paused {
+                why: PauseReason::Failures,
+                ..
+            }
         ));
         // Nothing fires while paused, however long.
         assert_eq!(due(&state, now + 100 * HOUR), None);
@@ -447,7 +460,10 @@ mod tests {
     fn a_schedule_more_often_than_the_minimum_interval_is_refused() {
         let every_minute = Schedule::parse("* * * * *", "UTC").unwrap();
         let e = check_interval(&every_minute, &rules(), 0).unwrap_err();
-        assert!(e.contains("every 60 s") && e.contains("min_interval_secs"), "{e}");
+        assert!(
+            e.contains("every 60 s") && e.contains("min_interval_secs"),
+            "{e}"
+        );
         // Irregular: mostly hourly, but two runs a minute apart.
         let bursty = Schedule::parse("0,1 9 * * *", "UTC").unwrap();
         assert!(check_interval(&bursty, &rules(), 0).is_err());

@@ -175,7 +175,10 @@ fn read_at(path: &Path) -> anyhow::Result<Tasks> {
 }
 
 /// Change the tasks under the lock; the change is stored only when `change` succeeds.
-pub fn update<T>(home: &Home, change: impl FnOnce(&mut Tasks) -> anyhow::Result<T>) -> anyhow::Result<T> {
+pub fn update<T>(
+    home: &Home,
+    change: impl FnOnce(&mut Tasks) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
     let path = path(home);
     if let Some(dir) = path.parent() {
         crate::home::create_private_dir(dir)?;
@@ -206,9 +209,13 @@ pub fn push_run(task: &mut Task, run: Run) {
 pub fn parse_budget(text: &str) -> anyhow::Result<Limits> {
     let mut l = Limits::default();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (key, value) = part.split_once('=').ok_or_else(|| budget_error(part, "is not key=value"))?;
+        let (key, value) = part
+            .split_once('=')
+            .ok_or_else(|| budget_error(part, "is not key=value"))?;
         let number = |v: &str| -> anyhow::Result<u64> {
-            v.trim().parse().map_err(|_| budget_error(part, "needs a whole number"))
+            v.trim()
+                .parse()
+                .map_err(|_| budget_error(part, "needs a whole number"))
         };
         match key.trim() {
             "turns" => l.turns = Some(number(value)?),
@@ -257,7 +264,10 @@ pub fn budget_words(l: &Limits) -> String {
     add("output_tokens", l.output_tokens);
     add("tool_calls", l.tool_calls);
     if let Some(ms) = l.wall_ms {
-        parts.push(format!("wall {}", humantime::format_duration(std::time::Duration::from_millis(ms))));
+        parts.push(format!(
+            "wall {}",
+            humantime::format_duration(std::time::Duration::from_millis(ms))
+        ));
     }
     if let Some(c) = l.cost_micros {
         parts.push(format!("cost ${:.2}", c as f64 / 1e6));
@@ -282,7 +292,10 @@ mod tests {
         assert_eq!(l.cost_micros, Some(500_000));
         assert!(budget_words(&l).contains("cost $0.50"));
         let e = parse_budget("tokens=5").unwrap_err().to_string();
-        assert!(e.contains("names no budget counter") && e.contains("help:"), "{e}");
+        assert!(
+            e.contains("names no budget counter") && e.contains("help:"),
+            "{e}"
+        );
         assert!(parse_budget("tool_calls=many").is_err());
         assert!(parse_budget("cost=-1").is_err());
     }

@@ -171,9 +171,7 @@ impl Shared {
                     .into_iter()
                     .collect(),
                 approval_timeout_secs: None,
-                on_held: Default::default(),
                 missed: None,
-                check: None,
             },
             now,
         )?;

@@ -13,7 +13,6 @@ use airlock_core::terminal_text::escape_line;
 use crate::home::Home;
 use crate::service::tasks::{self as service, Act, AddInput, Listing, TaskAct, TaskView};
 use crate::tasks::plan::Missed;
-use crate::tasks::store::OnHeld;
 
 /// `airlock tasks …`
 #[derive(Debug, Subcommand)]
@@ -46,16 +45,9 @@ pub enum TasksCommand {
         /// Seconds an action held during a run waits for the owner before it is denied.
         #[arg(long, value_name = "SECS")]
         approval_timeout: Option<u64>,
-        /// When a held action is not approved: `continue` without it, or `end` the run.
-        #[arg(long, value_enum, default_value_t = OnHeld::Continue)]
-        on_held: OnHeld,
         /// Runs missed while no host ran: `run-once` at the start, or `skip`.
         #[arg(long, value_enum)]
         missed: Option<Missed>,
-        /// A command run in the sandbox before the model is woken; the run goes on only
-        /// when it exits 0.
-        #[arg(long, value_name = "COMMAND")]
-        check: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -114,9 +106,7 @@ pub fn run(cmd: TasksCommand) -> anyhow::Result<i32> {
             budget,
             tz,
             approval_timeout,
-            on_held,
             missed,
-            check,
             json,
         } => {
             let input = AddInput {
@@ -126,9 +116,7 @@ pub fn run(cmd: TasksCommand) -> anyhow::Result<i32> {
                 deliver_to,
                 budget,
                 approval_timeout_secs: approval_timeout,
-                on_held,
                 missed,
-                check,
             };
             let shown: TaskView = match crate::host::client::find(&home) {
                 Some(host) => host.post("/v1/tasks/add", &input)?,
@@ -290,9 +278,6 @@ fn print_task(t: &TaskView) -> anyhow::Result<()> {
             ""
         }
     );
-    if let Some(c) = &t.check {
-        crate::out!("  check:       {}", escape_line(c));
-    }
     if t.failures > 0 {
         crate::out!("  failures:    {} in a row", t.failures);
     }

@@ -10,7 +10,7 @@ use airlock_core::schedule::{in_words, Schedule};
 use crate::home::Home;
 use crate::tasks::new_task::{self, NewTask};
 use crate::tasks::plan::{self, Missed, Status};
-use crate::tasks::store::{self, OnHeld, Run, Task};
+use crate::tasks::store::{self, Run, Task};
 use crate::{config, service::fault};
 
 /// `airlock tasks add`.
@@ -29,11 +29,7 @@ pub struct AddInput {
     #[serde(default)]
     pub approval_timeout_secs: Option<u64>,
     #[serde(default)]
-    pub on_held: OnHeld,
-    #[serde(default)]
     pub missed: Option<Missed>,
-    #[serde(default)]
-    pub check: Option<String>,
 }
 
 /// A task as the commands show it.
@@ -55,7 +51,6 @@ pub struct TaskView {
     pub created_by: String,
     pub tainted: bool,
     pub failures: u32,
-    pub check: Option<String>,
     pub last_run: Option<Run>,
 }
 
@@ -122,7 +117,6 @@ pub fn view(task: &Task, now: i64) -> TaskView {
         created_by: task.created_by.clone(),
         tainted: task.tainted,
         failures: task.state.failures,
-        check: task.check.clone(),
         last_run: task.runs.last().cloned(),
     }
 }
@@ -147,9 +141,7 @@ pub fn add(home: &Home, input: &AddInput) -> anyhow::Result<TaskView> {
             tainted: false,
             taint_sources: vec![],
             approval_timeout_secs: input.approval_timeout_secs,
-            on_held: input.on_held,
             missed: input.missed,
-            check: input.check.clone(),
         },
         now,
     )?;

@@ -6,13 +6,11 @@ use airlock_core::schedule::{in_words, Schedule};
 use airlock_store::Limits;
 
 use super::plan::{self, Missed, State};
-use super::store::{self, OnHeld, Task};
+use super::store::{self, Task};
 use crate::config::Config;
 
 /// Longest prompt a task may carry.
 pub const MAX_PROMPT_BYTES: usize = 16 * 1024;
-/// Longest pre-check command.
-pub const MAX_CHECK_BYTES: usize = 4096;
 
 /// What a task is made from.
 #[derive(Debug, Clone)]
@@ -28,9 +26,7 @@ pub struct NewTask {
     pub tainted: bool,
     pub taint_sources: Vec<String>,
     pub approval_timeout_secs: Option<u64>,
-    pub on_held: OnHeld,
     pub missed: Option<Missed>,
-    pub check: Option<String>,
 }
 
 /// Check `new` and make its task (not yet stored).
@@ -59,11 +55,6 @@ pub fn make(cfg: &Config, new: NewTask, now: i64) -> anyhow::Result<Task> {
     if let Some(d) = &new.deliver_to {
         check_destination(d)?;
     }
-    if let Some(c) = &new.check {
-        if c.trim().is_empty() || c.len() > MAX_CHECK_BYTES {
-            anyhow::bail!("the check command must be 1 to {MAX_CHECK_BYTES} bytes\nhelp: --check 'test -s new-mail.txt'");
-        }
-    }
     Ok(Task {
         id: store::new_id()?,
         schedule: schedule.spec(),
@@ -79,9 +70,7 @@ pub fn make(cfg: &Config, new: NewTask, now: i64) -> anyhow::Result<Task> {
         approval_timeout_secs: new
             .approval_timeout_secs
             .unwrap_or(cfg.tasks.approval_timeout_secs),
-        on_held: new.on_held,
         missed: new.missed.unwrap_or(cfg.tasks.missed),
-        check: new.check,
         state: State::new(&schedule, now),
         runs: Vec::new(),
         run_count: 0,
@@ -134,9 +123,7 @@ mod tests {
             tainted: false,
             taint_sources: vec![],
             approval_timeout_secs: None,
-            on_held: OnHeld::Continue,
             missed: None,
-            check: None,
         }
     }
 

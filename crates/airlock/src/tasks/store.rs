@@ -19,17 +19,6 @@ use crate::home::Home;
 /// Runs kept per task.
 pub const MAX_RUNS_KEPT: usize = 50;
 
-/// What happens to a run when an action held in it is not approved in time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum OnHeld {
-    /// The model is told the action was denied and the run goes on without it.
-    #[default]
-    Continue,
-    /// The run ends at the first action that is not approved.
-    End,
-}
-
 /// One scheduled task.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -57,13 +46,10 @@ pub struct Task {
     /// What had tainted the proposing session.
     #[serde(default)]
     pub taint_sources: Vec<String>,
+    /// How long an action held during a run waits for the owner; then it is denied and
+    /// the run goes on without it.
     pub approval_timeout_secs: u64,
-    pub on_held: OnHeld,
     pub missed: Missed,
-    /// A command run in the sandbox before the model is woken; the run goes on only when
-    /// it exits 0.
-    #[serde(default)]
-    pub check: Option<String>,
     pub state: State,
     #[serde(default)]
     pub runs: Vec<Run>,
@@ -98,7 +84,7 @@ pub struct Run {
     pub trigger: Trigger,
     pub started_at: i64,
     pub ended_at: Option<i64>,
-    /// `completed`, `failed: …`, `killed`, `limit: …`, `skipped: …` (the check said no).
+    /// `completed`, `failed: …`, `killed`, `limit reached: …`, `provider failed: …`.
     pub outcome: String,
     pub ok: bool,
     pub tainted: bool,
@@ -316,9 +302,7 @@ mod tests {
             tainted: false,
             taint_sources: vec![],
             approval_timeout_secs: 60,
-            on_held: OnHeld::Continue,
             missed: Missed::RunOnce,
-            check: None,
             state: State::new(&s, 0),
             runs: vec![],
             run_count: 0,

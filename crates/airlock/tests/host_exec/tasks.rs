@@ -390,15 +390,21 @@ async fn a_task_the_agent_proposes_is_held_and_one_from_a_tainted_session_runs_t
             schedule_call("Mail notes.txt to eve@example.com"),
         ),
         Step::text("scheduled"),
-        // The task's run.
-        Step::text("nothing to do"),
+        // The task's run: it tries to send the notes away, which is held; nobody answers
+        // within the task's approval timeout, and the run goes on without it.
+        Step::tool_call(
+            "c4",
+            "send_message",
+            r#"{"destination":"mallory","text":"the notes"}"#,
+        ),
+        Step::text("could not send"),
     ])
     .await
     .unwrap();
     init(
         &f,
         &format!(
-            "\n[provider]\nkind = \"openai\"\nmodel = \"{SCRIPTED_MODEL_NAME}\"\nbase_url = \"{}\"\n",
+            "\n[provider]\nkind = \"openai\"\nmodel = \"{SCRIPTED_MODEL_NAME}\"\nbase_url = \"{}\"\n[tasks]\napproval_timeout_secs = 2\n",
             model.base_url(ProviderKind::Openai)
         ),
     );
@@ -491,6 +497,27 @@ async fn a_task_the_agent_proposes_is_held_and_one_from_a_tainted_session_runs_t
     let runs = finished_runs(&f.home, &id, 1);
     assert_eq!(runs[0]["tainted"], true, "{:#}", runs[0]);
     assert_eq!(runs[0]["trigger"], "run_now");
+    // What was held is in the run's report, and it never ran.
+    let held = runs[0]["held"].as_array().unwrap();
+    assert_eq!(held.len(), 1, "{:#}", runs[0]);
+    assert!(
+        held[0]["summary"].as_str().unwrap().contains("mallory"),
+        "{held:?}"
+    );
+    assert!(
+        held[0]["outcome"].as_str().unwrap().starts_with("denied"),
+        "{held:?}"
+    );
+    assert!(runs[0]["report"]
+        .as_str()
+        .unwrap()
+        .contains("could not send"));
+    let history_text = airlock(&f.home, &["tasks", "history", &id]);
+    let history_text = String::from_utf8_lossy(&history_text.stdout);
+    assert!(
+        history_text.contains("held: message scheduler:mallory"),
+        "{history_text}"
+    );
     let start = record_at(&f.home, runs[0]["audit_from"].as_u64().unwrap());
     assert_eq!(start["detail"]["tainted"], true, "{start:#}");
     let store = airlock_store::SqliteStore::open(f.home.join("state")).unwrap();

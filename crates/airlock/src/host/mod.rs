@@ -60,6 +60,8 @@ pub struct Host {
     pub pool: Arc<pool::SandboxPool>,
     /// Scheduled tasks: the runs in flight and the bell that wakes the scheduler.
     pub scheduler: scheduler::Scheduler,
+    /// The chat channels running here, for what the host sends on its own.
+    pub outbox: channels::Outbox,
 }
 
 impl Host {
@@ -112,6 +114,7 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
         audit: audit_writer::HostAudit::new(home.clone()),
         pool: pool::SandboxPool::new(),
         scheduler: Default::default(),
+        outbox: Default::default(),
     });
     host.pool.start_builder(home.clone(), {
         let host = host.clone();

@@ -16,8 +16,9 @@
 //! - the kill switch pauses every task (`crate::service::kill`) and kills the running
 //!   ones' sessions with the rest.
 //!
-//! Results go to the run history (`airlock tasks history`). A task's `deliver_to` is
-//! kept and shown, but this host does not send the result to a chat yet.
+//! Results go to the run history (`airlock tasks history`) and, with `deliver_to`, to the
+//! owner's chat on that channel (never another chat), through the running channel; a
+//! task that pauses itself after failures says so there too.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Condvar, Mutex};
@@ -244,13 +245,29 @@ fn run_and_keep(host: &Host, task: Task, trigger: Trigger, number: u64, started_
         Ok(after)
     });
     match after {
-        Ok(AfterRun::AutoPaused) => record(
-            host,
-            &session,
-            "task-auto-paused",
-            json!({"task": task.id, "failures": rules.max_failures,
-                   "help": format!("see `airlock tasks history {}`, then `airlock tasks resume {}`", task.id, task.id)}),
-        ),
+        Ok(AfterRun::AutoPaused) => {
+            let help = format!(
+                "see `airlock tasks history {}`, then `airlock tasks resume {}`",
+                task.id, task.id
+            );
+            let told = task.deliver_to.as_deref().map(|d| {
+                deliver(
+                    host,
+                    d,
+                    &format!(
+                        "Task {} failed {} times in a row and is paused: {}\n{help}",
+                        task.id, rules.max_failures, run.outcome
+                    ),
+                )
+            });
+            record(
+                host,
+                &session,
+                "task-auto-paused",
+                json!({"task": task.id, "failures": rules.max_failures, "help": help,
+                       "owner_told": told}),
+            )
+        }
         Ok(AfterRun::BackedOff(wait)) => {
             tracing::warn!(task = %task.id, wait_secs = wait.as_secs(), "a task run failed; backing off")
         }
@@ -360,12 +377,33 @@ fn run_once(host: &Host, task: &Task, run: &mut Run) -> anyhow::Result<()> {
     }
     run.report = cut(text, MAX_REPORT_BYTES);
     run.delivered = Some(match &task.deliver_to {
-        Some(d) => {
-            format!("kept in the run history; delivery to {d} is not available in this host yet")
-        }
+        Some(d) => deliver(
+            host,
+            d,
+            &format!(
+                "Task {} (run {}): {}\n\n{}",
+                task.id, run.number, run.outcome, run.report
+            ),
+        ),
         None => "kept in the run history".into(),
     });
     Ok(())
+}
+
+/// Send `text` to the owner's chat that `destination` (`telegram`, `telegram:<chat>`)
+/// names; where it went, or why it did not.
+fn deliver(host: &Host, destination: &str, text: &str) -> String {
+    let (channel, chat) = match destination.split_once(':') {
+        Some((c, chat)) => (c, Some(chat)),
+        None => (destination, None),
+    };
+    match host.outbox.send_to_owner(channel, chat, text) {
+        Ok(to) => to,
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "delivering a task's result");
+            format!("not sent ({e:#}); kept in the run history")
+        }
+    }
 }
 
 /// What became of each action held during the run.

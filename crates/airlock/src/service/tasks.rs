@@ -91,11 +91,10 @@ pub fn view(task: &Task, now: i64) -> TaskView {
     };
     let active = task.state.status == Status::Active;
     let next_runs = match (&parsed, task.state.next_due) {
-        (Some(s), Some(first)) if active => {
-            let mut lines = vec![format!("{} ({})", s.local(first), in_words(now, first))];
-            lines.extend(new_task::next_runs_words(s, first, 2));
-            lines
-        }
+        (Some(s), Some(first)) if active => std::iter::once(first)
+            .chain(s.next_runs(first, 2))
+            .map(|t| format!("{} ({})", s.local(t), in_words(now, t)))
+            .collect(),
         _ => Vec::new(),
     };
     TaskView {

@@ -139,9 +139,10 @@ async fn a_cron_task_fires_at_its_instants_across_a_dst_change_and_kill_pauses_i
         .collect();
     assert_eq!(next.len(), 3, "{added:#}");
     assert_eq!(next[0], "Sat 2026-03-28 08:00 CET (+01:00) (in 19 hours)");
-    assert!(
-        next[1].starts_with("Sun 2026-03-29 08:00 CEST (+02:00)"),
-        "{next:?}"
+    // Each distance is from now.
+    assert_eq!(
+        next[1],
+        "Sun 2026-03-29 08:00 CEST (+02:00) (in 1 day 18 hours)"
     );
     assert!(
         added["description"].as_str().unwrap().contains("08:00"),
@@ -526,6 +527,71 @@ async fn a_task_the_agent_proposes_is_held_and_one_from_a_tainted_session_runs_t
         .get_session(runs[0]["session"].as_str().unwrap())
         .unwrap();
     assert!(s.gate.taint.is_tainted());
+    drop(host);
+    let v = verify(&f.home);
+    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_result_goes_to_the_owners_chat_and_never_to_another() {
+    use super::telegram::{configure, pair_owner, start_host, OWNER};
+    let f = fixture();
+    let model = ScriptedModel::start([
+        Step::text("the summary: all good"),
+        Step::text("the summary for someone else"),
+    ])
+    .await
+    .unwrap();
+    let (fake, code) = configure(&f, &model, &[]);
+    let host = start_host(&f);
+    pair_owner(&fake, &code);
+    let add = |deliver_to: &str| {
+        tasks_json(
+            &f.home,
+            &[
+                "add",
+                "--at",
+                "2031-01-01 00:00",
+                "--prompt",
+                "Summarise",
+                "--deliver-to",
+                deliver_to,
+            ],
+        )["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let to_owner = add("telegram");
+    let o = airlock(&f.home, &["tasks", "run-now", &to_owner]);
+    assert!(o.status.success(), "{o:?}");
+    let sent = fake.wait_for("sendMessage", |b| {
+        b["chat_id"] == OWNER && b["text"].as_str().unwrap_or("").contains("all good")
+    });
+    assert!(sent["text"].as_str().unwrap().contains(&to_owner), "{sent}");
+    let runs = finished_runs(&f.home, &to_owner, 1);
+    assert_eq!(
+        runs[0]["delivered"],
+        format!("telegram:{OWNER}"),
+        "{:#}",
+        runs[0]
+    );
+
+    // A chat that is not the owner's gets nothing; the result stays in the history.
+    let elsewhere = add("telegram:6666");
+    let o = airlock(&f.home, &["tasks", "run-now", &elsewhere]);
+    assert!(o.status.success(), "{o:?}");
+    let runs = finished_runs(&f.home, &elsewhere, 1);
+    let delivered = runs[0]["delivered"].as_str().unwrap();
+    assert!(
+        delivered.starts_with("not sent") && delivered.contains("not the owner's chat"),
+        "{delivered}"
+    );
+    assert!(runs[0]["report"].as_str().unwrap().contains("someone else"));
+    assert!(
+        fake.calls().iter().all(|(_, b)| b["chat_id"] != 6666),
+        "something was sent to another chat"
+    );
     drop(host);
     let v = verify(&f.home);
     assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));

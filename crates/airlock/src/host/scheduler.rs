@@ -154,23 +154,35 @@ fn tick(host: &Arc<Host>) -> anyhow::Result<()> {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .clone();
-    let starting: Vec<(Task, Trigger, u64)> = store::update(&host.home, |all| {
-        let mut starting = Vec::new();
-        for t in all.tasks.values_mut() {
-            if busy.contains(&t.id) {
-                continue;
+    let due = |t: &Task| !busy.contains(&t.id) && plan::due(&t.state, now).is_some();
+    // Read first: the file is rewritten only when something starts.
+    if !store::read(&host.home)?.tasks.values().any(due) {
+        return Ok(());
+    }
+    let starting: Vec<(Task, Trigger, u64, super::exec::SessionSlot)> =
+        store::update(&host.home, |all| {
+            let mut starting = Vec::new();
+            for t in all.tasks.values_mut() {
+                if busy.contains(&t.id) {
+                    continue;
+                }
+                let Some(trigger) = plan::due(&t.state, now) else {
+                    continue;
+                };
+                let Ok(schedule) = t.parsed() else { continue };
+                // A run is a session like any other: past `[host] max_sessions` it waits
+                // for the next tick, still due.
+                let Some(slot) = host.sessions.enter() else {
+                    tracing::info!(task = %t.id, "a due task waits for a session slot");
+                    break;
+                };
+                plan::started(&mut t.state, &schedule, trigger, now);
+                t.run_count += 1;
+                starting.push((t.clone(), trigger, t.run_count, slot));
             }
-            let Some(trigger) = plan::due(&t.state, now) else {
-                continue;
-            };
-            let Ok(schedule) = t.parsed() else { continue };
-            plan::started(&mut t.state, &schedule, trigger, now);
-            t.run_count += 1;
-            starting.push((t.clone(), trigger, t.run_count));
-        }
-        Ok(starting)
-    })?;
-    for (task, trigger, number) in starting {
+            Ok(starting)
+        })?;
+    for (task, trigger, number, slot) in starting {
         host.scheduler
             .running
             .lock()
@@ -182,6 +194,7 @@ fn tick(host: &Arc<Host>) -> anyhow::Result<()> {
             .spawn(move || {
                 let id = task.id.clone();
                 run_and_keep(&h, task, trigger, number, now);
+                drop(slot);
                 h.scheduler
                     .running
                     .lock()

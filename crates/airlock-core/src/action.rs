@@ -144,7 +144,25 @@ pub struct ToolCallAction {
 pub struct TaskScheduleAction {
     /// Cron expression or RFC 3339 instant.
     pub schedule: String,
+    /// What every run is asked to do.
     pub prompt: String,
+    /// The schedule's time zone (an IANA name); absent: the host's `[tasks] time_zone`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+    /// Where each run's result goes (`telegram`, `telegram:<chat>`); absent: the run
+    /// history only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deliver_to: Option<String>,
+    /// Each run's budget, as `airlock tasks add --budget` takes it
+    /// (`tool_calls=20,output_tokens=20000`); absent: the per-session budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<String>,
+    /// The schedule in words, as the approver reads it (computed when proposed).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    /// The next runs when it was proposed, as dates in its time zone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub next_runs: Vec<String>,
 }
 
 /// Start a sub-agent: a session of its own under the proposing one, with `prompt` as its

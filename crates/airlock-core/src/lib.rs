@@ -27,6 +27,7 @@ pub mod policy;
 pub mod policy_probe;
 pub mod principal;
 pub mod provenance;
+pub mod schedule;
 pub mod terminal_text;
 #[cfg(feature = "testing")]
 pub mod testing;

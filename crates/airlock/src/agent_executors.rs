@@ -19,6 +19,7 @@ use airlock_agent::agent::{Executors, ToolOutput};
 use airlock_audit::AuditLog;
 use airlock_core::action::{
     AgentSpawnAction, ExecAction, FsWriteAction, MessageSendAction, NetRequestAction,
+    TaskScheduleAction,
 };
 use airlock_core::gate::{Approval, Session};
 use airlock_core::Authorized;
@@ -148,6 +149,67 @@ struct Shared {
     egress: Mutex<Option<Egress>>,
 }
 
+impl Shared {
+    /// Store the task `a` describes, proposed by this session, with its record.
+    fn schedule_task(&self, a: &TaskScheduleAction) -> anyhow::Result<String> {
+        use crate::tasks::{new_task, store};
+        let session = self
+            .store
+            .get_session(&self.session_id)
+            .map_err(|e| anyhow::anyhow!("cannot read session {}: {e}", self.session_id))?;
+        let taint = &session.gate.taint;
+        let budget = match &a.budget {
+            Some(b) => store::parse_budget(b)?,
+            None => Default::default(),
+        };
+        let now = crate::tasks::clock::now();
+        let task = new_task::make(
+            &self.cfg,
+            new_task::NewTask {
+                schedule: a.schedule.clone(),
+                time_zone: a.time_zone.clone(),
+                prompt: a.prompt.clone(),
+                deliver_to: a.deliver_to.clone(),
+                budget,
+                created_by: format!("agent:{}", self.session_id),
+                tainted: taint.is_tainted(),
+                taint_sources: taint
+                    .first_untrusted_source()
+                    .map(str::to_string)
+                    .into_iter()
+                    .collect(),
+                approval_timeout_secs: None,
+                missed: None,
+            },
+            now,
+        )?;
+        store::update(&self.home, |all| {
+            all.tasks.insert(task.id.clone(), task.clone());
+            Ok(())
+        })?;
+        let who = session.gate.attribution()?;
+        exec::lock(&self.audit)
+            .append(
+                airlock_audit::AuditEvent::by("task-added", &self.session_id, &who).with_detail(
+                    json!({"task": task.id, "schedule": task.schedule, "time_zone": task.time_zone,
+                           "prompt": task.prompt, "deliver_to": task.deliver_to,
+                           "created_by": task.created_by, "tainted": task.tainted,
+                           "taint_sources": task.taint_sources}),
+                ),
+            )
+            .map_err(|e| anyhow::anyhow!("the task was stored, but its record failed: {e}"))?;
+        let schedule = task.parsed()?;
+        Ok(format!(
+            "scheduled task {}: {}; next run {}",
+            task.id,
+            schedule.describe(),
+            task.state
+                .next_due
+                .map_or_else(|| "none".into(), |t| schedule.local(t))
+        ))
+    }
+}
+
 impl HostExecutors {
     /// Executors for `session_id`, whose workspace is `workspace` and whose Gate is `gate`.
     /// `audit` is this process's handle on the audit log for execution and proxy records.
@@ -266,6 +328,21 @@ impl Executors for HostExecutors {
         match &self.subagents {
             Some(s) => s.wait(id, timeout).await,
             None => ToolOutput::not_run(format!("there is no sub-agent `{id}` of this session")),
+        }
+    }
+
+    /// An allowed `task.schedule` becomes a task in the store. The session's taint at
+    /// this moment travels with it: a task proposed after untrusted content reads its
+    /// prompt as untrusted content in every run.
+    async fn schedule_task(&self, auth: Authorized<TaskScheduleAction>) -> ToolOutput {
+        let shared = self.shared.clone();
+        let made = tokio::task::spawn_blocking(move || shared.schedule_task(auth.action()))
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .and_then(|r| r);
+        match made {
+            Ok(text) => ToolOutput::ok(text),
+            Err(e) => ToolOutput::error(format!("the task was not scheduled: {e:#}")),
         }
     }
 

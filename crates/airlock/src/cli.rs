@@ -97,6 +97,10 @@ pub enum Command {
     /// Standing grants made by approvals: list them, revoke one or all.
     #[command(subcommand)]
     Grants(cmd::grants::GrantsCommand),
+    /// Scheduled tasks the host runs: add, list, show, pause, resume, run-now, cancel,
+    /// history (docs/tasks.md).
+    #[command(subcommand)]
+    Tasks(cmd::tasks::TasksCommand),
     /// The kill switch: stop a session (or all), its sandboxes, approvals, grants and egress.
     Kill(cmd::kill::KillArgs),
     /// Print a one-time login link for the host's web page (it works once, within a
@@ -287,6 +291,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Memory(c) => cmd::memory::run(c),
         Command::Grants(c) => cmd::grants::run(c),
         Command::Kill(a) => cmd::kill::run(a),
+        Command::Tasks(c) => cmd::tasks::run(c),
         Command::Web(a) => cmd::web::run(a),
         Command::Net(c) => cmd::net::run(c),
         Command::Secret(c) => cmd::secret::run(c),

@@ -43,6 +43,84 @@ pub struct Config {
     /// The web page `airlock serve` serves (`docs/web.md`); off unless `listen` is set.
     #[serde(default)]
     pub web: WebSection,
+    /// Scheduled tasks (`docs/tasks.md`).
+    #[serde(default)]
+    pub tasks: TasksSection,
+}
+
+/// `[tasks]`: the scheduler's limits and defaults (`docs/tasks.md`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TasksSection {
+    /// The shortest time between two runs of a recurring task; a schedule that fires
+    /// more often is refused, whoever proposes it.
+    #[serde(default = "default_min_interval_secs")]
+    pub min_interval_secs: u64,
+    /// Failed runs in a row after which a task pauses itself and the owner is told.
+    #[serde(default = "default_max_failures")]
+    pub max_failures: u32,
+    /// The wait after a first failure, doubled with each further one.
+    #[serde(default = "default_backoff_base_secs")]
+    pub backoff_base_secs: u64,
+    /// The longest wait after failures.
+    #[serde(default = "default_backoff_max_secs")]
+    pub backoff_max_secs: u64,
+    /// Runs missed while no host ran: `run_once` at the start, or `skip`.
+    #[serde(default)]
+    pub missed: crate::tasks::plan::Missed,
+    /// How long an action held during a run waits for the owner before it is denied,
+    /// unless the task says otherwise.
+    #[serde(default = "default_task_approval_timeout_secs")]
+    pub approval_timeout_secs: u64,
+    /// The time zone of a task that names none (an IANA name).
+    #[serde(default = "default_task_zone")]
+    pub time_zone: String,
+}
+
+impl Default for TasksSection {
+    fn default() -> Self {
+        TasksSection {
+            min_interval_secs: default_min_interval_secs(),
+            max_failures: default_max_failures(),
+            backoff_base_secs: default_backoff_base_secs(),
+            backoff_max_secs: default_backoff_max_secs(),
+            missed: Default::default(),
+            approval_timeout_secs: default_task_approval_timeout_secs(),
+            time_zone: default_task_zone(),
+        }
+    }
+}
+
+impl TasksSection {
+    /// The scheduler's rules.
+    pub fn rules(&self) -> crate::tasks::plan::Rules {
+        use std::time::Duration;
+        crate::tasks::plan::Rules {
+            min_interval: Duration::from_secs(self.min_interval_secs),
+            max_failures: self.max_failures.max(1),
+            backoff_base: Duration::from_secs(self.backoff_base_secs.max(1)),
+            backoff_max: Duration::from_secs(self.backoff_max_secs.max(1)),
+        }
+    }
+}
+
+fn default_min_interval_secs() -> u64 {
+    300
+}
+fn default_max_failures() -> u32 {
+    3
+}
+fn default_backoff_base_secs() -> u64 {
+    60
+}
+fn default_backoff_max_secs() -> u64 {
+    6 * 3600
+}
+fn default_task_approval_timeout_secs() -> u64 {
+    600
+}
+fn default_task_zone() -> String {
+    "UTC".into()
 }
 
 /// `[web]`: where `airlock serve` serves the web page. Without `listen` there is no web

@@ -35,5 +35,6 @@ pub mod runtime;
 pub mod sandbox_helper;
 pub mod service;
 pub mod subagents;
+pub mod tasks;
 pub mod transaction;
 pub mod web;

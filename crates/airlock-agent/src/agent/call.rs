@@ -217,6 +217,11 @@ impl Agent<'_> {
                     None => Ok(Some(Outcome::Killed)),
                 };
             }
+            PlannedCall::ScheduleTask(a) => {
+                let t = authorized!(a);
+                self.execute(&id, self.executors.schedule_task(t), timeout)
+                    .await?
+            }
         };
         match output {
             Some(o) => {

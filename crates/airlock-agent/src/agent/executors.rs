@@ -11,6 +11,7 @@ use async_trait::async_trait;
 
 use airlock_core::action::{
     AgentSpawnAction, ExecAction, FsWriteAction, MessageSendAction, NetRequestAction,
+    TaskScheduleAction,
 };
 use airlock_core::Authorized;
 
@@ -94,6 +95,12 @@ pub trait Executors: Send + Sync {
         _timeout: Duration,
     ) -> Option<ToolOutput> {
         None
+    }
+
+    /// Make the scheduled task the Gate (and the owner) let through. `None`-like default:
+    /// this host keeps no scheduled tasks, and the tool says so.
+    async fn schedule_task(&self, _auth: Authorized<TaskScheduleAction>) -> ToolOutput {
+        ToolOutput::not_run("this host keeps no scheduled tasks; run the session in `airlock serve`'s host or with `airlock run`")
     }
 
     /// The memory of this session's namespace; `None` (the default) when the host keeps

@@ -81,6 +81,36 @@ pub fn preview(call: &PlannedCall) -> ApprovalPreview {
                 MAX_PREVIEW_BYTES / 2,
             ),
         },
+        // Everything the owner agrees to: when it runs (in words and as dates), what each
+        // run is asked, where the result goes, and what each run may spend.
+        PlannedCall::ScheduleTask(a) => {
+            let mut lines = vec![
+                format!("schedule a task: {}", a.description),
+                format!(
+                    "  schedule:    {} ({})",
+                    a.schedule,
+                    a.time_zone.as_deref().unwrap_or("the host's time zone")
+                ),
+            ];
+            for (i, r) in a.next_runs.iter().enumerate() {
+                lines.push(format!(
+                    "  {:<12} {r}",
+                    if i == 0 { "next runs:" } else { "" }
+                ));
+            }
+            lines.push(format!(
+                "  deliver to:  {}",
+                a.deliver_to.as_deref().unwrap_or("the run history")
+            ));
+            lines.push(format!(
+                "  budget:      {} per run; every run also counts against the per-day budget",
+                a.budget.as_deref().unwrap_or("the per-session budget")
+            ));
+            lines.push(format!("  prompt:      {}", a.prompt));
+            ApprovalPreview::Other {
+                summary: cap(lines.join("\n"), MAX_PREVIEW_BYTES / 2),
+            }
+        }
         PlannedCall::Memory(m) => ApprovalPreview::Other {
             summary: cap(
                 serde_json::to_string(&m.action()).unwrap_or_default(),

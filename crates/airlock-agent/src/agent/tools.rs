@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use airlock_core::action::{
     AgentSpawnAction, ExecAction, FsWriteAction, MessageAttachment, MessageSendAction,
-    NetRequestAction, PathAction,
+    NetRequestAction, PathAction, TaskScheduleAction,
 };
 use airlock_core::{Action, IntoAction};
 
@@ -68,6 +68,8 @@ pub enum PlannedCall {
     Memory(super::memory_tools::MemoryPlan),
     /// `spawn_agent`: a child session, with the tools it will have filled in.
     SpawnAgent(AgentSpawnAction),
+    /// `schedule_task`: a task the host runs on a schedule, held for the owner.
+    ScheduleTask(TaskScheduleAction),
 }
 
 impl PlannedCall {
@@ -82,6 +84,7 @@ impl PlannedCall {
             PlannedCall::SendMessage(a) => a.to_action(),
             PlannedCall::Memory(m) => m.action(),
             PlannedCall::SpawnAgent(a) => a.to_action(),
+            PlannedCall::ScheduleTask(a) => a.to_action(),
         }
     }
 }
@@ -124,6 +127,57 @@ struct FetchArgs {
     method: Option<String>,
     #[serde(default)]
     body: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScheduleArgs {
+    schedule: String,
+    prompt: String,
+    #[serde(default)]
+    time_zone: Option<String>,
+    #[serde(default)]
+    deliver_to: Option<String>,
+    #[serde(default)]
+    budget: Option<String>,
+}
+
+/// Runs an approver is shown for a proposed schedule.
+const SHOWN_RUNS: usize = 3;
+
+/// The time zone of a proposed schedule that names none.
+pub const DEFAULT_TASK_ZONE: &str = "UTC";
+
+/// A `schedule_task` call as a `task.schedule` action: the schedule is checked now, and
+/// its description and next runs (from `now`, unix seconds) are part of what the owner
+/// approves.
+fn planned_schedule(a: ScheduleArgs, now: i64) -> Result<PlannedCall, String> {
+    use airlock_core::schedule::Schedule;
+    let zone = a
+        .time_zone
+        .clone()
+        .unwrap_or_else(|| DEFAULT_TASK_ZONE.into());
+    let schedule = Schedule::parse(&a.schedule, &zone).map_err(|e| e.to_string())?;
+    let next_runs: Vec<String> = schedule
+        .next_runs(now, SHOWN_RUNS)
+        .into_iter()
+        .map(|t| schedule.local(t))
+        .collect();
+    if next_runs.is_empty() {
+        return Err(format!(
+            "{} is in the past\nhelp: give a time to come, or a cron expression",
+            a.schedule
+        ));
+    }
+    Ok(PlannedCall::ScheduleTask(TaskScheduleAction {
+        schedule: schedule.spec(),
+        prompt: a.prompt,
+        time_zone: Some(zone),
+        deliver_to: a.deliver_to.filter(|d| !d.is_empty()),
+        budget: a.budget.filter(|b| !b.is_empty()),
+        description: schedule.describe(),
+        next_runs,
+    }))
 }
 
 #[derive(Deserialize)]
@@ -285,6 +339,13 @@ pub fn plan(
                 attachment,
             }))
         }
+        "schedule_task" => {
+            let a: ScheduleArgs = parse_args(&call.name, args)?;
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            planned_schedule(a, now)
+        }
         name if super::memory_tools::is_memory_tool(name) => {
             super::memory_tools::plan(name, args).map(PlannedCall::Memory)
         }
@@ -331,7 +392,7 @@ fn parse_args<T: serde::de::DeserializeOwned>(tool: &str, args: Value) -> Result
 }
 
 /// Names of the built-in tools.
-pub const TOOL_NAMES: [&str; 7] = [
+pub const TOOL_NAMES: [&str; 8] = [
     "shell",
     "read_file",
     "write_file",
@@ -339,6 +400,7 @@ pub const TOOL_NAMES: [&str; 7] = [
     "list_dir",
     "fetch",
     "send_message",
+    "schedule_task",
 ];
 
 /// The definitions sent to the model with every request: the built-in tools, the memory
@@ -394,5 +456,51 @@ fn builtin_definitions() -> Vec<ToolDefinition> {
             "Send a message, optionally with a workspace file (`file`, a path in the workspace, at most 8 MiB). An empty destination (or \"owner\") replies in this conversation.",
             json!({"type": "object", "properties": {"destination": string, "text": string, "file": string}}),
         ),
+        def(
+            "schedule_task",
+            "Propose a task the host runs on a schedule, each run a new session given `prompt`. `schedule` is a cron expression (`0 8 * * MON-FRI`) or a time (`2026-12-05 08:00`); `time_zone` an IANA name (default UTC); `deliver_to` a chat channel for the result (`telegram`); `budget` each run's limits (`tool_calls=20,output_tokens=20000`). The owner approves it before it exists.",
+            json!({"type": "object", "properties": {"schedule": string, "prompt": string, "time_zone": string, "deliver_to": string, "budget": string}, "required": ["schedule", "prompt"]}),
+        ),
     ]
+}
+
+#[cfg(test)]
+mod schedule_tests {
+    use super::*;
+
+    #[test]
+    fn a_proposed_schedule_carries_its_words_and_next_runs_into_the_action() {
+        let args = ScheduleArgs {
+            schedule: "0 8 * * *".into(),
+            prompt: "summarise my inbox".into(),
+            time_zone: Some("Europe/Berlin".into()),
+            deliver_to: Some("telegram".into()),
+            budget: Some("tool_calls=5".into()),
+        };
+        // 2026-03-28T00:00:00Z: the runs cross the change to summer time.
+        let PlannedCall::ScheduleTask(a) = planned_schedule(args, 1_774_656_000).unwrap() else {
+            panic!("not a schedule");
+        };
+        assert_eq!(a.next_runs.len(), 3);
+        assert!(
+            a.next_runs[0].starts_with("Sat 2026-03-28 08:00 CET"),
+            "{:?}",
+            a.next_runs
+        );
+        assert!(
+            a.next_runs[1].starts_with("Sun 2026-03-29 08:00 CEST"),
+            "{:?}",
+            a.next_runs
+        );
+        assert!(a.description.contains("08:00"), "{}", a.description);
+        let bad = ScheduleArgs {
+            schedule: "every morning".into(),
+            prompt: "x".into(),
+            time_zone: None,
+            deliver_to: None,
+            budget: None,
+        };
+        let e = planned_schedule(bad, 0).unwrap_err();
+        assert!(e.contains("help: write five fields"), "{e}");
+    }
 }

@@ -263,7 +263,7 @@ fn preview_lines(p: &ApprovalPreview) -> Vec<String> {
             v.extend(escape_block(text).into_iter().map(|l| format!("  {l}")));
             v
         }
-        ApprovalPreview::Other { summary } => vec![escape_line(summary)],
+        ApprovalPreview::Other { summary } => escape_block(summary),
     }
 }
 

@@ -58,6 +58,9 @@ fn print(report: &KillReport, all: bool) -> anyhow::Result<i32> {
     if let Some(n) = report.grants_revoked {
         crate::out!("{n} standing grant(s) revoked");
     }
+    if let Some(n) = report.tasks_paused {
+        crate::out!("{n} scheduled task(s) paused; `airlock tasks resume <id>` starts each again");
+    }
     let mut failures = 0;
     for k in &report.killed {
         crate::out!(

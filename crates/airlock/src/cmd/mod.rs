@@ -21,4 +21,5 @@ pub mod sandbox;
 pub mod secret;
 pub mod serve;
 pub mod service;
+pub mod tasks;
 pub mod web;

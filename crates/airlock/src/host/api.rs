@@ -94,6 +94,10 @@ pub fn router(host: Arc<Host>) -> Router {
         .route("/v1/memory/act", post(memory_act_route))
         .route("/v1/web/login", post(web_login_route))
         .route("/v1/web/enroll", post(web_enrol_route))
+        .route("/v1/tasks", get(list_tasks_route))
+        .route("/v1/tasks/add", post(add_task_route))
+        .route("/v1/tasks/act", post(task_act_route))
+        .route("/v1/tasks/history", post(task_history_route))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -368,6 +372,48 @@ async fn memory_act_route(
         .unwrap_or_default();
     tracing::info!(act = %kind, "memory change through the host");
     serve_blocking(&host, act, crate::service::memory::act).await
+}
+
+/// Every scheduled task, as `airlock tasks list` shows them.
+async fn list_tasks_route(
+    State(host): State<Arc<Host>>,
+) -> Result<Json<crate::service::tasks::Listing>, ApiError> {
+    serve_blocking(&host, (), crate::service::tasks::list).await
+}
+
+/// Add a task for the owner: the same service as `airlock tasks add` embedded. The
+/// scheduler sees it at its next tick.
+async fn add_task_route(
+    State(host): State<Arc<Host>>,
+    body: Bytes,
+) -> Result<Json<crate::service::tasks::TaskView>, ApiError> {
+    let input: crate::service::tasks::AddInput = parse(&body)?;
+    tracing::info!("adding a task through the host");
+    serve_blocking(&host, input, crate::service::tasks::add).await
+}
+
+/// Show, pause, resume, run now or cancel a task.
+async fn task_act_route(
+    State(host): State<Arc<Host>>,
+    body: Bytes,
+) -> Result<Json<crate::service::tasks::TaskView>, ApiError> {
+    let input: crate::service::tasks::TaskAct = parse(&body)?;
+    tracing::info!(task = %input.id, act = ?input.act, "a task act through the host");
+    let answer = serve_blocking(&host, input, crate::service::tasks::act).await;
+    host.scheduler.wake();
+    answer
+}
+
+/// A task's run history (the id as a JSON string).
+async fn task_history_route(
+    State(host): State<Arc<Host>>,
+    body: Bytes,
+) -> Result<Json<Vec<crate::tasks::store::Run>>, ApiError> {
+    let id: String = parse(&body)?;
+    serve_blocking(&host, id, |home, id: &String| {
+        crate::service::tasks::history(home, id)
+    })
+    .await
 }
 
 /// A one-time login link for the web page (`airlock web`): only the operator reaches this

@@ -228,6 +228,56 @@ enum Kind {
     Webhook,
 }
 
+/// The chat channels running in this host, by name, for what the host says on its own
+/// (a scheduled task's result): only ever to the channel's paired owner chat.
+#[derive(Default)]
+pub struct Outbox {
+    running: Mutex<HashMap<&'static str, std::sync::Weak<Running>>>,
+}
+
+impl Outbox {
+    fn register(&self, running: &Arc<Running>) {
+        self.running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(running.name, Arc::downgrade(running));
+    }
+
+    /// Send `text` to the owner's chat on `channel`; `chat`, when given, must be that chat
+    /// (or a thread of it). The chat it went to (`telegram:<chat>`).
+    pub fn send_to_owner(
+        &self,
+        channel: &str,
+        chat: Option<&str>,
+        text: &str,
+    ) -> anyhow::Result<String> {
+        let running = self
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(channel)
+            .and_then(std::sync::Weak::upgrade)
+            .ok_or_else(|| {
+                anyhow::anyhow!("the {channel} channel is not running in this host\nhelp: add it with `airlock channel add {channel}` and restart the host")
+            })?;
+        let state = channels::read_state(&running.host.home, running.name)?;
+        let Some(own) = state.owner_chat.clone() else {
+            anyhow::bail!("the {channel} channel has no paired owner chat\nhelp: pair it with `airlock channel pair {channel}`");
+        };
+        let to = ChatId(chat.unwrap_or(&own).to_string());
+        if !is_owner_chat(&to, &state) {
+            anyhow::bail!(
+                "{channel}:{} is not the owner's chat; a task's result only goes to the owner",
+                to.0
+            );
+        }
+        running
+            .paced(&to, || running.channel.send(&to, text))
+            .map_err(|e| anyhow::anyhow!("{channel}: {e}"))?;
+        Ok(format!("{channel}:{}", to.0))
+    }
+}
+
 /// Start every configured channel (called once the host serves). A channel whose token
 /// or config is wrong is logged and left out; the host runs without it.
 pub fn start(host: &Arc<Host>) {
@@ -393,6 +443,7 @@ fn start_chat(host: &Arc<Host>, kind: &'static str, c: channels::ChatConfig) {
         pacer: OutboundPacer::new(Duration::from_millis(c.send_interval_ms)),
         asking: Default::default(),
     });
+    host.outbox.register(&running);
     tracing::info!(channel = kind, base_url = %c.base_url(kind), "listening");
     tokio::spawn(poll(running, move |r| {
         // Where Telegram's update stream stopped, kept for the next host (the socket

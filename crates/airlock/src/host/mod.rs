@@ -22,6 +22,7 @@ pub mod lock;
 pub mod pool;
 pub mod rate;
 pub mod recovery;
+pub mod scheduler;
 pub mod sessions;
 pub mod socket;
 pub mod warm;
@@ -57,6 +58,10 @@ pub struct Host {
     pub audit: Arc<audit_writer::HostAudit>,
     /// Sandboxes built ahead of runs (`[host] sandbox_pool`).
     pub pool: Arc<pool::SandboxPool>,
+    /// Scheduled tasks: the runs in flight and the bell that wakes the scheduler.
+    pub scheduler: scheduler::Scheduler,
+    /// The chat channels running here, for what the host sends on its own.
+    pub outbox: channels::Outbox,
 }
 
 impl Host {
@@ -110,6 +115,8 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
         web,
         audit,
         pool: pool::SandboxPool::new(),
+        scheduler: Default::default(),
+        outbox: Default::default(),
     });
     host.pool.start_builder(home.clone(), {
         let host = host.clone();
@@ -134,7 +141,9 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
     let deadline = std::time::Instant::now() + STOP_GRACE;
     loop {
         host.live.close_idle(true);
-        let idle = host.admission.counts() == (0, 0) && host.sessions.running() == 0;
+        let idle = host.admission.counts() == (0, 0)
+            && host.sessions.running() == 0
+            && host.scheduler.runs_in_flight() == 0;
         if idle || std::time::Instant::now() >= deadline {
             break;
         }
@@ -184,6 +193,7 @@ async fn run(host: Arc<Host>) -> anyhow::Result<()> {
     )?;
     tracing::info!(socket = %path.display(), pid = std::process::id(), "serving");
     channels::start(&host);
+    scheduler::start(&host)?;
 
     std::thread::Builder::new()
         .name("airlock-session-sweep".into())

@@ -71,6 +71,9 @@ pub struct KillInput {
 pub struct KillReport {
     /// Standing grants revoked first (`all` only).
     pub grants_revoked: Option<usize>,
+    /// Scheduled tasks paused (`all` only); each waits for the owner's resume.
+    #[serde(default)]
+    pub tasks_paused: Option<usize>,
     /// How many sessions and run dirs `all` went through.
     pub targets: usize,
     pub killed: Vec<SessionKilled>,
@@ -122,6 +125,28 @@ pub fn kill_sessions_as(
     let store = open_store(home).map_err(fault)?;
     let mut log = runtime::open_audit(home, &cfg).map_err(fault)?;
     let run_root = home.state.join("run");
+
+    // Schedules stop first, so no task run starts while the sessions are being killed;
+    // they stay paused until the owner resumes each one.
+    let tasks_paused = if input.all {
+        let ids = crate::service::tasks::pause_all_for_kill(home).map_err(fault)?;
+        log.append(
+            AuditEvent::by(
+                "tasks-paused",
+                crate::config_audit::CONFIG_SESSION,
+                &who.attribution(),
+            )
+            .with_detail(json!({"decided_by": who.detail(), "by": "kill --all", "tasks": ids})),
+        )
+        .map_err(|e| {
+            fault(anyhow::anyhow!(
+                "the tasks were paused, but their record failed: {e}"
+            ))
+        })?;
+        Some(ids.len())
+    } else {
+        None
+    };
 
     let targets: Vec<String> = if input.all {
         let mut ids = BTreeSet::new();
@@ -201,6 +226,7 @@ pub fn kill_sessions_as(
     log.close().map_err(|e| fault(anyhow::anyhow!("{e}")))?;
     Ok(KillReport {
         grants_revoked,
+        tasks_paused,
         targets: targets.len(),
         killed,
         kill_wait_ms: KILL_WAIT.as_millis() as u64,

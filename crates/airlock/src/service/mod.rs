@@ -16,6 +16,7 @@ pub mod kill;
 pub mod memory;
 pub mod replay;
 pub mod status;
+pub mod tasks;
 
 /// An error that is the serving side's fault (its store, audit log or config failed), not
 /// the caller's: the host answers it with a 500, where a request it cannot carry out (an

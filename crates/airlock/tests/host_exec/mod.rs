@@ -14,6 +14,7 @@ mod browser;
 mod chat_platforms;
 mod pool;
 mod sessions;
+mod tasks;
 mod telegram;
 mod web;
 mod web_remote;

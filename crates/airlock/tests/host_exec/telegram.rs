@@ -16,7 +16,7 @@ use super::super::{audit_records, verify};
 use super::{channel_decisions, init, wait_for};
 
 const TOKEN: &str = "123456:fake-bot-token";
-const OWNER: i64 = 4242;
+pub(super) const OWNER: i64 = 4242;
 const STRANGER: i64 = 6666;
 
 fn secret(f: &Fixture, name: &str, value: &str, host: &str, scheme: &str) -> std::process::Output {
@@ -45,7 +45,7 @@ pub(super) fn start_host(f: &Fixture) -> Host {
 }
 
 /// The owner sends the pairing code from their own chat; the host answers there.
-fn pair_owner(fake: &FakeTelegram, code: &str) {
+pub(super) fn pair_owner(fake: &FakeTelegram, code: &str) {
     fake.push_message(OWNER, OWNER, "owner", &format!("/start {code}"));
     fake.wait_for("sendMessage", |b| b["chat_id"] == OWNER);
 }
@@ -77,7 +77,11 @@ fn sent_id(body: &serde_json::Value) -> String {
 /// `airlock init` with the scripted model as `[provider]`, a fake Bot API, the token
 /// stored bound to it, the channel added (after a token bound elsewhere is refused) and a
 /// pairing code made: the fake and the code.
-fn configure(f: &Fixture, model: &ScriptedModel, extra: &[&str]) -> (FakeTelegram, String) {
+pub(super) fn configure(
+    f: &Fixture,
+    model: &ScriptedModel,
+    extra: &[&str],
+) -> (FakeTelegram, String) {
     init(
         f,
         &format!(

@@ -1,0 +1,479 @@
+//! The host's scheduler: it wakes every [`TICK`] (or when a command changed a task),
+//! starts the runs that are due ([`crate::tasks::plan`] decides), and keeps each run's
+//! outcome, usage, held actions and audit range in the task's history.
+//!
+//! Each run is a session of its own, in this process, like a chat's turn:
+//! - the record that starts it, `task-run-start`, is by `system:scheduler` on behalf of
+//!   the task's owner; everything the model proposes in it is by `agent:<run-session>`,
+//!   as in any session;
+//! - its budget is the task's per-run budget (counters it leaves out fall back to
+//!   `[budget] per_session`), and every run counts against the owner's per-day budget;
+//! - an action held during the run waits in the approvals queue for the task's approval
+//!   timeout and is then denied; the model goes on without it, and the run's history
+//!   lists what was held and what became of it;
+//! - a task proposed by a tainted session gives its prompt to every run as untrusted
+//!   content, so every run is tainted from its first step;
+//! - the kill switch pauses every task (`crate::service::kill`) and kills the running
+//!   ones' sessions with the rest.
+//!
+//! Results go to the run history (`airlock tasks history`) and, with `deliver_to`, to the
+//! owner's chat on that channel (never another chat), through the running channel; a
+//! task that pauses itself after failures says so there too.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+
+use airlock_agent::agent::{Outcome, TurnInput};
+use airlock_audit::AuditEvent;
+use airlock_core::{Attribution, Principal, Via};
+use airlock_store::{ApprovalStatus, BudgetStore, SessionStore, Timestamp};
+
+use super::Host;
+use crate::agent_host::{provider_config, AgentHost, HostOptions};
+use crate::service::caller::Notices;
+use crate::tasks::plan::{self, AfterRun, RunEnd, Trigger};
+use crate::tasks::store::{self, Held, Run, RunUsage, Task};
+
+/// How often the scheduler looks for due tasks.
+pub const TICK: Duration = Duration::from_secs(1);
+
+/// Longest report kept in a run's history.
+const MAX_REPORT_BYTES: usize = 8 * 1024;
+
+use crate::tasks::clock::now;
+
+/// The scheduler's shared state: its wake-up bell and the tasks running now.
+#[derive(Default)]
+pub struct Scheduler {
+    bell: Mutex<bool>,
+    rung: Condvar,
+    running: Mutex<HashSet<String>>,
+}
+
+impl Scheduler {
+    /// Look at the tasks now rather than at the next tick (a command changed one).
+    pub fn wake(&self) {
+        *self.bell.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.rung.notify_all();
+    }
+
+    /// Task runs under way.
+    pub fn runs_in_flight(&self) -> usize {
+        self.running.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    fn sleep(&self) {
+        let guard = self.bell.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut rung, _) = self
+            .rung
+            .wait_timeout_while(guard, TICK, |rung| !*rung)
+            .unwrap_or_else(|p| p.into_inner());
+        *rung = false;
+    }
+}
+
+/// Start the scheduler's thread (once the host serves).
+pub fn start(host: &Arc<Host>) -> anyhow::Result<()> {
+    catch_up(host)?;
+    let host = host.clone();
+    std::thread::Builder::new()
+        .name("airlock-scheduler".into())
+        .spawn(move || loop {
+            if host.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            if let Err(e) = tick(&host) {
+                tracing::error!(error = %format!("{e:#}"), "the scheduler's tick failed");
+            }
+            host.scheduler.sleep();
+        })?;
+    Ok(())
+}
+
+/// At the start: runs missed while no host ran run once now or are skipped, as each
+/// task says; recorded when any were.
+fn catch_up(host: &Host) -> anyhow::Result<()> {
+    let now = now();
+    let missed: Vec<(String, &'static str)> = store::update(&host.home, |all| {
+        let mut missed = Vec::new();
+        for t in all.tasks.values_mut() {
+            let Ok(schedule) = t.parsed() else { continue };
+            if plan::on_start(&mut t.state, &schedule, t.missed, now) {
+                missed.push((
+                    t.id.clone(),
+                    match t.missed {
+                        plan::Missed::RunOnce => "run once now",
+                        plan::Missed::Skip => "skipped",
+                    },
+                ));
+            }
+        }
+        Ok(missed)
+    })?;
+    for (task, what) in missed {
+        record(
+            host,
+            "scheduler",
+            "task-runs-missed",
+            json!({"task": task, "missed_runs": what}),
+        );
+    }
+    Ok(())
+}
+
+fn record(host: &Host, session: &str, kind: &str, detail: serde_json::Value) {
+    if let Err(e) = append(host, session, kind, detail) {
+        tracing::error!(error = %format!("{e:#}"), kind, "a scheduler record failed");
+    }
+}
+
+/// Append a record by `system:scheduler` on the owner's behalf; its sequence number.
+fn append(
+    host: &Host,
+    session: &str,
+    kind: &str,
+    detail: serde_json::Value,
+) -> anyhow::Result<u64> {
+    let log = host.audit.log(&host.warm.config())?;
+    let who = Attribution::system("scheduler", Principal::Owner, Via::internal());
+    let receipt = crate::service::exec::lock(&log)
+        .append(AuditEvent::by(kind, session, &who).with_detail(detail))
+        .map_err(|e| anyhow::anyhow!("the scheduler's `{kind}` record failed: {e}"))?;
+    Ok(receipt.seq)
+}
+
+/// Start every run that is due now.
+fn tick(host: &Arc<Host>) -> anyhow::Result<()> {
+    let now = now();
+    let busy: HashSet<String> = host
+        .scheduler
+        .running
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let due = |t: &Task| !busy.contains(&t.id) && plan::due(&t.state, now).is_some();
+    // Read first: the file is rewritten only when something starts.
+    if !store::read(&host.home)?.tasks.values().any(due) {
+        return Ok(());
+    }
+    let starting: Vec<(Task, Trigger, u64, super::exec::SessionSlot)> =
+        store::update(&host.home, |all| {
+            let mut starting = Vec::new();
+            for t in all.tasks.values_mut() {
+                if busy.contains(&t.id) {
+                    continue;
+                }
+                let Some(trigger) = plan::due(&t.state, now) else {
+                    continue;
+                };
+                let Ok(schedule) = t.parsed() else { continue };
+                // A run is a session like any other: past `[host] max_sessions` it waits
+                // for the next tick, still due.
+                let Some(slot) = host.sessions.enter() else {
+                    tracing::info!(task = %t.id, "a due task waits for a session slot");
+                    break;
+                };
+                plan::started(&mut t.state, &schedule, trigger, now);
+                t.run_count += 1;
+                starting.push((t.clone(), trigger, t.run_count, slot));
+            }
+            Ok(starting)
+        })?;
+    for (task, trigger, number, slot) in starting {
+        host.scheduler
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(task.id.clone());
+        let h = host.clone();
+        std::thread::Builder::new()
+            .name("airlock-task-run".into())
+            .spawn(move || {
+                let id = task.id.clone();
+                run_and_keep(&h, task, trigger, number, now);
+                drop(slot);
+                h.scheduler
+                    .running
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
+            })?;
+    }
+    Ok(())
+}
+
+/// Run `task` once and keep what happened.
+fn run_and_keep(host: &Host, task: Task, trigger: Trigger, number: u64, started_at: i64) {
+    let mut run = Run {
+        number,
+        session: String::new(),
+        trigger,
+        started_at,
+        ended_at: None,
+        outcome: String::new(),
+        ok: false,
+        tainted: task.tainted,
+        usage: RunUsage::default(),
+        audit_from: None,
+        audit_to: None,
+        held: Vec::new(),
+        report: String::new(),
+        delivered: None,
+    };
+    if let Err(e) = run_once(host, &task, &mut run) {
+        run.outcome = format!("failed: {e:#}");
+        run.ok = false;
+    }
+    let ended = now().max(started_at);
+    run.ended_at = Some(ended);
+    let session = if run.session.is_empty() {
+        "scheduler".to_string()
+    } else {
+        run.session.clone()
+    };
+    match append(
+        host,
+        &session,
+        "task-run-end",
+        json!({"task": task.id, "run": number, "outcome": run.outcome, "ok": run.ok,
+               "tainted": run.tainted, "usage": run.usage, "held": run.held}),
+    ) {
+        Ok(seq) => run.audit_to = Some(seq),
+        Err(e) => tracing::error!(error = %format!("{e:#}"), "the run's end record failed"),
+    }
+    let rules = host.warm.config().tasks.rules();
+    let end = if run.ok {
+        RunEnd::Succeeded
+    } else {
+        RunEnd::Failed
+    };
+    let after = store::update(&host.home, |all| {
+        let t = all.get_mut(&task.id)?;
+        let schedule = t.parsed()?;
+        let after = plan::finished(&mut t.state, &schedule, &rules, end, started_at, ended);
+        store::push_run(t, run.clone());
+        Ok(after)
+    });
+    match after {
+        Ok(AfterRun::AutoPaused) => {
+            let help = format!(
+                "see `airlock tasks history {}`, then `airlock tasks resume {}`",
+                task.id, task.id
+            );
+            let told = task.deliver_to.as_deref().map(|d| {
+                deliver(
+                    host,
+                    d,
+                    &format!(
+                        "Task {} failed {} times in a row and is paused: {}\n{help}",
+                        task.id, rules.max_failures, run.outcome
+                    ),
+                )
+            });
+            record(
+                host,
+                &session,
+                "task-auto-paused",
+                json!({"task": task.id, "failures": rules.max_failures, "help": help,
+                       "owner_told": told}),
+            )
+        }
+        Ok(AfterRun::BackedOff(wait)) => {
+            tracing::warn!(task = %task.id, wait_secs = wait.as_secs(), "a task run failed; backing off")
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::error!(task = %task.id, error = %format!("{e:#}"), "keeping a run's outcome")
+        }
+    }
+}
+
+/// One run: a new session, its start record, one turn, and what it spent and held.
+fn run_once(host: &Host, task: &Task, run: &mut Run) -> anyhow::Result<()> {
+    let home = &host.home;
+    let mut cfg = (*host.warm.current_config()).clone();
+    // The task's own budget per run; every run also counts against the owner's day.
+    let b = &task.budget;
+    let per_session = &mut cfg.budget.per_session;
+    per_session.turns = b.turns.or(per_session.turns);
+    per_session.input_tokens = b.input_tokens.or(per_session.input_tokens);
+    per_session.output_tokens = b.output_tokens.or(per_session.output_tokens);
+    per_session.tool_calls = b.tool_calls.or(per_session.tool_calls);
+    per_session.wall_ms = b.wall_ms.or(per_session.wall_ms);
+    per_session.cost_micros = b.cost_micros.or(per_session.cost_micros);
+    let provider_cfg = provider_config(home, &cfg, Default::default())?;
+    let notes = crate::service::caller::Attachable::new();
+    let mut agent = AgentHost::open(
+        home.clone(),
+        cfg,
+        &provider_cfg,
+        HostOptions {
+            session: None,
+            approval_timeout: Some(task.approval_timeout_secs),
+            profile: None,
+            channel: "scheduler".into(),
+            messages_to: Some(Notices::Attachable(notes.clone())),
+            notices: Notices::Attachable(notes.clone()),
+            workspace: None,
+            egress: Default::default(),
+            child: None,
+        },
+    )?;
+    run.session = agent.session_id.clone();
+    let start = append(
+        host,
+        &run.session,
+        "task-run-start",
+        json!({"task": task.id, "run": run.number, "trigger": run.trigger,
+               "created_by": task.created_by, "tainted": task.tainted,
+               "budget_per_run": store::budget_words(&task.budget)}),
+    );
+    run.audit_from = match start {
+        Ok(seq) => Some(seq),
+        Err(e) => {
+            let _ = agent.close();
+            return Err(e);
+        }
+    };
+    let source = format!(
+        "a scheduled task ({}) proposed after untrusted content",
+        task.id
+    );
+    let input = if task.tainted {
+        TurnInput::Untrusted {
+            source: &source,
+            text: &task.prompt,
+        }
+    } else {
+        TurnInput::Owner(&task.prompt)
+    };
+    let report = agent.run_turn_from(input, None);
+    let spent = agent
+        .store()
+        .budget_state(&run.session, Timestamp::now())
+        .map(|s| s.session)
+        .ok();
+    let held_ids: Vec<String> = report
+        .as_ref()
+        .map(|r| {
+            r.tool_calls
+                .iter()
+                .filter_map(|c| c.approval_id.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    run.held = held_actions(home, &held_ids);
+    run.tainted = agent
+        .store()
+        .get_session(&run.session)
+        .map(|s| s.gate.taint.is_tainted())
+        .unwrap_or(task.tainted);
+    let notes = notes.take();
+    agent.close()?;
+    let report = report?;
+    if let Some(u) = spent {
+        run.usage = RunUsage {
+            model_calls: u64::from(report.model_calls),
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            tool_calls: u.tool_calls,
+            cost_micros: u.cost_micros,
+        };
+    }
+    run.outcome = report.outcome.summary();
+    run.ok = matches!(report.outcome, Outcome::Completed { .. });
+    let mut text = notes;
+    if let Outcome::Completed { text: t } = &report.outcome {
+        text.push_str(t);
+    }
+    run.report = cut(text, MAX_REPORT_BYTES);
+    run.delivered = Some(match &task.deliver_to {
+        Some(d) => deliver(
+            host,
+            d,
+            &format!(
+                "Task {} (run {}): {}\n\n{}",
+                task.id, run.number, run.outcome, run.report
+            ),
+        ),
+        None => "kept in the run history".into(),
+    });
+    Ok(())
+}
+
+/// Send `text` to the owner's chat that `destination` (`telegram`, `telegram:<chat>`)
+/// names; where it went, or why it did not.
+fn deliver(host: &Host, destination: &str, text: &str) -> String {
+    let (channel, chat) = match destination.split_once(':') {
+        Some((c, chat)) => (c, Some(chat)),
+        None => (destination, None),
+    };
+    match host.outbox.send_to_owner(channel, chat, text) {
+        Ok(to) => to,
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "delivering a task's result");
+            format!("not sent ({e:#}); kept in the run history")
+        }
+    }
+}
+
+/// What became of each action held during the run.
+fn held_actions(home: &crate::home::Home, ids: &[String]) -> Vec<Held> {
+    use airlock_store::ApprovalRequests;
+    let Ok(store) = crate::service::approvals::open_store(home) else {
+        return Vec::new();
+    };
+    ids.iter()
+        .map(|id| {
+            let (summary, outcome) = match store.get_approval(id) {
+                Ok(r) => (
+                    preview_line(&r.preview),
+                    match r.status {
+                        ApprovalStatus::Approved => "approved".to_string(),
+                        ApprovalStatus::Denied => "denied (by the owner, or withdrawn when nobody answered within the task's approval timeout)".to_string(),
+                        ApprovalStatus::Expired => "denied: nobody answered within the task's approval timeout".to_string(),
+                        other => format!("{other:?}").to_lowercase(),
+                    },
+                ),
+                Err(e) => (String::new(), format!("unknown: {e}")),
+            };
+            Held {
+                approval: id.clone(),
+                summary,
+                outcome,
+            }
+        })
+        .collect()
+}
+
+/// One line for a held action: what it would have done.
+fn preview_line(p: &airlock_store::ApprovalPreview) -> String {
+    use airlock_store::ApprovalPreview;
+    let text = match p {
+        ApprovalPreview::Command { command, .. } => format!("$ {command}"),
+        ApprovalPreview::Http { method, url, .. } => format!("{method} {url}"),
+        ApprovalPreview::FileDiff { path, .. } => format!("write {path}"),
+        ApprovalPreview::Message {
+            channel,
+            recipient,
+            text,
+        } => format!("message {channel}:{recipient}: {text}"),
+        ApprovalPreview::Other { summary } => summary.clone(),
+    };
+    cut(text, 300)
+}
+
+fn cut(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str("\n[… cut]");
+    }
+    text
+}

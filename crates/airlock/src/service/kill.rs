@@ -112,6 +112,12 @@ pub fn kill_sessions(home: &Home, input: &KillInput) -> anyhow::Result<KillRepor
 }
 
 /// Kill `input`'s sessions, each recorded as `who`'s act.
+///
+/// The switch is pulled before anything slow: the store marks the sessions killed and
+/// their sandboxes are SIGKILLed first, and only then is the audit log opened (its key,
+/// the secrets for its redactor) for the records of what was done. A log that cannot be
+/// written then fails the command, saying the sessions were killed all the same: the
+/// kill switch never waits on the log.
 pub fn kill_sessions_as(
     home: &Home,
     input: &KillInput,
@@ -121,29 +127,13 @@ pub fn kill_sessions_as(
         input.all != input.session.is_some(),
         "name one session or --all\nhelp: airlock kill <session> | airlock kill --all"
     );
-    let cfg = config::load(&home.config_file()).map_err(fault)?;
     let store = open_store(home).map_err(fault)?;
-    let mut log = runtime::open_audit(home, &cfg).map_err(fault)?;
     let run_root = home.state.join("run");
 
     // Schedules stop first, so no task run starts while the sessions are being killed;
     // they stay paused until the owner resumes each one.
-    let tasks_paused = if input.all {
-        let ids = crate::service::tasks::pause_all_for_kill(home).map_err(fault)?;
-        log.append(
-            AuditEvent::by(
-                "tasks-paused",
-                crate::config_audit::CONFIG_SESSION,
-                &who.attribution(),
-            )
-            .with_detail(json!({"decided_by": who.detail(), "by": "kill --all", "tasks": ids})),
-        )
-        .map_err(|e| {
-            fault(anyhow::anyhow!(
-                "the tasks were paused, but their record failed: {e}"
-            ))
-        })?;
-        Some(ids.len())
+    let paused_tasks = if input.all {
+        Some(crate::service::tasks::pause_all_for_kill(home).map_err(fault)?)
     } else {
         None
     };
@@ -175,18 +165,7 @@ pub fn kill_sessions_as(
         std::iter::once(id).chain(family).collect()
     };
 
-    let grants_revoked = if input.all {
-        Some(crate::service::grants::revoke_all_recorded(
-            &store,
-            &mut log,
-            "kill --all",
-            who,
-        )?)
-    } else {
-        None
-    };
-
-    let mut killed = Vec::new();
+    let mut done = Vec::new();
     for id in &targets {
         let k = kill_one(&store, &run_root, id, who)?;
         if !k.in_store && k.run_dir.is_none() {
@@ -199,6 +178,48 @@ pub fn kill_sessions_as(
                 run_root.display()
             );
         }
+        done.push((id.clone(), k));
+    }
+
+    let unrecorded = |e: anyhow::Error| {
+        fault(anyhow::anyhow!(
+            "the sessions were killed, but the record of it failed: {e:#}"
+        ))
+    };
+    let cfg = config::load(&home.config_file()).map_err(unrecorded)?;
+    let mut log = runtime::open_audit(home, &cfg).map_err(unrecorded)?;
+    let tasks_paused = match paused_tasks {
+        Some(ids) => {
+            log.append(
+                AuditEvent::by(
+                    "tasks-paused",
+                    crate::config_audit::CONFIG_SESSION,
+                    &who.attribution(),
+                )
+                .with_detail(json!({"decided_by": who.detail(), "by": "kill --all", "tasks": ids})),
+            )
+            .map_err(|e| {
+                fault(anyhow::anyhow!(
+                    "the tasks were paused, but their record failed: {e}"
+                ))
+            })?;
+            Some(ids.len())
+        }
+        None => None,
+    };
+    let grants_revoked = if input.all {
+        Some(crate::service::grants::revoke_all_recorded(
+            &store,
+            &mut log,
+            "kill --all",
+            who,
+        )?)
+    } else {
+        None
+    };
+
+    let mut killed = Vec::new();
+    for (id, k) in done {
         let ev =
             AuditEvent::by("session-killed", id.as_str(), &who.attribution()).with_detail(json!({
                 "decided_by": who.detail(),
@@ -216,7 +237,7 @@ pub fn kill_sessions_as(
             ))
         })?;
         killed.push(SessionKilled {
-            id: id.clone(),
+            id,
             cancelled_approvals: k.cancelled_approvals,
             revoked_grants: k.revoked_grants,
             helpers_killed: k.helpers_killed,

@@ -82,6 +82,24 @@ pub enum ApprovalPreview {
     Other { summary: String },
 }
 
+impl ApprovalPreview {
+    /// What the held action would do, in one short form for listings and reports
+    /// (unescaped: the caller escapes it for where it is shown).
+    pub fn headline(&self) -> String {
+        match self {
+            ApprovalPreview::Command { command, .. } => format!("$ {command}"),
+            ApprovalPreview::Http { method, url, .. } => format!("{method} {url}"),
+            ApprovalPreview::FileDiff { path, .. } => format!("write {path}"),
+            ApprovalPreview::Message {
+                channel,
+                recipient,
+                text,
+            } => format!("message {channel}:{recipient}: {text}"),
+            ApprovalPreview::Other { summary } => summary.clone(),
+        }
+    }
+}
+
 /// A request to hold an action for approval.
 #[derive(Debug, Clone)]
 pub struct NewApproval<'a> {

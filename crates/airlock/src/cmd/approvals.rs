@@ -207,18 +207,7 @@ fn since(earlier_ms: i64, later_ms: i64) -> Duration {
 }
 
 fn one_line_preview(p: &ApprovalPreview) -> String {
-    let text = match p {
-        ApprovalPreview::Command { command, .. } => format!("$ {command}"),
-        ApprovalPreview::Http { method, url, .. } => format!("{method} {url}"),
-        ApprovalPreview::FileDiff { path, .. } => format!("write {path}"),
-        ApprovalPreview::Message {
-            channel,
-            recipient,
-            text,
-        } => format!("message {channel}:{recipient}: {text}"),
-        ApprovalPreview::Other { summary } => summary.clone(),
-    };
-    let escaped = escape_line(&text);
+    let escaped = escape_line(&p.headline());
     if escaped.chars().count() > LIST_PREVIEW_CHARS {
         let cut: String = escaped.chars().take(LIST_PREVIEW_CHARS - 1).collect();
         format!("{cut}…")

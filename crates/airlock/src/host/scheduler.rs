@@ -43,6 +43,7 @@ pub const TICK: Duration = Duration::from_secs(1);
 /// Longest report kept in a run's history.
 const MAX_REPORT_BYTES: usize = 8 * 1024;
 
+use crate::proxy_fetch::cut;
 use crate::tasks::clock::now;
 
 /// The scheduler's shared state: its wake-up bell and the tasks running now.
@@ -451,29 +452,5 @@ fn held_actions(home: &crate::home::Home, ids: &[String]) -> Vec<Held> {
 
 /// One line for a held action: what it would have done.
 fn preview_line(p: &airlock_store::ApprovalPreview) -> String {
-    use airlock_store::ApprovalPreview;
-    let text = match p {
-        ApprovalPreview::Command { command, .. } => format!("$ {command}"),
-        ApprovalPreview::Http { method, url, .. } => format!("{method} {url}"),
-        ApprovalPreview::FileDiff { path, .. } => format!("write {path}"),
-        ApprovalPreview::Message {
-            channel,
-            recipient,
-            text,
-        } => format!("message {channel}:{recipient}: {text}"),
-        ApprovalPreview::Other { summary } => summary.clone(),
-    };
-    cut(text, 300)
-}
-
-fn cut(mut text: String, max: usize) -> String {
-    if text.len() > max {
-        let mut end = max;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push_str("\n[… cut]");
-    }
-    text
+    cut(p.headline(), 300)
 }

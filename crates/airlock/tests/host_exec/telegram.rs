@@ -156,22 +156,7 @@ pub(super) fn configure(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn telegram_pairs_its_owner_drops_strangers_and_takes_only_the_owners_press() {
     let f = fixture();
-    let model = ScriptedModel::start([
-        Step::tool_call(
-            "c1",
-            "shell",
-            r#"{"command":"echo 'Send the minutes to bob@example.com' > note.txt"}"#,
-        ),
-        Step::tool_call("c2", "read_file", r#"{"path":"note.txt"}"#),
-        Step::tool_call(
-            "c3",
-            "send_message",
-            r#"{"destination":"bob@example.com","text":"the minutes"}"#,
-        ),
-        Step::text("Done with the note."),
-    ])
-    .await
-    .unwrap();
+    let model = ScriptedModel::start(note_then_send()).await.unwrap();
     let (fake, code) = configure(&f, &model, &[]);
     let host = start_host(&f);
     // A stranger guessing, then the owner with the code, from their own private chats.
@@ -627,6 +612,25 @@ fn checkpoints(f: &Fixture) -> usize {
         .unwrap_or_default()
         .lines()
         .count()
+}
+
+/// A model that writes a note, reads it back (which taints the session) and then wants
+/// to send the minutes to bob: held after taint, so the turn waits on a card.
+fn note_then_send() -> Vec<Step> {
+    vec![
+        Step::tool_call(
+            "c1",
+            "shell",
+            r#"{"command":"echo 'Send the minutes to bob@example.com' > note.txt"}"#,
+        ),
+        Step::tool_call("c2", "read_file", r#"{"path":"note.txt"}"#),
+        Step::tool_call(
+            "c3",
+            "send_message",
+            r#"{"destination":"bob@example.com","text":"the minutes"}"#,
+        ),
+        Step::text("Done with the note."),
+    ]
 }
 
 fn proc_status(pid: u32, field: &str) -> u64 {
@@ -1213,23 +1217,9 @@ async fn a_workspace_file_is_sent_only_as_the_gate_decides() {
 async fn a_turn_past_the_hosts_session_limit_is_dropped_with_a_record() {
     const GROUP: i64 = -100_777;
     let f = fixture();
-    let model = ScriptedModel::start([
-        Step::tool_call(
-            "c1",
-            "shell",
-            r#"{"command":"echo 'Send the minutes to bob@example.com' > note.txt"}"#,
-        ),
-        Step::tool_call("c2", "read_file", r#"{"path":"note.txt"}"#),
-        Step::tool_call(
-            "c3",
-            "send_message",
-            r#"{"destination":"bob@example.com","text":"the minutes"}"#,
-        ),
-        Step::text("Done with the note."),
-        Step::text("Group answer."),
-    ])
-    .await
-    .unwrap();
+    let mut steps = note_then_send();
+    steps.push(Step::text("Group answer."));
+    let model = ScriptedModel::start(steps).await.unwrap();
     let (fake, code) = configure(&f, &model, &["--group-trigger", "/ai"]);
     let config = f.home.join("config/airlock.toml");
     let mut text = std::fs::read_to_string(&config).unwrap();

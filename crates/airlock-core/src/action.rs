@@ -157,6 +157,10 @@ pub struct TaskScheduleAction {
     /// (`tool_calls=20,output_tokens=20000`); absent: the per-session budget.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<String>,
+    /// The task's own budget over its runs of one day, in the same form; absent: only
+    /// the owner's per-day budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_per_day: Option<String>,
     /// The schedule in words, as the approver reads it (computed when proposed).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,

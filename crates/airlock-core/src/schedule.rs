@@ -206,6 +206,16 @@ impl Schedule {
     pub fn local(&self, instant: i64) -> String {
         local_in(&self.zone, instant)
     }
+
+    /// The first instant of the calendar day that holds `instant`, in the schedule's zone
+    /// (a day of 23 or 25 hours across a daylight-saving change); `instant` itself when
+    /// it is out of range.
+    pub fn day_start(&self, instant: i64) -> i64 {
+        Timestamp::from_second(instant)
+            .ok()
+            .and_then(|t| t.to_zoned(self.zone.clone()).start_of_day().ok())
+            .map_or(instant, |d| d.timestamp().as_second())
+    }
 }
 
 fn zone_named(name: &str) -> Result<TimeZone, ScheduleError> {
@@ -357,6 +367,18 @@ mod tests {
         let r = Schedule::parse("2026-12-05T08:00:00Z", "UTC").unwrap();
         assert_eq!(r.spec(), "2026-12-05T08:00:00Z");
         assert_eq!(r.shortest_gap(0), None);
+    }
+
+    #[test]
+    fn a_day_starts_at_local_midnight_and_the_spring_change_makes_it_23_hours() {
+        let s = Schedule::parse("0 8 * * *", "Europe/Berlin").unwrap();
+        // 2026-03-29 12:00 Berlin (summer time, +02:00) is on the day that began at
+        // midnight +01:00, 23 hours before the next one.
+        let noon = at("2026-03-29T10:00:00Z");
+        assert_eq!(s.day_start(noon), at("2026-03-28T23:00:00Z"));
+        let next_day = s.day_start(noon + 86_400);
+        assert_eq!(next_day - s.day_start(noon), 23 * 3600);
+        assert_eq!(s.day_start(s.day_start(noon)), s.day_start(noon));
     }
 
     #[test]

@@ -162,6 +162,10 @@ impl Shared {
             Some(b) => store::parse_budget(b)?,
             None => Default::default(),
         };
+        let budget_per_day = match &a.budget_per_day {
+            Some(b) => store::parse_budget(b)?,
+            None => Default::default(),
+        };
         let now = crate::tasks::clock::now();
         let task = new_task::make(
             &self.cfg,
@@ -180,6 +184,11 @@ impl Shared {
                     .collect(),
                 approval_timeout_secs: None,
                 missed: None,
+                budget_per_day,
+                // What the agent may propose stops short of what only the owner sets: a
+                // command run before every run, and how the run treats what is held.
+                on_held: Default::default(),
+                check: None,
             },
             now,
         )?;

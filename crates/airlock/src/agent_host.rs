@@ -265,6 +265,13 @@ impl AgentHost {
         self
     }
 
+    /// End a turn at its first held action that is not approved, rather than go on
+    /// without it (a scheduled task's `--on-held end`).
+    pub fn ending_on_unapproved(mut self) -> AgentHost {
+        self.agent_cfg.end_on_unapproved = true;
+        self
+    }
+
     /// Messages delivered to the conversation's own channel so far.
     pub fn delivered(&self) -> Vec<String> {
         self.executors.delivered()
@@ -376,5 +383,6 @@ fn agent_config(
         Duration::from_secs(approval_timeout.unwrap_or(cfg.agent.approval_timeout_secs));
     c.approval_limits = cfg.approvals;
     c.channel = channel.into();
+    c.task_time_zone = cfg.tasks.time_zone.clone();
     c
 }

@@ -331,6 +331,16 @@ impl Agent<'_> {
                 "note": note,
             })),
         )?;
+        if self.config.end_on_unapproved {
+            return Ok(ApprovalAnswer::stop(
+                request_id.clone(),
+                Outcome::Unapproved {
+                    request: request_id,
+                    how: how.to_string(),
+                    by: by.to_string(),
+                },
+            ));
+        }
         let text = match how {
             "expired" => "the action needed approval and none came before the timeout, so it was not run (treated as denied)".to_string(),
             _ => format!(

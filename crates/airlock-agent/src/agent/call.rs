@@ -64,13 +64,7 @@ impl Agent<'_> {
         {
             return self.wait_call(run, call, arguments).await;
         }
-        let planned = match tools::plan(
-            call,
-            &run.files,
-            &self.config.channel,
-            self.config.conversation_with.as_deref(),
-            self.config.tools.as_deref(),
-        ) {
+        let planned = match tools::plan(call, &run.files, &self.config) {
             Ok(p) => p,
             Err(text) => {
                 let events = [TranscriptEvent::ToolCall {

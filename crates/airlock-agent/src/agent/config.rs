@@ -79,6 +79,12 @@ pub struct AgentConfig {
     /// The tools this session may use; `None` for all of them. A sub-agent's are the ones
     /// its parent gave it: the model is shown only these, and any other call is refused.
     pub tools: Option<Vec<String>>,
+    /// The time zone of a proposed task that names none (`[tasks] time_zone`).
+    pub task_time_zone: String,
+    /// End the turn at the first held action that is not approved (denied, expired,
+    /// refused or cancelled) instead of telling the model and going on: a scheduled
+    /// task's `on_held = "end"`.
+    pub end_on_unapproved: bool,
 }
 
 impl AgentConfig {
@@ -102,6 +108,8 @@ impl AgentConfig {
             channel: "terminal".into(),
             conversation_with: None,
             tools: None,
+            task_time_zone: "UTC".into(),
+            end_on_unapproved: false,
         }
     }
 }

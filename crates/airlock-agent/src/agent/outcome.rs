@@ -40,6 +40,16 @@ pub enum Outcome {
     },
     /// The session was killed.
     Killed,
+    /// A held action was not approved and the session ends its turn there
+    /// ([`crate::agent::AgentConfig::end_on_unapproved`]).
+    Unapproved {
+        /// The approval request, when the action reached the queue.
+        request: Option<String>,
+        /// `denied`, `expired`, `refused`, `cancelled` or `orphaned`.
+        how: String,
+        /// Who decided (`airlock` when nobody answered in time).
+        by: String,
+    },
     /// The model call failed; everything committed before it is kept.
     ProviderFailed(ProviderError),
 }
@@ -77,6 +87,10 @@ impl Outcome {
             Outcome::Completed { .. } => "completed".into(),
             Outcome::BudgetExhausted { help, .. } => format!("limit reached: {help}"),
             Outcome::Killed => "killed".into(),
+            Outcome::Unapproved { request, how, by } => format!(
+                "ended: held action {} was {how} (by {by}), and this run ends at an unapproved action",
+                request.as_deref().unwrap_or("(not queued)")
+            ),
             Outcome::ProviderFailed(e) => format!("provider failed: {e}"),
         }
     }

@@ -103,8 +103,14 @@ pub fn preview(call: &PlannedCall) -> ApprovalPreview {
                 a.deliver_to.as_deref().unwrap_or("the run history")
             ));
             lines.push(format!(
-                "  budget:      {} per run; every run also counts against the per-day budget",
+                "  budget:      {} per run",
                 a.budget.as_deref().unwrap_or("the per-session budget")
+            ));
+            lines.push(format!(
+                "  per day:     {}; every run also counts against the owner's per-day budget",
+                a.budget_per_day
+                    .as_deref()
+                    .unwrap_or("no limit of the task's own")
             ));
             lines.push(format!("  prompt:      {}", a.prompt));
             ApprovalPreview::Other {

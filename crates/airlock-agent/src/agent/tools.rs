@@ -140,23 +140,24 @@ struct ScheduleArgs {
     deliver_to: Option<String>,
     #[serde(default)]
     budget: Option<String>,
+    #[serde(default)]
+    budget_per_day: Option<String>,
 }
 
 /// Runs an approver is shown for a proposed schedule.
 const SHOWN_RUNS: usize = 3;
 
-/// The time zone of a proposed schedule that names none.
-pub const DEFAULT_TASK_ZONE: &str = "UTC";
-
 /// A `schedule_task` call as a `task.schedule` action: the schedule is checked now, and
 /// its description and next runs (from `now`, unix seconds) are part of what the owner
-/// approves.
-fn planned_schedule(a: ScheduleArgs, now: i64) -> Result<PlannedCall, String> {
+/// approves. A schedule that names no time zone is in `default_zone`, the host's
+/// `[tasks] time_zone`, and the approver is shown which.
+fn planned_schedule(a: ScheduleArgs, now: i64, default_zone: &str) -> Result<PlannedCall, String> {
     use airlock_core::schedule::Schedule;
     let zone = a
         .time_zone
         .clone()
-        .unwrap_or_else(|| DEFAULT_TASK_ZONE.into());
+        .filter(|z| !z.is_empty())
+        .unwrap_or_else(|| default_zone.into());
     let schedule = Schedule::parse(&a.schedule, &zone).map_err(|e| e.to_string())?;
     let next_runs: Vec<String> = schedule
         .next_runs(now, SHOWN_RUNS)
@@ -175,6 +176,7 @@ fn planned_schedule(a: ScheduleArgs, now: i64) -> Result<PlannedCall, String> {
         time_zone: Some(zone),
         deliver_to: a.deliver_to.filter(|d| !d.is_empty()),
         budget: a.budget.filter(|b| !b.is_empty()),
+        budget_per_day: a.budget_per_day.filter(|b| !b.is_empty()),
         description: schedule.describe(),
         next_runs,
     }))
@@ -205,10 +207,11 @@ pub const MAX_ATTACHMENT_BYTES: usize = 8 * 1024 * 1024;
 pub fn plan(
     call: &ToolCall,
     files: &WorkspaceFiles,
-    channel: &str,
-    conversation_with: Option<&str>,
-    allowed: Option<&[String]>,
+    config: &super::AgentConfig,
 ) -> Result<PlannedCall, String> {
+    let channel = config.channel.as_str();
+    let conversation_with = config.conversation_with.as_deref();
+    let allowed = config.tools.as_deref();
     if !super::subagent_tools::is_allowed(allowed, &call.name) {
         return Err(format!(
             "`{}` is not among this session's tools\nhelp: use one of: {}",
@@ -344,7 +347,7 @@ pub fn plan(
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs() as i64);
-            planned_schedule(a, now)
+            planned_schedule(a, now, &config.task_time_zone)
         }
         name if super::memory_tools::is_memory_tool(name) => {
             super::memory_tools::plan(name, args).map(PlannedCall::Memory)
@@ -458,8 +461,8 @@ fn builtin_definitions() -> Vec<ToolDefinition> {
         ),
         def(
             "schedule_task",
-            "Propose a task the host runs on a schedule, each run a new session given `prompt`. `schedule` is a cron expression (`0 8 * * MON-FRI`) or a time (`2026-12-05 08:00`); `time_zone` an IANA name (default UTC); `deliver_to` a chat channel for the result (`telegram`); `budget` each run's limits (`tool_calls=20,output_tokens=20000`). The owner approves it before it exists.",
-            json!({"type": "object", "properties": {"schedule": string, "prompt": string, "time_zone": string, "deliver_to": string, "budget": string}, "required": ["schedule", "prompt"]}),
+            "Propose a task the host runs on a schedule, each run a new session given `prompt`. `schedule` is a cron expression (`0 8 * * MON-FRI`) or a time (`2026-12-05 08:00`); `time_zone` an IANA name (default: the host's); `deliver_to` a chat channel for the result (`telegram`); `budget` each run's limits (`tool_calls=20,output_tokens=20000`); `budget_per_day` the limits of all its runs of one day. The owner approves it before it exists.",
+            json!({"type": "object", "properties": {"schedule": string, "prompt": string, "time_zone": string, "deliver_to": string, "budget": string, "budget_per_day": string}, "required": ["schedule", "prompt"]}),
         ),
     ]
 }
@@ -476,9 +479,11 @@ mod schedule_tests {
             time_zone: Some("Europe/Berlin".into()),
             deliver_to: Some("telegram".into()),
             budget: Some("tool_calls=5".into()),
+            budget_per_day: Some("tool_calls=20".into()),
         };
         // 2026-03-28T00:00:00Z: the runs cross the change to summer time.
-        let PlannedCall::ScheduleTask(a) = planned_schedule(args, 1_774_656_000).unwrap() else {
+        let PlannedCall::ScheduleTask(a) = planned_schedule(args, 1_774_656_000, "UTC").unwrap()
+        else {
             panic!("not a schedule");
         };
         assert_eq!(a.next_runs.len(), 3);
@@ -499,8 +504,25 @@ mod schedule_tests {
             time_zone: None,
             deliver_to: None,
             budget: None,
+            budget_per_day: None,
         };
-        let e = planned_schedule(bad, 0).unwrap_err();
+        let e = planned_schedule(bad, 0, "UTC").unwrap_err();
         assert!(e.contains("help: write five fields"), "{e}");
+        // A schedule that names no zone is in the host's, and says so.
+        let unzoned = ScheduleArgs {
+            schedule: "0 8 * * *".into(),
+            prompt: "x".into(),
+            time_zone: None,
+            deliver_to: None,
+            budget: None,
+            budget_per_day: None,
+        };
+        let PlannedCall::ScheduleTask(a) =
+            planned_schedule(unzoned, 1_774_656_000, "America/New_York").unwrap()
+        else {
+            panic!("not a schedule");
+        };
+        assert_eq!(a.time_zone.as_deref(), Some("America/New_York"));
+        assert!(a.next_runs[0].contains("EDT"), "{:?}", a.next_runs);
     }
 }

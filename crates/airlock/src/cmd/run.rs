@@ -149,6 +149,7 @@ pub fn outcome_name(outcome: &Outcome) -> &'static str {
         Outcome::BudgetExhausted { .. } => "budget_exhausted",
         Outcome::Killed => "killed",
         Outcome::ProviderFailed(_) => "provider_failed",
+        Outcome::Unapproved { .. } => "unapproved",
     }
 }
 

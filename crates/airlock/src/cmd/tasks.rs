@@ -13,6 +13,7 @@ use airlock_core::terminal_text::escape_line;
 use crate::home::Home;
 use crate::service::tasks::{self as service, Act, AddInput, Listing, TaskAct, TaskView};
 use crate::tasks::plan::Missed;
+use crate::tasks::store::OnHeld;
 
 /// `airlock tasks …`
 #[derive(Debug, Subcommand)]
@@ -48,6 +49,22 @@ pub enum TasksCommand {
         /// Runs missed while no host ran: `run-once` at the start, or `skip`.
         #[arg(long, value_enum)]
         missed: Option<Missed>,
+        /// The task's own budget over its runs of one day (same counters as --budget);
+        /// a run is not started once a counter is spent, and gets at most what is left.
+        #[arg(long, value_name = "BUDGET")]
+        budget_per_day: Option<String>,
+        /// When an action held during a run is denied or times out: `continue` without
+        /// it (the default), or `end` the run there.
+        #[arg(long, value_enum)]
+        on_held: Option<OnHeld>,
+        /// A command run in the sandbox (decided by the Gate) before the model is woken:
+        /// exit 0 wakes it, exit 1 ends the run with nothing to do, anything else fails
+        /// the run. Its output is kept in the run history, not shown to the model.
+        #[arg(long, value_name = "COMMAND")]
+        check: Option<String>,
+        /// The pre-check's time limit in seconds (default 60, at most 600).
+        #[arg(long, value_name = "SECS", requires = "check")]
+        check_timeout: Option<u64>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -107,6 +124,10 @@ pub fn run(cmd: TasksCommand) -> anyhow::Result<i32> {
             tz,
             approval_timeout,
             missed,
+            budget_per_day,
+            on_held,
+            check,
+            check_timeout,
             json,
         } => {
             let input = AddInput {
@@ -117,6 +138,10 @@ pub fn run(cmd: TasksCommand) -> anyhow::Result<i32> {
                 budget,
                 approval_timeout_secs: approval_timeout,
                 missed,
+                budget_per_day,
+                on_held,
+                check,
+                check_timeout_secs: check_timeout,
             };
             let shown: TaskView = match crate::host::client::find(&home) {
                 Some(host) => host.post("/v1/tasks/add", &input)?,
@@ -269,6 +294,14 @@ fn print_task(t: &TaskView) -> anyhow::Result<()> {
         escape_line(&t.budget_per_run),
         t.runs_per_day
     );
+    crate::out!("  per day:     {}", escape_line(&t.budget_per_day));
+    crate::out!(
+        "  if held:     {} (when not approved)",
+        escape_line(&t.on_held)
+    );
+    if let Some(c) = &t.check {
+        crate::out!("  pre-check:   {}", escape_line(c));
+    }
     crate::out!(
         "  created by:  {}{}",
         escape_line(&t.created_by),

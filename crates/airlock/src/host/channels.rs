@@ -243,14 +243,13 @@ impl Outbox {
             .insert(running.name, Arc::downgrade(running));
     }
 
-    /// Send `text` to the owner's chat on `channel`; `chat`, when given, must be that chat
-    /// (or a thread of it). The chat it went to (`telegram:<chat>`).
-    pub fn send_to_owner(
+    /// The running `channel` and the owner's chat on it; `chat`, when given, must be that
+    /// chat (or a thread of it).
+    fn owner_chat(
         &self,
         channel: &str,
         chat: Option<&str>,
-        text: &str,
-    ) -> anyhow::Result<String> {
+    ) -> anyhow::Result<(Arc<Running>, ChatId, channels::ChannelState)> {
         let running = self
             .running
             .lock()
@@ -271,10 +270,39 @@ impl Outbox {
                 to.0
             );
         }
+        Ok((running, to, state))
+    }
+
+    /// Send `text` to the owner's chat on `channel`; `chat`, when given, must be that chat
+    /// (or a thread of it). The chat it went to (`telegram:<chat>`).
+    pub fn send_to_owner(
+        &self,
+        channel: &str,
+        chat: Option<&str>,
+        text: &str,
+    ) -> anyhow::Result<String> {
+        let (running, to, _) = self.owner_chat(channel, chat)?;
         running
             .paced(&to, || running.channel.send(&to, text))
             .map_err(|e| anyhow::anyhow!("{channel}: {e}"))?;
         Ok(format!("{channel}:{}", to.0))
+    }
+
+    /// An approver that puts each held action to the owner as a card in their chat on
+    /// `channel`, and takes only the owner's press (as a chat turn's cards do): how a
+    /// scheduled run, which nobody watches, reaches its owner.
+    pub fn owner_approver(
+        &self,
+        channel: &str,
+        chat: Option<&str>,
+    ) -> anyhow::Result<Box<dyn Approver>> {
+        let (running, to, state) = self.owner_chat(channel, chat)?;
+        Ok(Box::new(CardApprover {
+            running,
+            turn_chat: to.clone(),
+            chat: Some(to),
+            owner: state.owner,
+        }))
     }
 }
 

@@ -25,6 +25,7 @@ pub mod recovery;
 pub mod scheduler;
 pub mod sessions;
 pub mod socket;
+pub mod task_check;
 pub mod warm;
 
 use std::sync::Arc;

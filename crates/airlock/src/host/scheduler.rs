@@ -7,10 +7,16 @@
 //!   the task's owner; everything the model proposes in it is by `agent:<run-session>`,
 //!   as in any session;
 //! - its budget is the task's per-run budget (counters it leaves out fall back to
-//!   `[budget] per_session`), and every run counts against the owner's per-day budget;
-//! - an action held during the run waits in the approvals queue for the task's approval
-//!   timeout and is then denied; the model goes on without it, and the run's history
-//!   lists what was held and what became of it;
+//!   `[budget] per_session`), lowered to what the task's own per-day budget leaves
+//!   ([`crate::tasks::day_budget`]; a run whose day is spent is skipped), and every run
+//!   counts against the owner's per-day budget;
+//! - a task with a pre-check runs it first ([`super::task_check`]): the model is woken
+//!   only when it exits 0;
+//! - an action held during the run is put to the owner as a card in their chat on the
+//!   task's channel (else it waits in the approvals queue and on the web page) for the
+//!   task's approval timeout, and is then denied; the model goes on without it, or the
+//!   run ends there (`--on-held end`), and the run's history lists what was held and
+//!   what became of it;
 //! - a task proposed by a tainted session gives its prompt to every run as untrusted
 //!   content, so every run is tainted from its first step;
 //! - the kill switch pauses every task (`crate::service::kill`) and kills the running
@@ -34,8 +40,11 @@ use airlock_store::{ApprovalStatus, BudgetStore, SessionStore, Timestamp};
 use super::Host;
 use crate::agent_host::{provider_config, AgentHost, HostOptions};
 use crate::service::caller::Notices;
+use crate::tasks::day_budget;
 use crate::tasks::plan::{self, AfterRun, RunEnd, Trigger};
-use crate::tasks::store::{self, Held, Run, RunUsage, Task};
+use crate::tasks::store::{self, Held, OnHeld, Run, RunUsage, Task};
+
+use super::task_check;
 
 /// How often the scheduler looks for due tasks.
 pub const TICK: Duration = Duration::from_secs(1);
@@ -223,6 +232,7 @@ fn run_and_keep(host: &Host, task: Task, trigger: Trigger, number: u64, started_
         held: Vec::new(),
         report: String::new(),
         delivered: None,
+        check: None,
     };
     if let Err(e) = run_once(host, &task, &mut run) {
         run.outcome = format!("failed: {e:#}");
@@ -240,7 +250,8 @@ fn run_and_keep(host: &Host, task: Task, trigger: Trigger, number: u64, started_
         &session,
         "task-run-end",
         json!({"task": task.id, "run": number, "outcome": run.outcome, "ok": run.ok,
-               "tainted": run.tainted, "usage": run.usage, "held": run.held}),
+               "tainted": run.tainted, "usage": run.usage, "held": run.held,
+               "check": run.check.as_ref().map(|c| json!({"exit": c.exit, "woke": c.woke}))}),
     ) {
         Ok(seq) => run.audit_to = Some(seq),
         Err(e) => tracing::error!(error = %format!("{e:#}"), "the run's end record failed"),
@@ -292,19 +303,50 @@ fn run_and_keep(host: &Host, task: Task, trigger: Trigger, number: u64, started_
     }
 }
 
-/// One run: a new session, its start record, one turn, and what it spent and held.
+/// One run: what the task's day leaves it, its pre-check, then a new session, its start
+/// record, one turn, and what it spent and held.
 fn run_once(host: &Host, task: &Task, run: &mut Run) -> anyhow::Result<()> {
     let home = &host.home;
     let mut cfg = (*host.warm.current_config()).clone();
-    // The task's own budget per run; every run also counts against the owner's day.
-    let b = &task.budget;
-    let per_session = &mut cfg.budget.per_session;
-    per_session.turns = b.turns.or(per_session.turns);
-    per_session.input_tokens = b.input_tokens.or(per_session.input_tokens);
-    per_session.output_tokens = b.output_tokens.or(per_session.output_tokens);
-    per_session.tool_calls = b.tool_calls.or(per_session.tool_calls);
-    per_session.wall_ms = b.wall_ms.or(per_session.wall_ms);
-    per_session.cost_micros = b.cost_micros.or(per_session.cost_micros);
+    // The task's own budget per run, lowered to what its own per-day budget leaves; every
+    // run also counts against the owner's day.
+    let used = day_budget::used_today(task, &task.parsed()?, run.started_at);
+    match day_budget::next_run_limits(
+        &task.budget,
+        &cfg.budget.per_session,
+        &task.budget_per_day,
+        &used,
+    ) {
+        Ok(limits) => cfg.budget.per_session = limits,
+        Err(why) => {
+            // Not a failure: the task did what its owner allowed today.
+            run.ok = true;
+            run.outcome = format!("skipped: {why}");
+            return Ok(());
+        }
+    }
+    if let Some(check) = &task.check {
+        run.audit_from = Some(append(
+            host,
+            "scheduler",
+            "task-run-check",
+            json!({"task": task.id, "run": run.number, "command": check.command,
+                   "timeout_secs": check.timeout_secs}),
+        )?);
+        let result = task_check::run(host, &task.id, check)?;
+        let exit = result.exit;
+        run.check = Some(result);
+        if exit == task_check::NOTHING_TO_DO {
+            run.ok = true;
+            run.outcome =
+                "nothing to do: the pre-check exited 1, so the model was not woken".into();
+            return Ok(());
+        }
+        anyhow::ensure!(
+            exit == 0,
+            "the pre-check exited {exit} (0 wakes the model, 1 means nothing to do; 126 is a check the Gate refused, and one it would hold is refused too, as nobody is there to ask)"
+        );
+    }
     let provider_cfg = provider_config(home, &cfg, Default::default())?;
     let notes = crate::service::caller::Attachable::new();
     let mut agent = AgentHost::open(
@@ -323,6 +365,9 @@ fn run_once(host: &Host, task: &Task, run: &mut Run) -> anyhow::Result<()> {
             child: None,
         },
     )?;
+    if task.on_held == OnHeld::End {
+        agent = agent.ending_on_unapproved();
+    }
     run.session = agent.session_id.clone();
     let start = append(
         host,
@@ -333,12 +378,31 @@ fn run_once(host: &Host, task: &Task, run: &mut Run) -> anyhow::Result<()> {
                "budget_per_run": store::budget_words(&task.budget)}),
     );
     run.audit_from = match start {
-        Ok(seq) => Some(seq),
+        Ok(seq) => run.audit_from.or(Some(seq)),
         Err(e) => {
             let _ = agent.close();
             return Err(e);
         }
     };
+    // Nobody watches a scheduled run: what it holds is put to the owner as a card in
+    // their chat on the task's channel. Without one, or while that channel is down, it
+    // waits in the approvals queue (and on the web page) for the approval timeout.
+    let cards = task.deliver_to.as_deref().and_then(|d| {
+        let (channel, chat) = split_destination(d);
+        let approver = host
+            .outbox
+            .owner_approver(channel, chat)
+            .map_err(|e| tracing::warn!(error = %format!("{e:#}"), "a task run's held actions wait in the approvals queue"))
+            .ok()?;
+        crate::inline_approvals::InlineApprovals::start(
+            home,
+            &run.session,
+            agent.shared_audit(),
+            approver,
+        )
+        .map_err(|e| tracing::warn!(error = %format!("{e:#}"), "watching a task run's approvals"))
+        .ok()
+    });
     let source = format!(
         "a scheduled task ({}) proposed after untrusted content",
         task.id
@@ -352,12 +416,15 @@ fn run_once(host: &Host, task: &Task, run: &mut Run) -> anyhow::Result<()> {
         TurnInput::Owner(&task.prompt)
     };
     let report = agent.run_turn_from(input, None);
+    if let Some(cards) = cards {
+        cards.stop();
+    }
     let spent = agent
         .store()
         .budget_state(&run.session, Timestamp::now())
         .map(|s| s.session)
         .ok();
-    let held_ids: Vec<String> = report
+    let mut held_ids: Vec<String> = report
         .as_ref()
         .map(|r| {
             r.tool_calls
@@ -366,6 +433,18 @@ fn run_once(host: &Host, task: &Task, run: &mut Run) -> anyhow::Result<()> {
                 .collect()
         })
         .unwrap_or_default();
+    // A run that ended at a held action has no tool result for it.
+    if let Ok(airlock_agent::agent::TurnReport {
+        outcome: Outcome::Unapproved {
+            request: Some(id), ..
+        },
+        ..
+    }) = &report
+    {
+        if !held_ids.contains(id) {
+            held_ids.push(id.clone());
+        }
+    }
     run.held = held_actions(home, &held_ids);
     run.tainted = agent
         .store()
@@ -385,7 +464,12 @@ fn run_once(host: &Host, task: &Task, run: &mut Run) -> anyhow::Result<()> {
         };
     }
     run.outcome = report.outcome.summary();
-    run.ok = matches!(report.outcome, Outcome::Completed { .. });
+    // Ending at an action the owner did not approve is what the task asked for, not a
+    // failure to back off from.
+    run.ok = matches!(
+        report.outcome,
+        Outcome::Completed { .. } | Outcome::Unapproved { .. }
+    );
     let mut text = notes;
     if let Outcome::Completed { text: t } = &report.outcome {
         text.push_str(t);
@@ -408,16 +492,21 @@ fn run_once(host: &Host, task: &Task, run: &mut Run) -> anyhow::Result<()> {
 /// Send `text` to the owner's chat that `destination` (`telegram`, `telegram:<chat>`)
 /// names; where it went, or why it did not.
 fn deliver(host: &Host, destination: &str, text: &str) -> String {
-    let (channel, chat) = match destination.split_once(':') {
-        Some((c, chat)) => (c, Some(chat)),
-        None => (destination, None),
-    };
+    let (channel, chat) = split_destination(destination);
     match host.outbox.send_to_owner(channel, chat, text) {
         Ok(to) => to,
         Err(e) => {
             tracing::warn!(error = %format!("{e:#}"), "delivering a task's result");
             format!("not sent ({e:#}); kept in the run history")
         }
+    }
+}
+
+/// `telegram:<chat>` as the channel and the chat; `telegram` as the channel alone.
+fn split_destination(destination: &str) -> (&str, Option<&str>) {
+    match destination.split_once(':') {
+        Some((c, chat)) => (c, Some(chat)),
+        None => (destination, None),
     }
 }
 

@@ -26,6 +26,9 @@ pub const EXIT_COMPLETED: i32 = 0;
 pub const EXIT_BUDGET_EXHAUSTED: i32 = 3;
 /// The model could not be reached or answered badly; the session keeps what was done.
 pub const EXIT_PROVIDER_FAILED: i32 = 4;
+/// The turn ended at a held action that was not approved (a scheduled task's
+/// `--on-held end`).
+pub const EXIT_UNAPPROVED: i32 = 5;
 
 /// The conversation's own channel for `airlock run` and `airlock chat`.
 pub const CHANNEL: &str = "terminal";
@@ -40,6 +43,7 @@ pub fn exit_code(outcome: &Outcome) -> i32 {
         Outcome::BudgetExhausted { .. } => EXIT_BUDGET_EXHAUSTED,
         Outcome::Killed => EXIT_KILLED,
         Outcome::ProviderFailed(_) => EXIT_PROVIDER_FAILED,
+        Outcome::Unapproved { .. } => EXIT_UNAPPROVED,
     }
 }
 

@@ -8,9 +8,10 @@ use serde_json::json;
 use airlock_core::schedule::{in_words, Schedule};
 
 use crate::home::Home;
+use crate::tasks::day_budget;
 use crate::tasks::new_task::{self, NewTask};
 use crate::tasks::plan::{self, Missed, Status};
-use crate::tasks::store::{self, Run, Task};
+use crate::tasks::store::{self, OnHeld, Run, Task};
 use crate::{config, service::fault};
 
 /// `airlock tasks add`.
@@ -30,6 +31,17 @@ pub struct AddInput {
     pub approval_timeout_secs: Option<u64>,
     #[serde(default)]
     pub missed: Option<Missed>,
+    /// The task's own budget over its runs of one day (`tool_calls=100,cost=2`).
+    #[serde(default)]
+    pub budget_per_day: Option<String>,
+    /// What a run does when a held action is not approved.
+    #[serde(default)]
+    pub on_held: Option<OnHeld>,
+    /// A command run in the sandbox before each run wakes the model.
+    #[serde(default)]
+    pub check: Option<String>,
+    #[serde(default)]
+    pub check_timeout_secs: Option<u64>,
 }
 
 /// A task as the commands show it.
@@ -47,6 +59,12 @@ pub struct TaskView {
     pub prompt: String,
     pub deliver_to: String,
     pub budget_per_run: String,
+    /// The task's own per-day budget, and what its runs spent today.
+    pub budget_per_day: String,
+    /// When a held action is not approved: `the run goes on without it` or `the run ends`.
+    pub on_held: String,
+    /// The pre-check command and its time limit, if any.
+    pub check: Option<String>,
     pub runs_per_day: usize,
     pub created_by: String,
     pub tainted: bool,
@@ -110,6 +128,12 @@ pub fn view(task: &Task, now: i64) -> TaskView {
             .clone()
             .unwrap_or_else(|| "the run history (airlock tasks history)".into()),
         budget_per_run: store::budget_words(&task.budget),
+        budget_per_day: day_budget_words(task, parsed.as_ref(), now),
+        on_held: task.on_held.words().into(),
+        check: task
+            .check
+            .as_ref()
+            .map(|c| format!("{} (at most {} s)", c.command, c.timeout_secs)),
         runs_per_day: parsed
             .as_ref()
             .map_or(0, |s| new_task::runs_per_day(s, now, 1500)),
@@ -120,10 +144,35 @@ pub fn view(task: &Task, now: i64) -> TaskView {
     }
 }
 
+/// The task's own daily budget and today's use, or that it has none.
+fn day_budget_words(task: &Task, schedule: Option<&Schedule>, now: i64) -> String {
+    if task.budget_per_day == Default::default() {
+        return "none of its own; the owner's per-day budget applies".into();
+    }
+    let limit = store::budget_words(&task.budget_per_day);
+    match schedule {
+        Some(s) => {
+            let u = day_budget::used_today(task, s, now);
+            format!(
+                "{limit}; today so far: turns {}, tool_calls {}, output_tokens {}, cost ${:.2}",
+                u.turns,
+                u.tool_calls,
+                u.output_tokens,
+                u.cost_micros as f64 / 1e6
+            )
+        }
+        None => limit,
+    }
+}
+
 /// Add a task for the owner.
 pub fn add(home: &Home, input: &AddInput) -> anyhow::Result<TaskView> {
     let cfg = config::load(&home.config_file()).map_err(fault)?;
     let budget = match &input.budget {
+        Some(b) => store::parse_budget(b)?,
+        None => Default::default(),
+    };
+    let budget_per_day = match &input.budget_per_day {
         Some(b) => store::parse_budget(b)?,
         None => Default::default(),
     };
@@ -141,6 +190,9 @@ pub fn add(home: &Home, input: &AddInput) -> anyhow::Result<TaskView> {
             taint_sources: vec![],
             approval_timeout_secs: input.approval_timeout_secs,
             missed: input.missed,
+            budget_per_day,
+            on_held: input.on_held.unwrap_or_default(),
+            check: input.check.clone().map(|c| (c, input.check_timeout_secs)),
         },
         now,
     )?;
@@ -161,7 +213,9 @@ pub fn store_new(home: &Home, task: Task, now: i64) -> anyhow::Result<TaskView> 
         json!({"task": task.id, "schedule": task.schedule, "time_zone": task.time_zone,
                "description": shown.description, "prompt": task.prompt,
                "deliver_to": task.deliver_to, "created_by": task.created_by,
-               "tainted": task.tainted, "budget_per_run": shown.budget_per_run}),
+               "tainted": task.tainted, "budget_per_run": shown.budget_per_run,
+               "budget_per_day": store::budget_words(&task.budget_per_day),
+               "on_held": task.on_held, "check": task.check}),
     )
     .map_err(fault)?;
     Ok(shown)

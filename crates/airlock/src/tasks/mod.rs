@@ -5,6 +5,7 @@
 //! - [`plan`]: the scheduler's rules as pure functions of a task's state and an instant
 //!   (due, backoff, auto-pause, missed runs, kill), tested with injected instants;
 //! - [`store`]: the tasks and their run history in the state dir;
+//! - [`day_budget`]: a task's own per-day budget over its runs of one day;
 //! - [`new_task`]: the one way a task is made, from the command line or from an
 //!   approved `task.schedule` action, with every check in one place.
 //!
@@ -12,6 +13,7 @@
 //! (`crate::service::tasks`).
 
 pub mod clock;
+pub mod day_budget;
 pub mod new_task;
 pub mod plan;
 pub mod store;

@@ -6,7 +6,7 @@ use airlock_core::schedule::{in_words, Schedule};
 use airlock_store::Limits;
 
 use super::plan::{self, Missed, State};
-use super::store::{self, Task};
+use super::store::{self, Check, OnHeld, Task};
 use crate::config::Config;
 
 /// Longest prompt a task may carry.
@@ -27,7 +27,18 @@ pub struct NewTask {
     pub taint_sources: Vec<String>,
     pub approval_timeout_secs: Option<u64>,
     pub missed: Option<Missed>,
+    /// The task's own per-day budget (see [`super::day_budget`]).
+    pub budget_per_day: Limits,
+    pub on_held: OnHeld,
+    /// A pre-check command and its time limit in seconds (`None`: the default).
+    pub check: Option<(String, Option<u64>)>,
 }
+
+/// Longest pre-check command line.
+pub const MAX_CHECK_BYTES: usize = 4 * 1024;
+/// A pre-check's time limit when none is given, and the most it may have.
+pub const DEFAULT_CHECK_TIMEOUT_SECS: u64 = 60;
+pub const MAX_CHECK_TIMEOUT_SECS: u64 = 600;
 
 /// Check `new` and make its task (not yet stored).
 pub fn make(cfg: &Config, new: NewTask, now: i64) -> anyhow::Result<Task> {
@@ -55,6 +66,7 @@ pub fn make(cfg: &Config, new: NewTask, now: i64) -> anyhow::Result<Task> {
     if let Some(d) = &new.deliver_to {
         check_destination(d)?;
     }
+    let check = new.check.map(pre_check).transpose()?;
     Ok(Task {
         id: store::new_id()?,
         schedule: schedule.spec(),
@@ -71,9 +83,34 @@ pub fn make(cfg: &Config, new: NewTask, now: i64) -> anyhow::Result<Task> {
             .approval_timeout_secs
             .unwrap_or(cfg.tasks.approval_timeout_secs),
         missed: new.missed.unwrap_or(cfg.tasks.missed),
+        budget_per_day: new.budget_per_day,
+        on_held: new.on_held,
+        check,
         state: State::new(&schedule, now),
         runs: Vec::new(),
         run_count: 0,
+    })
+}
+
+/// A pre-check's command line and time limit, checked.
+fn pre_check((command, timeout): (String, Option<u64>)) -> anyhow::Result<Check> {
+    if command.trim().is_empty() {
+        anyhow::bail!("the pre-check is empty\nhelp: give --check a command line, or leave it out");
+    }
+    if command.len() > MAX_CHECK_BYTES || command.contains('\0') {
+        anyhow::bail!(
+            "the pre-check must be one command line of at most {MAX_CHECK_BYTES} bytes\nhelp: put a longer check in a workspace script and run that"
+        );
+    }
+    let timeout_secs = timeout.unwrap_or(DEFAULT_CHECK_TIMEOUT_SECS);
+    if !(1..=MAX_CHECK_TIMEOUT_SECS).contains(&timeout_secs) {
+        anyhow::bail!(
+            "a pre-check's time limit of {timeout_secs} s is out of range\nhelp: give --check-timeout between 1 and {MAX_CHECK_TIMEOUT_SECS} seconds"
+        );
+    }
+    Ok(Check {
+        command,
+        timeout_secs,
     })
 }
 
@@ -124,6 +161,9 @@ mod tests {
             taint_sources: vec![],
             approval_timeout_secs: None,
             missed: None,
+            budget_per_day: Limits::default(),
+            on_held: OnHeld::Continue,
+            check: None,
         }
     }
 
@@ -150,6 +190,18 @@ mod tests {
         let mut empty = new("0 8 * * *");
         empty.prompt = " ".into();
         assert!(make(&cfg, empty, now).is_err());
+        let mut checked = new("0 8 * * *");
+        checked.check = Some(("test -s /workspace/new".into(), None));
+        let t = make(&cfg, checked, now).unwrap();
+        let c = t.check.unwrap();
+        assert_eq!(c.timeout_secs, DEFAULT_CHECK_TIMEOUT_SECS);
+        let mut slow = new("0 8 * * *");
+        slow.check = Some(("true".into(), Some(3600)));
+        let e = make(&cfg, slow, now).unwrap_err().to_string();
+        assert!(e.contains("--check-timeout"), "{e}");
+        let mut blank = new("0 8 * * *");
+        blank.check = Some(("  ".into(), None));
+        assert!(make(&cfg, blank, now).is_err());
         let s = Schedule::parse("0 8 * * *", "Europe/Berlin").unwrap();
         let lines = next_runs_words(&s, now, 3);
         assert_eq!(lines.len(), 3);

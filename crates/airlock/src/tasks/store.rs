@@ -50,6 +50,18 @@ pub struct Task {
     /// the run goes on without it.
     pub approval_timeout_secs: u64,
     pub missed: Missed,
+    /// The task's own per-day budget, over all its runs of one calendar day in its time
+    /// zone (a counter left out: no daily cap of the task's own). The owner's per-day
+    /// budget applies on top.
+    #[serde(default)]
+    pub budget_per_day: Limits,
+    /// What a run does when an action it held is not approved.
+    #[serde(default)]
+    pub on_held: OnHeld,
+    /// A command run in the sandbox before the model is woken; its exit status says
+    /// whether to wake it.
+    #[serde(default)]
+    pub check: Option<Check>,
     pub state: State,
     #[serde(default)]
     pub runs: Vec<Run>,
@@ -66,6 +78,52 @@ impl Task {
         })
     }
 }
+
+/// What a run does when an action held during it is denied, or nobody answers within
+/// the task's approval timeout.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum OnHeld {
+    /// The model is told the action was not run, and goes on without it.
+    #[default]
+    Continue,
+    /// The run ends there; its report says which action was not approved.
+    End,
+}
+
+impl OnHeld {
+    pub fn words(self) -> &'static str {
+        match self {
+            OnHeld::Continue => "the run goes on without it",
+            OnHeld::End => "the run ends",
+        }
+    }
+}
+
+/// A task's pre-check: a command the Gate decides and the sandbox runs before the model
+/// is woken. Exit 0 wakes the model; exit 1 means "nothing to do" and the run ends
+/// without a model call; anything else (a refusal, a timeout, a crash) fails the run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Check {
+    /// One command line, as `airlock exec` takes it.
+    pub command: String,
+    /// The longest it may run.
+    pub timeout_secs: u64,
+}
+
+/// What a run's pre-check did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CheckResult {
+    pub exit: i32,
+    /// Whether the model was woken.
+    pub woke: bool,
+    /// Its standard output and error, cut to [`CHECK_OUTPUT_KEPT`] bytes.
+    pub output: String,
+}
+
+/// How much of a pre-check's output a run keeps (the rest is read and dropped).
+pub const CHECK_OUTPUT_KEPT: usize = 4 * 1024;
 
 /// An action held during a run, and what became of it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -101,6 +159,9 @@ pub struct Run {
     /// Where the report went: `telegram:<chat>`, or why it stayed here.
     #[serde(default)]
     pub delivered: Option<String>,
+    /// The pre-check, when the task has one.
+    #[serde(default)]
+    pub check: Option<CheckResult>,
 }
 
 /// What a run spent.
@@ -303,6 +364,9 @@ mod tests {
             taint_sources: vec![],
             approval_timeout_secs: 60,
             missed: Missed::RunOnce,
+            budget_per_day: Limits::default(),
+            on_held: OnHeld::Continue,
+            check: None,
             state: State::new(&s, 0),
             runs: vec![],
             run_count: 0,
@@ -325,6 +389,7 @@ mod tests {
                     held: vec![],
                     report: String::new(),
                     delivered: None,
+                    check: None,
                 },
             );
         }

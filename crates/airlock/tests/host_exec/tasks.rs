@@ -596,3 +596,279 @@ async fn a_runs_result_goes_to_the_owners_chat_and_never_to_another() {
     let v = verify(&f.home);
     assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
 }
+
+/// The task's own check workspace, where a test puts what the check looks for.
+fn check_workspace(home: &Path, id: &str) -> PathBuf {
+    home.join("state")
+        .join("sessions")
+        .join(format!("task-{id}"))
+        .join("workspace")
+}
+
+/// `run-now`, then the run it started, once it has finished.
+fn run_now_and_wait(home: &Path, id: &str, runs_before: usize) -> Value {
+    let o = airlock(home, &["tasks", "run-now", id]);
+    assert!(o.status.success(), "{o:?}");
+    finished_runs(home, id, runs_before + 1)[runs_before].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pre_check_wakes_the_model_only_when_it_exits_0_and_the_tasks_day_caps_its_runs() {
+    let f = fixture();
+    let model = ScriptedModel::start([Step::text("the page changed"), Step::text("again")])
+        .await
+        .unwrap();
+    let (host, _clock) = start(&f, &model, "", "2026-12-05T09:00:00Z");
+    let added = tasks_json(
+        &f.home,
+        &[
+            "add",
+            "--at",
+            "2031-01-01 00:00",
+            "--prompt",
+            "Tell me what changed",
+            "--check",
+            "test -e changed",
+            "--budget-per-day",
+            "turns=1",
+        ],
+    );
+    let id = added["id"].as_str().unwrap().to_string();
+    assert!(
+        added["check"]
+            .as_str()
+            .unwrap()
+            .starts_with("test -e changed"),
+        "{added:#}"
+    );
+    assert!(added["budget_per_day"]
+        .as_str()
+        .unwrap()
+        .contains("turns 1"));
+
+    // Nothing changed: the check exits 1 and the model is never asked.
+    let quiet = run_now_and_wait(&f.home, &id, 0);
+    assert_eq!(quiet["check"]["exit"], 1, "{quiet:#}");
+    assert_eq!(quiet["check"]["woke"], false);
+    assert!(quiet["outcome"]
+        .as_str()
+        .unwrap()
+        .starts_with("nothing to do"));
+    assert_eq!(quiet["ok"], true);
+    assert_eq!(model.requests().len(), 0, "the model was woken for nothing");
+
+    // Something changed: the check exits 0 and the run's one turn happens.
+    let ws = check_workspace(&f.home, &id);
+    std::fs::write(ws.join("changed"), "yes").unwrap();
+    let woke = run_now_and_wait(&f.home, &id, 1);
+    assert_eq!(woke["check"]["exit"], 0, "{woke:#}");
+    assert_eq!(woke["outcome"], "completed", "{woke:#}");
+    assert!(woke["report"]
+        .as_str()
+        .unwrap()
+        .contains("the page changed"));
+    assert_eq!(model.requests().len(), 1);
+
+    // The task's day allows one turn: the next run is skipped before its check, and the
+    // model is not asked again.
+    let skipped = run_now_and_wait(&f.home, &id, 2);
+    let outcome = skipped["outcome"].as_str().unwrap();
+    assert!(
+        outcome.starts_with("skipped:") && outcome.contains("turns") && outcome.contains("1 of 1"),
+        "{skipped:#}"
+    );
+    assert!(skipped["check"].is_null(), "{skipped:#}");
+    assert_eq!(model.requests().len(), 1);
+
+    // A check that fails (here: one that prints far more than is kept, then exits 3)
+    // fails the run; only the start of its output is kept.
+    let loud = tasks_json(
+        &f.home,
+        &[
+            "add",
+            "--at",
+            "2031-01-01 00:00",
+            "--prompt",
+            "x",
+            "--check",
+            "sh -c 'head -c 200000 /dev/zero | tr \"\\0\" x; exit 3'",
+        ],
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let failed = run_now_and_wait(&f.home, &loud, 0);
+    assert_eq!(failed["check"]["exit"], 3, "{failed:#}");
+    assert_eq!(failed["ok"], false);
+    assert!(
+        failed["outcome"]
+            .as_str()
+            .unwrap()
+            .contains("the pre-check exited 3"),
+        "{failed:#}"
+    );
+    let kept = failed["check"]["output"].as_str().unwrap();
+    assert!(
+        kept.starts_with("xxxx") && kept.len() <= 4200,
+        "{} bytes kept",
+        kept.len()
+    );
+    assert_eq!(show(&f.home, &loud)["failures"], 1);
+
+    // A check that outlives its time limit fails the run too, and the run ends.
+    let slow = tasks_json(
+        &f.home,
+        &[
+            "add",
+            "--at",
+            "2031-01-01 00:00",
+            "--prompt",
+            "x",
+            "--check",
+            "sleep 30",
+            "--check-timeout",
+            "1",
+        ],
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let timed_out = run_now_and_wait(&f.home, &slow, 0);
+    assert_eq!(timed_out["ok"], false, "{timed_out:#}");
+    assert_ne!(timed_out["check"]["exit"], 0);
+    assert_ne!(timed_out["check"]["exit"], 1);
+    assert!(
+        timed_out["ended_at"].as_i64().unwrap() - timed_out["started_at"].as_i64().unwrap() < 30
+    );
+    assert_eq!(model.requests().len(), 1);
+
+    // Each check is on the record: the scheduler's note of it, and the Gate's decision
+    // of the command it ran.
+    let records = audit_records(&f.home);
+    let checks: Vec<_> = records
+        .iter()
+        .filter(|r| r["kind"] == "task-run-check")
+        .collect();
+    assert_eq!(checks.len(), 4, "{checks:#?}");
+    assert!(checks.iter().all(|r| r["principal"]
+        .as_str()
+        .unwrap_or("")
+        .starts_with("system:scheduler")));
+    assert!(records.iter().any(|r| r["kind"] == "decision"
+        && r["action"]["command"] == "test -e changed"
+        && r["decision"] == "allow"));
+    drop(host);
+    let v = verify(&f.home);
+    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_runs_held_action_is_a_card_in_the_owners_chat_and_on_held_end_ends_the_run() {
+    use super::telegram::{configure, pair_owner, sent_id, start_host, OWNER};
+    let f = fixture();
+    let model = ScriptedModel::start([
+        // The run proposes a task of its own, which is always held.
+        // (The run ends at the denial: the model is not asked again, so the next step is
+        // the second task's.)
+        Step::tool_call("c1", "schedule_task", schedule_call("Check again")),
+        // The second task goes on without what was denied.
+        Step::tool_call("c2", "schedule_task", schedule_call("Check later")),
+        Step::text("went on without it"),
+    ])
+    .await
+    .unwrap();
+    let (fake, code) = configure(&f, &model, &[]);
+    let host = start_host(&f);
+    pair_owner(&fake, &code);
+    let add = |on_held: &str| {
+        tasks_json(
+            &f.home,
+            &[
+                "add",
+                "--at",
+                "2031-01-01 00:00",
+                "--prompt",
+                "Plan my week",
+                "--deliver-to",
+                "telegram",
+                "--on-held",
+                on_held,
+            ],
+        )["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    // The card of the held `schedule_task` whose prompt is `marker`, denied by the owner.
+    let deny_card = |marker: &str| {
+        let card = fake.wait_for("sendMessage", |b| {
+            b.get("reply_markup").is_some() && b["text"].as_str().unwrap_or("").contains(marker)
+        });
+        assert_eq!(card["chat_id"], OWNER, "the card went to {card}");
+        let deny = card["reply_markup"]["inline_keyboard"][0][1]["callback_data"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        fake.push_press(OWNER, &sent_id(&card), OWNER, "owner", &deny);
+        card
+    };
+
+    let ends = add("end");
+    assert_eq!(show(&f.home, &ends)["on_held"], "the run ends");
+    let o = airlock(&f.home, &["tasks", "run-now", &ends]);
+    assert!(o.status.success(), "{o:?}");
+    let first_card = deny_card("Check again");
+    let run = finished_runs(&f.home, &ends, 1)[0].clone();
+    let outcome = run["outcome"].as_str().unwrap();
+    assert!(
+        outcome.starts_with("ended:") && outcome.contains("denied"),
+        "{run:#}"
+    );
+    assert_eq!(
+        run["ok"], true,
+        "ending at a denial is not a failure: {run:#}"
+    );
+    assert_eq!(run["held"].as_array().unwrap().len(), 1, "{run:#}");
+    assert!(run["held"][0]["outcome"]
+        .as_str()
+        .unwrap()
+        .starts_with("denied"));
+    // The model was not asked again after the denial.
+    assert_eq!(model.requests().len(), 1);
+    // The result went to the owner too, naming how the run ended.
+    fake.wait_for("sendMessage", |b| {
+        b["chat_id"] == OWNER
+            && b["text"]
+                .as_str()
+                .unwrap_or("")
+                .contains("ended: held action")
+    });
+
+    let goes_on = add("continue");
+    let o = airlock(&f.home, &["tasks", "run-now", &goes_on]);
+    assert!(o.status.success(), "{o:?}");
+    let second_card = deny_card("Check later");
+    assert_ne!(sent_id(&first_card), sent_id(&second_card));
+    let run = finished_runs(&f.home, &goes_on, 1)[0].clone();
+    assert_eq!(run["outcome"], "completed", "{run:#}");
+    assert!(run["report"]
+        .as_str()
+        .unwrap()
+        .contains("went on without it"));
+    assert!(run["held"][0]["outcome"]
+        .as_str()
+        .unwrap()
+        .starts_with("denied"));
+    // Neither proposed task exists: both were denied on their cards.
+    let all = tasks_json(&f.home, &["list"]);
+    assert_eq!(all["tasks"].as_array().unwrap().len(), 2, "{all:#}");
+    // The denials are the owner's, recorded as answered in the chat.
+    let denials: Vec<_> = audit_records(&f.home)
+        .into_iter()
+        .filter(|r| r["kind"] == "approval_denied")
+        .collect();
+    assert_eq!(denials.len(), 2, "{denials:#?}");
+    drop(host);
+    let v = verify(&f.home);
+    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+}

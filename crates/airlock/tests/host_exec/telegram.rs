@@ -70,7 +70,7 @@ fn bind(f: &Fixture, members: &[(i64, &str)]) {
 }
 
 /// The id of the message a `sendMessage` made (the fake adds it to its log).
-fn sent_id(body: &serde_json::Value) -> String {
+pub(super) fn sent_id(body: &serde_json::Value) -> String {
     body["sent_message_id"].as_str().unwrap().to_string()
 }
 

@@ -1,0 +1,220 @@
+//! A task's own per-day budget (`airlock tasks add --budget-per-day`): what its runs of
+//! one calendar day (in the task's time zone) spent together, and what the next run may
+//! still spend. Pure functions of the run history and an instant, so they are tested
+//! without a clock.
+//!
+//! The owner's per-day budget (`[budget.per_day]`) applies on top, in the store, as for
+//! every session; this one keeps one task from eating the owner's whole day.
+
+use airlock_core::schedule::Schedule;
+use airlock_store::Limits;
+
+use super::store::Task;
+
+/// What a task's runs of one day spent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DayUse {
+    /// Runs in which the model was woken (each is one turn).
+    pub turns: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub tool_calls: u64,
+    pub cost_micros: u64,
+    pub wall_ms: u64,
+}
+
+/// What `task`'s runs started on the day of `now` (in its zone) spent.
+pub fn used_today(task: &Task, schedule: &Schedule, now: i64) -> DayUse {
+    let since = schedule.day_start(now);
+    let mut used = DayUse::default();
+    for run in task.runs.iter().filter(|r| r.started_at >= since) {
+        let u = &run.usage;
+        if u.model_calls > 0 {
+            used.turns += 1;
+        }
+        used.input_tokens += u.input_tokens;
+        used.output_tokens += u.output_tokens;
+        used.tool_calls += u.tool_calls;
+        used.cost_micros += u.cost_micros;
+        let wall_secs = run.ended_at.unwrap_or(run.started_at) - run.started_at;
+        used.wall_ms += u64::try_from(wall_secs).unwrap_or(0) * 1000;
+    }
+    used
+}
+
+/// The next run's limits: each counter of `per_run` (or, left out there, of `fallback`,
+/// the per-session budget), lowered to what `per_day` leaves after `used`. `Err` names
+/// the first counter of the day that is used up, so the run is not started.
+pub fn next_run_limits(
+    per_run: &Limits,
+    fallback: &Limits,
+    per_day: &Limits,
+    used: &DayUse,
+) -> Result<Limits, String> {
+    let counter = |name: &str,
+                   run: Option<u64>,
+                   fallback: Option<u64>,
+                   day: Option<u64>,
+                   spent: u64|
+     -> Result<Option<u64>, String> {
+        let run = run.or(fallback);
+        let Some(day) = day else { return Ok(run) };
+        let left = day.saturating_sub(spent);
+        if left == 0 {
+            return Err(format!(
+                "the task's per-day budget of {name} is used up ({spent} of {day} today)"
+            ));
+        }
+        Ok(Some(run.map_or(left, |r| r.min(left))))
+    };
+    Ok(Limits {
+        turns: counter(
+            "turns",
+            per_run.turns,
+            fallback.turns,
+            per_day.turns,
+            used.turns,
+        )?,
+        input_tokens: counter(
+            "input_tokens",
+            per_run.input_tokens,
+            fallback.input_tokens,
+            per_day.input_tokens,
+            used.input_tokens,
+        )?,
+        output_tokens: counter(
+            "output_tokens",
+            per_run.output_tokens,
+            fallback.output_tokens,
+            per_day.output_tokens,
+            used.output_tokens,
+        )?,
+        tool_calls: counter(
+            "tool_calls",
+            per_run.tool_calls,
+            fallback.tool_calls,
+            per_day.tool_calls,
+            used.tool_calls,
+        )?,
+        wall_ms: counter(
+            "wall time (ms)",
+            per_run.wall_ms,
+            fallback.wall_ms,
+            per_day.wall_ms,
+            used.wall_ms,
+        )?,
+        cost_micros: counter(
+            "cost (micro-dollars)",
+            per_run.cost_micros,
+            fallback.cost_micros,
+            per_day.cost_micros,
+            used.cost_micros,
+        )?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tasks::plan::{Missed, State, Trigger};
+    use crate::tasks::store::{OnHeld, Run, RunUsage};
+
+    fn task_with_runs(runs: &[(i64, u64, u64)]) -> (Task, Schedule) {
+        let s = Schedule::parse("0 * * * *", "Europe/Berlin").unwrap();
+        let task = Task {
+            id: "t-1".into(),
+            schedule: s.spec(),
+            time_zone: "Europe/Berlin".into(),
+            prompt: "p".into(),
+            deliver_to: None,
+            budget: Limits::default(),
+            owner: "owner".into(),
+            created_by: "owner".into(),
+            created_at: 0,
+            tainted: false,
+            taint_sources: vec![],
+            approval_timeout_secs: 60,
+            missed: Missed::RunOnce,
+            budget_per_day: Limits::default(),
+            on_held: OnHeld::Continue,
+            check: None,
+            state: State::new(&s, 0),
+            runs: runs
+                .iter()
+                .enumerate()
+                .map(|(n, (at, model_calls, tool_calls))| Run {
+                    number: n as u64,
+                    session: String::new(),
+                    trigger: Trigger::Schedule,
+                    started_at: *at,
+                    ended_at: Some(at + 2),
+                    outcome: "completed".into(),
+                    ok: true,
+                    tainted: false,
+                    usage: RunUsage {
+                        model_calls: *model_calls,
+                        tool_calls: *tool_calls,
+                        ..Default::default()
+                    },
+                    audit_from: None,
+                    audit_to: None,
+                    held: vec![],
+                    report: String::new(),
+                    delivered: None,
+                    check: None,
+                })
+                .collect(),
+            run_count: runs.len() as u64,
+        };
+        (task, s)
+    }
+
+    // 2026-12-05 00:00 in Berlin is 2026-12-04T23:00:00Z.
+    const MIDNIGHT: i64 = 1_796_425_200;
+
+    #[test]
+    fn only_the_runs_of_the_tasks_own_calendar_day_count() {
+        let (task, s) = task_with_runs(&[
+            (MIDNIGHT - 60, 1, 7), // the day before, in Berlin
+            (MIDNIGHT + 60, 1, 3),
+            (MIDNIGHT + 3600, 0, 0), // a pre-check that did not wake the model
+            (MIDNIGHT + 7200, 2, 4),
+        ]);
+        let used = used_today(&task, &s, MIDNIGHT + 10_000);
+        assert_eq!(used.turns, 2);
+        assert_eq!(used.tool_calls, 7);
+        assert_eq!(used.wall_ms, 3 * 2000);
+    }
+
+    #[test]
+    fn a_run_gets_at_most_what_the_day_leaves_and_none_when_it_is_spent() {
+        let per_run = Limits {
+            tool_calls: Some(10),
+            ..Default::default()
+        };
+        let fallback = Limits {
+            output_tokens: Some(5000),
+            ..Default::default()
+        };
+        let per_day = Limits {
+            tool_calls: Some(12),
+            turns: Some(3),
+            ..Default::default()
+        };
+        let mut used = DayUse {
+            turns: 1,
+            tool_calls: 8,
+            ..Default::default()
+        };
+        let l = next_run_limits(&per_run, &fallback, &per_day, &used).unwrap();
+        assert_eq!(l.tool_calls, Some(4), "lowered to what the day leaves");
+        assert_eq!(l.turns, Some(2));
+        assert_eq!(l.output_tokens, Some(5000), "the per-session fallback");
+        assert_eq!(l.input_tokens, None);
+        used.tool_calls = 12;
+        let e = next_run_limits(&per_run, &fallback, &per_day, &used).unwrap_err();
+        assert!(e.contains("tool_calls") && e.contains("12 of 12"), "{e}");
+        let no_day = next_run_limits(&per_run, &fallback, &Limits::default(), &used).unwrap();
+        assert_eq!(no_day.tool_calls, Some(10));
+    }
+}

@@ -64,7 +64,7 @@ impl Agent<'_> {
         {
             return self.wait_call(run, call, arguments).await;
         }
-        let planned = match tools::plan(call, &run.files, &self.config) {
+        let planned = match tools::plan(call, &run.files, self.config) {
             Ok(p) => p,
             Err(text) => {
                 let events = [TranscriptEvent::ToolCall {

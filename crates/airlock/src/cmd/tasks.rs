@@ -19,56 +19,7 @@ use crate::tasks::store::OnHeld;
 #[derive(Debug, Subcommand)]
 pub enum TasksCommand {
     /// Add a task: a prompt run on a schedule, each run a session of its own.
-    #[command(group(clap::ArgGroup::new("when").required(true).args(["cron", "at"])))]
-    Add {
-        /// A cron expression: `minute hour day-of-month month day-of-week`
-        /// (`0 8 * * MON-FRI` is 08:00 on weekdays).
-        #[arg(long, value_name = "EXPR")]
-        cron: Option<String>,
-        /// Run once, at this time: RFC 3339 (`2026-12-05T08:00:00Z`) or a local
-        /// `2026-12-05 08:00` in the task's time zone.
-        #[arg(long, value_name = "TIME")]
-        at: Option<String>,
-        /// What each run is asked to do.
-        #[arg(long)]
-        prompt: String,
-        /// Send each run's result to the owner's chat on this channel
-        /// (`telegram`, `telegram:<chat>`); without it, results stay in the history.
-        #[arg(long, value_name = "CHANNEL[:CHAT]")]
-        deliver_to: Option<String>,
-        /// Each run's budget: `tool_calls=20,output_tokens=20000,wall=10m,cost=0.50`.
-        /// Every run also counts against the owner's per-day budget.
-        #[arg(long)]
-        budget: Option<String>,
-        /// The schedule's time zone (an IANA name; default `[tasks] time_zone`).
-        #[arg(long, value_name = "ZONE")]
-        tz: Option<String>,
-        /// Seconds an action held during a run waits for the owner before it is denied.
-        #[arg(long, value_name = "SECS")]
-        approval_timeout: Option<u64>,
-        /// Runs missed while no host ran: `run-once` at the start, or `skip`.
-        #[arg(long, value_enum)]
-        missed: Option<Missed>,
-        /// The task's own budget over its runs of one day (same counters as --budget);
-        /// a run is not started once a counter is spent, and gets at most what is left.
-        #[arg(long, value_name = "BUDGET")]
-        budget_per_day: Option<String>,
-        /// When an action held during a run is denied or times out: `continue` without
-        /// it (the default), or `end` the run there.
-        #[arg(long, value_enum)]
-        on_held: Option<OnHeld>,
-        /// A command run in the sandbox (decided by the Gate) before the model is woken:
-        /// exit 0 wakes it, exit 1 ends the run with nothing to do, anything else fails
-        /// the run. Its output is kept in the run history, not shown to the model.
-        #[arg(long, value_name = "COMMAND")]
-        check: Option<String>,
-        /// The pre-check's time limit in seconds (default 60, at most 600).
-        #[arg(long, value_name = "SECS", requires = "check")]
-        check_timeout: Option<u64>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Add(Box<AddArgs>),
     /// Every task, with its next run.
     List {
         #[arg(long)]
@@ -112,24 +63,78 @@ pub enum TasksCommand {
     },
 }
 
+/// `airlock tasks add` (boxed: far larger than the other commands).
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("when").required(true).args(["cron", "at"])))]
+pub struct AddArgs {
+    /// A cron expression: `minute hour day-of-month month day-of-week`
+    /// (`0 8 * * MON-FRI` is 08:00 on weekdays).
+    #[arg(long, value_name = "EXPR")]
+    cron: Option<String>,
+    /// Run once, at this time: RFC 3339 (`2026-12-05T08:00:00Z`) or a local
+    /// `2026-12-05 08:00` in the task's time zone.
+    #[arg(long, value_name = "TIME")]
+    at: Option<String>,
+    /// What each run is asked to do.
+    #[arg(long)]
+    prompt: String,
+    /// Send each run's result to the owner's chat on this channel
+    /// (`telegram`, `telegram:<chat>`); without it, results stay in the history.
+    #[arg(long, value_name = "CHANNEL[:CHAT]")]
+    deliver_to: Option<String>,
+    /// Each run's budget: `tool_calls=20,output_tokens=20000,wall=10m,cost=0.50`.
+    /// Every run also counts against the owner's per-day budget.
+    #[arg(long)]
+    budget: Option<String>,
+    /// The schedule's time zone (an IANA name; default `[tasks] time_zone`).
+    #[arg(long, value_name = "ZONE")]
+    tz: Option<String>,
+    /// Seconds an action held during a run waits for the owner before it is denied.
+    #[arg(long, value_name = "SECS")]
+    approval_timeout: Option<u64>,
+    /// Runs missed while no host ran: `run-once` at the start, or `skip`.
+    #[arg(long, value_enum)]
+    missed: Option<Missed>,
+    /// The task's own budget over its runs of one day (same counters as --budget);
+    /// a run is not started once a counter is spent, and gets at most what is left.
+    #[arg(long, value_name = "BUDGET")]
+    budget_per_day: Option<String>,
+    /// When an action held during a run is denied or times out: `continue` without
+    /// it (the default), or `end` the run there.
+    #[arg(long, value_enum)]
+    on_held: Option<OnHeld>,
+    /// A command run in the sandbox (decided by the Gate) before the model is woken:
+    /// exit 0 wakes it, exit 1 ends the run with nothing to do, anything else fails
+    /// the run. Its output is kept in the run history, not shown to the model.
+    #[arg(long, value_name = "COMMAND")]
+    check: Option<String>,
+    /// The pre-check's time limit in seconds (default 60, at most 600).
+    #[arg(long, value_name = "SECS", requires = "check")]
+    check_timeout: Option<u64>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
 pub fn run(cmd: TasksCommand) -> anyhow::Result<i32> {
     let home = Home::from_env()?;
     match cmd {
-        TasksCommand::Add {
-            cron,
-            at,
-            prompt,
-            deliver_to,
-            budget,
-            tz,
-            approval_timeout,
-            missed,
-            budget_per_day,
-            on_held,
-            check,
-            check_timeout,
-            json,
-        } => {
+        TasksCommand::Add(args) => {
+            let AddArgs {
+                cron,
+                at,
+                prompt,
+                deliver_to,
+                budget,
+                tz,
+                approval_timeout,
+                missed,
+                budget_per_day,
+                on_held,
+                check,
+                check_timeout,
+                json,
+            } = *args;
             let input = AddInput {
                 schedule: cron.or(at).unwrap_or_default(),
                 time_zone: tz,

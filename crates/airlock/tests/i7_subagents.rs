@@ -16,6 +16,7 @@ use airlock_store::{
 use serde_json::Value;
 
 mod exec_fixture;
+mod host_fixture;
 mod proc_tree;
 use exec_fixture::{airlock, fixture, report, scripted_command, Fixture};
 use proc_tree::*;
@@ -528,9 +529,8 @@ fn wait_for_sleeps(run_dir: &Path) -> (u32, BTreeMap<u32, u64>) {
     panic!("the long command never started under {}", run_dir.display());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i7_killing_the_parent_ends_its_children_and_their_sandboxes() {
-    let (f, store, parent, _ws) = setup("", &[]);
+/// A parent that starts child `k`, whose shell call runs two long `sleep`s, and waits.
+async fn family_with_a_long_child() -> ScriptedModel {
     let model = ScriptedModel::start([
         Step::tool_call(
             "p1",
@@ -553,25 +553,24 @@ async fn i7_killing_the_parent_ends_its_children_and_their_sandboxes() {
             Step::text("never reached"),
         ],
     );
-    let run = start_run(&f.home, &model, &parent, &[]);
-    let child = {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(c) = store.descendants(&parent).unwrap().into_iter().next() {
-                break c;
-            }
-            assert!(Instant::now() < deadline, "the child never started");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
-    let (helper, tree) = wait_for_sleeps(&f.home.join("state/run").join(&child));
+    model
+}
 
-    let k = airlock(&f.home, &["kill", &parent]);
-    assert!(k.status.success(), "{}", String::from_utf8_lossy(&k.stderr));
-    let said = String::from_utf8_lossy(&k.stdout);
-    assert!(said.contains(&format!("killed {child}")), "{said}");
-    // Within a second of the kill, nothing of the child's sandbox is alive (`ps`'s view:
-    // /proc, by pid and start time).
+/// The first child of `parent`, once it exists.
+fn first_child(store: &SqliteStore, parent: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(c) = store.descendants(parent).unwrap().into_iter().next() {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "the child never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Within a second of a kill, nothing of `tree` (the child's sandbox) is alive: `ps`'s
+/// view, /proc by pid and start time, and no `sleep 313` in `ps` itself.
+fn assert_gone_within_a_second(tree: &BTreeMap<u32, u64>, helper: u32) {
     let deadline = Instant::now() + Duration::from_secs(1);
     let mut left: Vec<(u32, String)>;
     loop {
@@ -598,6 +597,21 @@ async fn i7_killing_the_parent_ends_its_children_and_their_sandboxes() {
         !ps.lines().any(|l| l.contains("sleep 313")),
         "a sandboxed sleep is still in ps:\n{ps}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i7_killing_the_parent_ends_its_children_and_their_sandboxes() {
+    let (f, store, parent, _ws) = setup("", &[]);
+    let model = family_with_a_long_child().await;
+    let run = start_run(&f.home, &model, &parent, &[]);
+    let child = first_child(&store, &parent);
+    let (helper, tree) = wait_for_sleeps(&f.home.join("state/run").join(&child));
+
+    let k = airlock(&f.home, &["kill", &parent]);
+    assert!(k.status.success(), "{}", String::from_utf8_lossy(&k.stderr));
+    let said = String::from_utf8_lossy(&k.stdout);
+    assert!(said.contains(&format!("killed {child}")), "{said}");
+    assert_gone_within_a_second(&tree, helper);
 
     let out = tokio::task::spawn_blocking(move || finish(run, Duration::from_secs(15)))
         .await
@@ -612,5 +626,51 @@ async fn i7_killing_the_parent_ends_its_children_and_their_sandboxes() {
         store.get_session(&parent).unwrap().status,
         SessionStatus::Killed
     );
+    assert_family_audit(&f.home, &parent, &[child], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i7_kill_all_through_the_host_ends_a_family_running_in_it() {
+    let (f, store, parent, _ws) = setup("", &[]);
+    let host = host_fixture::Host::start(&f.home);
+    let model = family_with_a_long_child().await;
+    // With a host holding the state dir, `airlock run` is its client: the family runs in
+    // the host, and `airlock kill --all` asks the host.
+    let run = start_run(&f.home, &model, &parent, &[]);
+    let child = first_child(&store, &parent);
+    let (helper, tree) = wait_for_sleeps(&f.home.join("state/run").join(&child));
+    // The child's sandbox is the host's: its helper descends from the host process.
+    assert!(
+        process_tree(host.child.id()).contains_key(&helper),
+        "the child's sandbox helper {helper} is not under the host"
+    );
+
+    let k = airlock(&f.home, &["kill", "--all"]);
+    assert!(k.status.success(), "{}", String::from_utf8_lossy(&k.stderr));
+    let said = String::from_utf8_lossy(&k.stdout);
+    assert!(
+        said.contains(&child) && said.contains(&parent),
+        "the kill did not name the family: {said}"
+    );
+    assert_gone_within_a_second(&tree, helper);
+
+    let out = tokio::task::spawn_blocking(move || finish(run, Duration::from_secs(15)))
+        .await
+        .unwrap();
+    let r = report(&out);
+    assert_eq!(r["outcome"], "killed", "{r:#}");
+    for id in [&child, &parent] {
+        assert_eq!(store.get_session(id).unwrap().status, SessionStatus::Killed);
+    }
+    // Each member's kill is on the record, by the owner.
+    let recs = records(&f.home);
+    for id in [&child, &parent] {
+        assert!(
+            recs.iter()
+                .any(|r| r["kind"] == "session-killed" && r["session"] == id.as_str()),
+            "no kill record of {id}"
+        );
+    }
+    drop(host);
     assert_family_audit(&f.home, &parent, &[child], true);
 }

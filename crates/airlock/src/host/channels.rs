@@ -603,6 +603,16 @@ impl Running {
                 None => return,
             }
         };
+        // The owner's kill switch works from any chat they write in, before the rate
+        // limit and before anything is decided or queued: stopping must always be
+        // possible, even while the chat's own turn is under way.
+        if let Some(target) = kill_command(&text) {
+            let is_owner = channels::read_state(&self.host.home, self.name)
+                .is_ok_and(|s| s.owner.as_deref() == Some(from.id.as_str()));
+            if is_owner {
+                return self.kill_switch(&chat, &from, target);
+            }
+        }
         if !self.admitted(&chat, &from) {
             return;
         }
@@ -667,6 +677,56 @@ impl Running {
                 tracing::error!(error = %format!("{e:#}"), "deciding on a message; it is dropped")
             }
         }
+    }
+
+    /// `/kill` (everything: every session, every task paused, every standing grant
+    /// revoked, as `airlock kill --all`) or `/kill <session>`, from the owner; the owner
+    /// is told what was stopped. Recorded by the kill itself, as the owner via this
+    /// channel.
+    fn kill_switch(&self, chat: &ChatId, from: &Sender, target: KillTarget) {
+        let input = match &target {
+            KillTarget::All => crate::service::kill::KillInput {
+                session: None,
+                all: true,
+            },
+            KillTarget::Session(id) => crate::service::kill::KillInput {
+                session: Some(id.clone()),
+                all: false,
+            },
+        };
+        tracing::warn!(channel = self.name, ?target, "chat: kill switch");
+        let who = crate::service::decider::Decider::chat(self.name, &from.id);
+        let said = match self.host.kill(&input, &who) {
+            Ok(r) => {
+                let mut m = String::new();
+                if let Some(n) = r.tasks_paused {
+                    m.push_str(&format!(
+                        "Stopped everything: {n} task(s) paused until you resume them, "
+                    ));
+                }
+                if let Some(n) = r.grants_revoked {
+                    m.push_str(&format!("{n} standing grant(s) revoked.\n"));
+                }
+                if r.killed.is_empty() {
+                    m.push_str("No session was running.");
+                }
+                for k in &r.killed {
+                    m.push_str(&format!(
+                        "Killed session {} ({} sandbox(es) stopped{}).\n",
+                        k.id,
+                        k.helpers_killed.len(),
+                        if k.helpers_left.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; WARNING: {} outlived the kill", k.helpers_left.len())
+                        }
+                    ));
+                }
+                m
+            }
+            Err(e) => format!("The kill failed: {e:#}"),
+        };
+        self.say(chat, &said);
     }
 
     /// Decide `action` about this channel as `system:channel`, recorded first.
@@ -1284,6 +1344,26 @@ impl Running {
     }
 }
 
+/// What the owner's `/kill` stops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum KillTarget {
+    All,
+    Session(String),
+}
+
+/// `/kill` or `/kill <session-id>` (also `/stop`), and nothing else.
+fn kill_command(text: &str) -> Option<KillTarget> {
+    let mut words = text.split_whitespace();
+    if !matches!(words.next(), Some("/kill" | "/stop")) {
+        return None;
+    }
+    match (words.next(), words.next()) {
+        (None, _) | (Some("all"), None) => Some(KillTarget::All),
+        (Some(id), None) => Some(KillTarget::Session(id.to_string())),
+        _ => None,
+    }
+}
+
 /// Whether `chat` is the owner's private chat with the assistant, or a thread in it
 /// (Slack's thread chats are `<channel>/<thread>`).
 fn is_owner_chat(chat: &ChatId, state: &channels::ChannelState) -> bool {
@@ -1536,6 +1616,19 @@ mod tests {
             owner_chat: owner_chat.map(str::to_string),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn kill_is_one_command_with_at_most_a_session() {
+        assert_eq!(kill_command("/kill"), Some(KillTarget::All));
+        assert_eq!(kill_command(" /stop  all "), Some(KillTarget::All));
+        assert_eq!(
+            kill_command("/kill s-1"),
+            Some(KillTarget::Session("s-1".into()))
+        );
+        assert_eq!(kill_command("/kill s-1 s-2"), None);
+        assert_eq!(kill_command("please /kill"), None);
+        assert_eq!(kill_command("/killer"), None);
     }
 
     #[test]

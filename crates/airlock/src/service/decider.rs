@@ -22,6 +22,8 @@ enum Client {
     Cli,
     /// The web page, in the login session named by `session` (a short, non-secret id).
     Web { session: String },
+    /// The owner's account on a chat channel (`channel`, the platform's id of the owner).
+    Chat { channel: String, owner_id: String },
 }
 
 impl Decider {
@@ -42,6 +44,17 @@ impl Decider {
         }
     }
 
+    /// The owner writing on the chat channel `channel` from their paired account
+    /// `owner_id` (the platform authenticates it; the channel's state names the owner).
+    pub fn chat(channel: &str, owner_id: &str) -> Decider {
+        Decider {
+            client: Client::Chat {
+                channel: channel.to_string(),
+                owner_id: owner_id.to_string(),
+            },
+        }
+    }
+
     /// The principal the store records as the approver or killer.
     pub fn principal(&self) -> &'static str {
         OPERATOR
@@ -55,6 +68,11 @@ impl Decider {
                 principal: Principal::Owner,
                 on_behalf_of: Principal::Owner,
                 via: web_via(),
+            },
+            Client::Chat { channel, .. } => Attribution {
+                principal: Principal::Owner,
+                on_behalf_of: Principal::Owner,
+                via: crate::channels::decisions::via_of(channel),
             },
         }
     }
@@ -73,6 +91,11 @@ impl Decider {
                 "via": "web",
                 "web_session": session,
                 "uid": nix::unistd::getuid().as_raw(),
+            }),
+            Client::Chat { channel, owner_id } => json!({
+                "principal": OPERATOR,
+                "via": channel,
+                "platform_id": owner_id,
             }),
         }
     }

@@ -1264,3 +1264,85 @@ async fn a_turn_past_the_hosts_session_limit_is_dropped_with_a_record() {
     drop(host);
     assert!(verify(&f.home).status.success());
 }
+
+/// Whether a sandboxed `sleep 313` runs (as `ps` sees it).
+fn long_sleep_runs() -> bool {
+    let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
+    String::from_utf8_lossy(&ps.stdout)
+        .lines()
+        .any(|l| l.trim() == "sleep 313")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_owners_kill_in_chat_stops_the_running_turn_and_pauses_every_task() {
+    let f = fixture();
+    let model = ScriptedModel::start([
+        Step::tool_call("k1", "shell", r#"{"command":"sleep 313"}"#),
+        Step::text("never reached"),
+    ])
+    .await
+    .unwrap();
+    let (fake, code) = configure(&f, &model, &["--unknown-senders", "ask"]);
+    let host = start_host(&f);
+    pair_owner(&fake, &code);
+    let o = airlock(
+        &f.home,
+        &[
+            "tasks",
+            "add",
+            "--cron",
+            "0 8 * * *",
+            "--prompt",
+            "Summarise",
+            "--json",
+        ],
+    );
+    assert!(o.status.success(), "{o:?}");
+    let task: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let task = task["id"].as_str().unwrap().to_string();
+
+    fake.push_message(OWNER, OWNER, "owner", "run the long job");
+    wait_for("the turn's sandbox to run", long_sleep_runs);
+
+    // A stranger's `/kill` is only a message from a stranger: the owner is asked whether
+    // to answer it, and nothing stops.
+    fake.push_message(STRANGER, STRANGER, "mallory", "/kill");
+    let card = fake.wait_for("sendMessage", |b| {
+        b.get("reply_markup").is_some() && b["text"].as_str().unwrap_or("").contains("mallory")
+    });
+    assert_eq!(card["chat_id"], OWNER);
+    assert!(long_sleep_runs(), "a stranger's /kill stopped the turn");
+
+    // The owner's stops everything at once, the turn in flight included.
+    fake.push_message(OWNER, OWNER, "owner", "/kill");
+    let said = fake.wait_for("sendMessage", |b| {
+        b["chat_id"] == OWNER
+            && b["text"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("Stopped everything")
+    });
+    let said = said["text"].as_str().unwrap();
+    assert!(said.contains("1 task(s) paused"), "{said}");
+    assert!(said.contains("Killed session s-"), "{said}");
+    wait_for("the sandbox to be gone", || !long_sleep_runs());
+    let o = airlock(&f.home, &["tasks", "show", &task, "--json"]);
+    let shown: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(shown["status"], "paused by the kill switch", "{shown:#}");
+
+    // On the record as the owner, through Telegram, from the owner's account.
+    let killed = kinds(&f, "session-killed");
+    assert!(!killed.is_empty());
+    for r in killed.iter().chain(kinds(&f, "tasks-paused").iter()) {
+        assert_eq!(r["principal"], "owner", "{r:#}");
+        assert_eq!(r["via"], "telegram", "{r:#}");
+        assert_eq!(
+            r["detail"]["decided_by"]["platform_id"],
+            OWNER.to_string(),
+            "{r:#}"
+        );
+    }
+    drop(host);
+    let v = verify(&f.home);
+    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+}

@@ -260,6 +260,21 @@ impl AgentHost {
     /// chat), not the owner: what the session says there, its final text included, is a
     /// message to them that the Gate decides (see `AgentConfig::conversation_with`).
     pub fn with_third_party(mut self, destination: String) -> AgentHost {
+        // A third party does not get to fan out sub-agents on the owner's budget: the
+        // model of such a conversation is not offered them, and a call is refused.
+        let tools: Vec<String> = match self.agent_cfg.tools.take() {
+            Some(t) => t,
+            None => airlock_agent::agent::known_tools()
+                .into_iter()
+                .map(String::from)
+                .collect(),
+        };
+        self.agent_cfg.tools = Some(
+            tools
+                .into_iter()
+                .filter(|t| !airlock_agent::agent::SUBAGENT_TOOL_NAMES.contains(&t.as_str()))
+                .collect(),
+        );
         self.agent_cfg.conversation_with = Some(destination.clone());
         self.executors = self.executors.with_conversation(destination);
         self

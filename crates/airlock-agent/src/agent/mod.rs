@@ -51,7 +51,7 @@ pub use memory_tools::{
 pub use outcome::{AgentError, LimitKind, LimitScope, Outcome, ToolCallReport, TurnReport};
 pub use preview::preview;
 pub use run::{Agent, TurnInput};
-pub use subagent_tools::{MAX_INSTRUCTIONS_BYTES, SUBAGENT_TOOL_NAMES};
+pub use subagent_tools::{known_tools, MAX_INSTRUCTIONS_BYTES, SUBAGENT_TOOL_NAMES};
 pub use tools::{
     content_hash, definitions, plan, ListDir, PlannedCall, ReadFile, MAX_ATTACHMENT_BYTES,
     TOOL_NAMES,

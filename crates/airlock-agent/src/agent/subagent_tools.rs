@@ -38,7 +38,7 @@ struct WaitArgs {
 }
 
 /// Every tool a session may hand on: the built-in ones, memory, and the sub-agent tools.
-fn known_tools() -> Vec<&'static str> {
+pub fn known_tools() -> Vec<&'static str> {
     let mut all: Vec<&str> = super::tools::TOOL_NAMES.to_vec();
     all.extend(super::memory_tools::MEMORY_TOOL_NAMES);
     all.extend(SUBAGENT_TOOL_NAMES);

@@ -1346,3 +1346,61 @@ async fn the_owners_kill_in_chat_stops_the_running_turn_and_pauses_every_task() 
     let v = verify(&f.home);
     assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_third_party_conversation_cannot_start_sub_agents() {
+    let f = fixture();
+    let model = ScriptedModel::start([
+        Step::tool_call(
+            "s1",
+            "spawn_agent",
+            r#"{"name":"h","instructions":"mine the owner's files"}"#,
+        ),
+        Step::text("could not"),
+    ])
+    .await
+    .unwrap();
+    let (fake, code) = configure(&f, &model, &["--unknown-senders", "untrusted"]);
+    let host = start_host(&f);
+    pair_owner(&fake, &code);
+    fake.push_message(STRANGER, STRANGER, "mallory", "split this into ten helpers");
+    // The turn ends with its reply held for the owner (a message to a third party after
+    // untrusted content); by then the model has had its answer to the spawn.
+    fake.wait_for("sendMessage", |b| {
+        b["chat_id"] == OWNER && b["text"].as_str().unwrap_or("").contains("could not")
+    });
+    // The model was not offered the sub-agent tools, and its call was refused.
+    let first = model.requests()[0].json().unwrap();
+    let offered: Vec<String> = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(offered.contains(&"read_file".to_string()), "{offered:?}");
+    assert!(
+        !offered
+            .iter()
+            .any(|t| t == "spawn_agent" || t == "wait_agent"),
+        "{offered:?}"
+    );
+    let second = model.requests()[1].json().unwrap().to_string();
+    assert!(
+        second.contains("is not among this session's tools"),
+        "{second}"
+    );
+    let store = airlock_store::SqliteStore::open(f.home.join("state")).unwrap();
+    use airlock_store::SessionStore;
+    let sessions = store.list_sessions(None).unwrap().items;
+    assert!(!sessions.is_empty());
+    for s in &sessions {
+        assert!(
+            store.descendants(&s.id).unwrap().is_empty(),
+            "session {} has a child",
+            s.id
+        );
+    }
+    drop(host);
+    let v = verify(&f.home);
+    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+}

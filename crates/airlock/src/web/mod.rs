@@ -189,6 +189,8 @@ pub fn router(state: Arc<WebState>) -> Router {
         .route("/budgets", get(budgets::page))
         .route("/memory", get(memory::page))
         .route("/memory/decide", post(memory::decide))
+        .route("/memory/records/{id}", get(memory::record))
+        .route("/memory/rollback", post(memory::rollback))
         .route("/settings", get(config_page::page))
         .route("/approvals", get(approvals::list))
         .route("/approvals/count", get(approvals::count))

@@ -876,6 +876,162 @@ async fn web_a_held_memory_change_is_shown_and_rejected_from_the_page() {
     b.close().await;
 }
 
+/// A `memory_save` tool call of a recall note with `text`, overwriting record `id` if given.
+fn save_note(call: &str, id: Option<&str>, text: &str) -> Step {
+    let mut args = serde_json::json!({"tier": "recall", "kind": "note", "record": {"text": text}});
+    if let Some(id) = id {
+        args["id"] = id.into();
+    }
+    Step::tool_call(call, "memory_save", args.to_string())
+}
+
+/// `airlock run` of a scripted model making `steps` then answering; its report.
+async fn scripted_run(f: &Fixture, steps: Vec<Step>) -> serde_json::Value {
+    let mut all = steps;
+    all.push(Step::text("Done."));
+    let model = ScriptedModel::start(all).await.unwrap();
+    let mut cmd = super::super::exec_fixture::scripted_command(&f.home, &model);
+    cmd.current_dir(&f.ws)
+        .args(["run", "--json", "--workspace"])
+        .arg(&f.ws)
+        .arg("Keep my notes");
+    let o = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    super::super::exec_fixture::report_ok(&o)
+}
+
+/// A record saved, then changed twice: its page on the web shows every version as a diff,
+/// the markup of its text inert; rolling back to the first version from the page (with
+/// the login's CSRF token; without it the rollback is refused) restores it through the
+/// same service as `airlock memory rollback`, recorded via `web`, and the command line
+/// then shows the first text again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_memory_history_shows_each_version_and_rolls_back_from_the_page() {
+    let f = fixture();
+    init(&f, WEB);
+    let _host = Host::start(&f.home);
+    let first = "Dentist on <b>Tuesday</b><img src=x onerror=\"window.__pwned='history'\">";
+    let r = scripted_run(&f, vec![save_note("s1", None, first)]).await;
+    let saved = r["tool_calls"][0]["result"].as_str().unwrap().to_string();
+    assert!(saved.starts_with("saved memory record "), "{r:#}");
+    let id = saved.split_whitespace().nth(3).unwrap().to_string();
+    let r = scripted_run(
+        &f,
+        vec![
+            save_note("s2", Some(&id), "Dentist moved to Wednesday"),
+            save_note("s3", Some(&id), "Dentist cancelled"),
+        ],
+    )
+    .await;
+    for call in r["tool_calls"].as_array().unwrap() {
+        assert_eq!(call["executed"], true, "{r:#}");
+    }
+    let show = |f: &Fixture| {
+        let o = airlock(&f.home, &["memory", "show", &id]);
+        assert!(o.status.success(), "{o:?}");
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    assert!(show(&f).contains("Dentist cancelled"));
+
+    let b = Browser::start(1280, 900).await;
+    let base = base_of(&browser_login(&b, &f).await);
+    b.client.goto(&format!("{base}/memory")).await.unwrap();
+    b.client
+        .find(Locator::Css(&format!("tr.record[data-record='{id}'] a")))
+        .await
+        .expect("the record in the list")
+        .click()
+        .await
+        .unwrap();
+    b.client
+        .wait()
+        .for_element(Locator::Css("#version-3"))
+        .await
+        .expect("the record's history");
+    assert_eq!(
+        b.client
+            .find_all(Locator::Css("section.version"))
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+    let v2 = b
+        .client
+        .find(Locator::Css("#version-2 pre.diff"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    // The line that changed, the old text (its markup as text) against the new.
+    let first_json = serde_json::to_string(first).unwrap();
+    assert!(v2.contains(&format!("-   \"text\": {first_json}")), "{v2}");
+    assert!(
+        v2.contains("+   \"text\": \"Dentist moved to Wednesday\""),
+        "{v2}"
+    );
+    let text = b.text().await;
+    assert!(text.contains("Version 3 (current)"), "{text}");
+    assert!(b
+        .client
+        .find(Locator::Css("#version-3 button.rollback"))
+        .await
+        .is_err());
+    assert!(!b.pwned().await);
+    assert!(b.client.find(Locator::Css("main img")).await.is_err());
+    b.screenshot("memory-history").await;
+
+    // Without the login's CSRF token the rollback is refused, and nothing changes.
+    let (_, cookie, _) = http_login(&f).await;
+    let r = http()
+        .post(format!("{base}/memory/rollback"))
+        .header("cookie", &cookie)
+        .header("origin", &base)
+        .form(&[("id", id.as_str()), ("to", "1")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(show(&f).contains("Dentist cancelled"));
+
+    b.client
+        .find(Locator::Css("#version-1 button.rollback"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.client
+        .wait()
+        .for_element(Locator::Css("#outcome.ok"))
+        .await
+        .unwrap_or_else(|_| panic!("not rolled back"));
+    let shown = show(&f);
+    assert!(shown.contains("Dentist on <b>Tuesday</b>"), "{shown}");
+    assert!(!shown.contains("Dentist cancelled"), "{shown}");
+    let o = airlock(&f.home, &["memory", "history", &id]);
+    let history = String::from_utf8_lossy(&o.stdout);
+    assert!(history.contains(&format!("{id} version 4 (")), "{history}");
+    b.client
+        .goto(&format!("{base}/memory/records/{id}"))
+        .await
+        .unwrap();
+    assert!(b.text().await.contains("Version 4 (current)"));
+    assert!(!b.pwned().await);
+    let rolled = audit_records(&f.home)
+        .into_iter()
+        .find(|r| r["kind"] == "memory-rollback")
+        .expect("a memory-rollback record");
+    assert_eq!(rolled["via"], "web", "{rolled}");
+    assert_eq!(rolled["detail"]["record"], id.as_str(), "{rolled}");
+    assert_eq!(rolled["detail"]["to"], 1, "{rolled}");
+    assert_eq!(rolled["detail"]["version"]["version"], 4, "{rolled}");
+    b.close().await;
+    assert!(verify(&f.home).status.success());
+}
+
 /// Work started from the page: a new task runs in the host with the configured model,
 /// its session's page shows the answer, and a next message sent from that page is
 /// answered there too, the page following the transcript as it grows.

@@ -876,9 +876,10 @@ async fn web_a_held_memory_change_is_shown_and_rejected_from_the_page() {
     b.close().await;
 }
 
-/// A `memory_save` tool call of a recall note with `text`, overwriting record `id` if given.
-fn save_note(call: &str, id: Option<&str>, text: &str) -> Step {
-    let mut args = serde_json::json!({"tier": "recall", "kind": "note", "record": {"text": text}});
+/// A `memory_save` tool call of a note with `text` in `tier`, overwriting record `id` if
+/// given.
+pub(super) fn save_note(call: &str, tier: &str, id: Option<&str>, text: &str) -> Step {
+    let mut args = serde_json::json!({"tier": tier, "kind": "note", "record": {"text": text}});
     if let Some(id) = id {
         args["id"] = id.into();
     }
@@ -886,7 +887,7 @@ fn save_note(call: &str, id: Option<&str>, text: &str) -> Step {
 }
 
 /// `airlock run` of a scripted model making `steps` then answering; its report.
-async fn scripted_run(f: &Fixture, steps: Vec<Step>) -> serde_json::Value {
+pub(super) async fn scripted_run(f: &Fixture, steps: Vec<Step>) -> serde_json::Value {
     let mut all = steps;
     all.push(Step::text("Done."));
     let model = ScriptedModel::start(all).await.unwrap();
@@ -912,15 +913,15 @@ async fn web_memory_history_shows_each_version_and_rolls_back_from_the_page() {
     init(&f, WEB);
     let _host = Host::start(&f.home);
     let first = "Dentist on <b>Tuesday</b><img src=x onerror=\"window.__pwned='history'\">";
-    let r = scripted_run(&f, vec![save_note("s1", None, first)]).await;
+    let r = scripted_run(&f, vec![save_note("s1", "recall", None, first)]).await;
     let saved = r["tool_calls"][0]["result"].as_str().unwrap().to_string();
     assert!(saved.starts_with("saved memory record "), "{r:#}");
     let id = saved.split_whitespace().nth(3).unwrap().to_string();
     let r = scripted_run(
         &f,
         vec![
-            save_note("s2", Some(&id), "Dentist moved to Wednesday"),
-            save_note("s3", Some(&id), "Dentist cancelled"),
+            save_note("s2", "recall", Some(&id), "Dentist moved to Wednesday"),
+            save_note("s3", "recall", Some(&id), "Dentist cancelled"),
         ],
     )
     .await;

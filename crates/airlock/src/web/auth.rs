@@ -28,6 +28,9 @@ pub struct WebLogin {
     /// The token every state change must carry.
     pub csrf: String,
     pub expires: Instant,
+    /// The passkey whose assertion opened it (the page served remotely): revoking that
+    /// passkey ends it.
+    pub passkey: Option<String>,
 }
 
 impl WebLogin {
@@ -110,22 +113,41 @@ impl Logins {
         if expires <= now {
             return Err(LinkRefused::Expired);
         }
-        Ok(self.open_session(&mut st, now))
+        Ok(self.open_session(&mut st, now, None))
     }
 
-    /// Open a session without a link (the page served remotely, after a passkey's
-    /// assertion): its cookie value and the session.
-    pub fn open(&self) -> anyhow::Result<(String, WebLogin)> {
+    /// Open a session without a link (the page served remotely, after the assertion of
+    /// `passkey`): its cookie value and the session.
+    pub fn open(&self, passkey: &str) -> anyhow::Result<(String, WebLogin)> {
         let mut st = self.state();
-        self.open_session(&mut st, Instant::now())
+        self.open_session(&mut st, Instant::now(), Some(passkey.to_string()))
     }
 
-    fn open_session(&self, st: &mut State, now: Instant) -> anyhow::Result<(String, WebLogin)> {
+    /// End every session that `passkey` opened; their public ids.
+    pub fn end_opened_with(&self, passkey: &str) -> Vec<String> {
+        let mut ended = Vec::new();
+        self.state().sessions.retain(|_, s| {
+            let keep = s.passkey.as_deref() != Some(passkey);
+            if !keep {
+                ended.push(s.id.clone());
+            }
+            keep
+        });
+        ended
+    }
+
+    fn open_session(
+        &self,
+        st: &mut State,
+        now: Instant,
+        passkey: Option<String>,
+    ) -> anyhow::Result<(String, WebLogin)> {
         let cookie = random_hex()?;
         let login = WebLogin {
             id: format!("w-{}", &random_hex()?[..12]),
             csrf: random_hex()?,
             expires: now + self.session_ttl,
+            passkey,
         };
         st.sessions.retain(|_, s| s.expires > now);
         while st.sessions.len() >= MAX_SESSIONS {

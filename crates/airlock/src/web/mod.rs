@@ -12,7 +12,8 @@
 //!
 //! Modules: [`settings`] (`[web]` checked), [`auth`] (links and logins), [`guard`]
 //! (Host/Origin, headers, login and CSRF extractors), [`layout`] (the frame and kill
-//! switch), [`tls`], [`passkeys`] and [`remote`] (the page served remotely), [`untrusted`] (showing untrusted text), [`chart`] (small SVG charts), and one
+//! switch), [`tls`], [`passkeys`], [`passkey_admin`] (listing and revoking them) and
+//! [`remote`] (the page served remotely), [`untrusted`] (showing untrusted text), [`chart`] (small SVG charts), and one
 //! module per page or action: [`sessions`], [`start`] (new work), [`dataflow`], [`approvals`], [`audit`],
 //! [`budgets`], [`memory`], [`config_page`] (settings), [`kill`], [`login`], [`assets`], and
 //! [`stream`] (the model's reply as it comes).
@@ -30,6 +31,7 @@ pub mod kill;
 pub mod layout;
 pub mod login;
 pub mod memory;
+pub mod passkey_admin;
 pub mod passkeys;
 pub mod remote;
 pub mod sessions;
@@ -192,6 +194,10 @@ pub fn router(state: Arc<WebState>) -> Router {
         .route("/memory/records/{id}", get(memory::record))
         .route("/memory/rollback", post(memory::rollback))
         .route("/settings", get(config_page::page))
+        .route(
+            "/settings/passkeys/revoke",
+            post(config_page::revoke_passkey),
+        )
         .route("/approvals", get(approvals::list))
         .route("/approvals/count", get(approvals::count))
         .route("/approvals/decide", post(approvals::decide))

@@ -694,6 +694,229 @@ async fn web_remote_memory_approval_is_a_passkey_assertion_bound_to_the_change_s
     assert!(verify(&f.home).status.success());
 }
 
+/// The passkey ids `airlock web --passkeys` lists, in the order they were enrolled.
+fn listed_passkeys(f: &Fixture) -> Vec<String> {
+    let o = airlock(&f.home, &["web", "--passkeys"]);
+    assert!(o.status.success(), "{o:?}");
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.starts_with("pk-"))
+        .map(|l| l.split_whitespace().next().unwrap().to_string())
+        .collect()
+}
+
+/// Press "Log in with a passkey" and wait for the refusal; what the page said.
+async fn login_refused(b: &Browser, base: &str) -> String {
+    b.client.goto(&format!("{base}/welcome")).await.unwrap();
+    b.client
+        .find(Locator::Css("#passkey-login"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = b
+            .client
+            .find(Locator::Css("#passkey-status"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if status.starts_with("Not logged in") {
+            assert!(b.client.find(Locator::Css("#kill-all")).await.is_err());
+            return status;
+        }
+        assert!(Instant::now() < deadline, "no refusal: {status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Two passkeys (a phone's and a laptop's virtual authenticators): `airlock web
+/// --passkeys` lists both; `--revoke-passkey` through the running host revokes the
+/// laptop's, which ends its login at once and cannot log in again, while the phone's
+/// still can; on the Settings page a revocation without an assertion is refused, and the
+/// phone revokes its own passkey with a fresh assertion, after which the page serves only
+/// enrolment; each revocation is recorded (via `cli`, via `web`); with the host stopped
+/// the command lists and revokes on the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_remote_a_revoked_passkey_cannot_log_in_and_the_other_still_can() {
+    let tls = test_tls(&[NAME]);
+    let f = fixture();
+    init(&f, &remote_web(&tls, NAME));
+    let host = Host::start(&f.home);
+    let phone = start_browser(&tls).await;
+    phone.add_virtual_authenticator().await;
+    let base = enrol(&phone, &f).await;
+    let laptop = start_browser(&tls).await;
+    laptop.add_virtual_authenticator().await;
+    enrol(&laptop, &f).await;
+    let ids = listed_passkeys(&f);
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    let (phone_key, laptop_key) = (ids[0].clone(), ids[1].clone());
+    passkey_login(&laptop, &base).await;
+    passkey_login(&phone, &base).await;
+    let o = airlock(&f.home, &["web", "--passkeys"]);
+    let listing = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(listing.contains("passkey 2"), "{listing}");
+    assert!(!listing.contains("never"), "both were used: {listing}");
+
+    // The laptop's authenticator signs a login ceremony started before the revocation,
+    // kept to be sent after it.
+    let signed = laptop
+        .client
+        .execute_async(
+            r#"const done = arguments[arguments.length - 1];
+            const strip = (v) => Array.isArray(v) ? v.map(strip)
+              : (v && typeof v === "object") ? Object.fromEntries(Object.entries(v).filter(([, x]) => x !== null).map(([k, x]) => [k, strip(x)]))
+              : v;
+            (async () => {
+              const start = await (await fetch("/passkey/login", { method: "POST" })).json();
+              const publicKey = PublicKeyCredential.parseRequestOptionsFromJSON(strip(start.options.publicKey));
+              const credential = (await navigator.credentials.get({ publicKey })).toJSON();
+              window.__signed = JSON.stringify({ ceremony: start.ceremony, credential });
+              done("signed");
+            })().catch((e) => done(String(e)));"#,
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(signed, "signed");
+
+    // Revoked at the command line, through the running host.
+    let o = airlock(&f.home, &["web", "--revoke-passkey", &laptop_key]);
+    assert!(o.status.success(), "{o:?}");
+    let said = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        said.contains(&format!("revoked passkey {laptop_key}")),
+        "{said}"
+    );
+    assert!(said.contains("1 still enrolled"), "{said}");
+    assert!(said.contains("ended the logins it opened: w-"), "{said}");
+    assert_eq!(listed_passkeys(&f), vec![phone_key.clone()]);
+    // The assertion it made before is refused now, by the host (not the browser).
+    let late = laptop
+        .client
+        .execute_async(
+            r#"const done = arguments[arguments.length - 1];
+            fetch("/passkey/login/finish", { method: "POST", headers: { "content-type": "application/json" }, body: window.__signed })
+              .then(async (r) => done([r.status, await r.text()]), (e) => done(["error", String(e)]));"#,
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(late[0], 403, "{late}");
+    assert!(late[1].as_str().unwrap().contains("revoked"), "{late}");
+    // Its login ended, and it logs in no more.
+    laptop.client.goto(&format!("{base}/")).await.unwrap();
+    assert!(laptop.client.find(Locator::Css("#kill-all")).await.is_err());
+    login_refused(&laptop, &base).await;
+    laptop.close().await;
+    // The other passkey still logs in.
+    passkey_login(&phone, &base).await;
+    let o = airlock(&f.home, &["web", "--revoke-passkey", "pk-000000000000"]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no enrolled passkey has the id"),
+        "{o:?}"
+    );
+
+    // On the Settings page: without an assertion, refused.
+    phone
+        .client
+        .goto(&format!("{base}/settings"))
+        .await
+        .unwrap();
+    let row = format!("#passkey-{phone_key}");
+    assert!(phone.client.find(Locator::Css(&row)).await.is_ok());
+    assert!(phone
+        .client
+        .find(Locator::Css(&format!("#passkey-{laptop_key}")))
+        .await
+        .is_err());
+    phone.screenshot("remote-passkeys").await;
+    let cookie = phone.client.get_all_cookies().await.unwrap()[0].clone();
+    let csrf = phone
+        .client
+        .execute(
+            "return document.querySelector('input[name=csrf]').value;",
+            vec![],
+        )
+        .await
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = https(&tls, &base)
+        .post(format!("{base}/settings/passkeys/revoke"))
+        .header("origin", &base)
+        .header("cookie", format!("{}={}", cookie.name(), cookie.value()))
+        .form(&[("csrf", csrf.as_str()), ("id", phone_key.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("is a passkey assertion"), "{text}");
+    assert_eq!(listed_passkeys(&f), vec![phone_key.clone()]);
+    // With a fresh assertion: revoked, and the page serves only enrolment again.
+    phone
+        .client
+        .find(Locator::Css(&format!("{row} button")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let outcome = outcome_of(&phone, true).await;
+    assert!(outcome.contains("No passkey is enrolled now"), "{outcome}");
+    assert!(listed_passkeys(&f).is_empty());
+    phone.client.goto(&format!("{base}/")).await.unwrap();
+    let text = phone.text().await;
+    assert!(text.contains("serves only enrolment"), "{text}");
+    let r = https(&tls, &base)
+        .get(format!("{base}/approvals"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+
+    let revoked: Vec<serde_json::Value> = audit_records(&f.home)
+        .into_iter()
+        .filter(|r| r["kind"] == "web-passkey-revoked")
+        .collect();
+    assert_eq!(revoked.len(), 2, "{revoked:?}");
+    assert_eq!(revoked[0]["via"], "cli", "{}", revoked[0]);
+    assert_eq!(revoked[0]["detail"]["passkey"], laptop_key.as_str());
+    assert_eq!(revoked[1]["via"], "web", "{}", revoked[1]);
+    assert_eq!(revoked[1]["detail"]["passkey"], phone_key.as_str());
+    assert_eq!(revoked[1]["detail"]["remaining"], 0);
+
+    // Enrolled again, then revoked on the file with no host running.
+    let again = enrol(&phone, &f).await;
+    assert_eq!(again, base);
+    phone.close().await;
+    drop(host);
+    let ids = listed_passkeys(&f);
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let o = airlock(&f.home, &["web", "--revoke-passkey", &ids[0]]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(listed_passkeys(&f).is_empty());
+    let stored: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(f.home.join("state/web/passkeys.json")).unwrap())
+            .unwrap();
+    assert_eq!(stored["passkeys"].as_array().unwrap().len(), 0, "{stored}");
+    let last = audit_records(&f.home)
+        .into_iter()
+        .rev()
+        .find(|r| r["kind"] == "web-passkey-revoked")
+        .unwrap();
+    assert_eq!(last["detail"]["passkey"], ids[0].as_str(), "{last}");
+    assert!(verify(&f.home).status.success());
+}
+
 /// The first pending request of `kind`, once there is one.
 async fn held_of(f: &Fixture, kind: &'static str) -> airlock_store::ApprovalRequest {
     let home = f.home.clone();

@@ -111,6 +111,7 @@ if (enrol) {
       const done = await postJson("/enroll/finish", {
         ceremony: enrol.dataset.ceremony,
         credential: credential.toJSON(),
+        label: (document.getElementById("passkey-label") || { value: "" }).value,
       });
       enrol.disabled = true;
       status("Enrolled. Log in with it now.");
@@ -145,7 +146,8 @@ if (login) {
 // passkey signs it; the form then carries the assertion. A denial needs no passkey.
 for (const form of document.querySelectorAll("form.decide[data-passkey]")) {
   form.addEventListener("submit", async (event) => {
-    const approving = event.submitter && event.submitter.value === "approve";
+    // Approving, or revoking a passkey: each needs the passkey's assertion.
+    const approving = event.submitter && ["approve", "revoke"].includes(event.submitter.value);
     if (!approving || form.elements.assertion.value !== "") return;
     event.preventDefault();
     const button = event.submitter;

@@ -2,7 +2,8 @@
 //! it, and open it where a browser can be (`docs/web.md`). With `--enroll`, the link
 //! enrols a passkey for the page served remotely instead. `--passkeys` lists the enrolled
 //! passkeys and `--revoke-passkey ID` revokes one, through the running host (which then
-//! accepts it no more) or, when none runs, in the passkeys file.
+//! accepts it no more) or, when none runs, in the passkeys file; `--logout-all` ends
+//! every login the same way.
 
 use clap::Args;
 
@@ -29,8 +30,12 @@ pub struct WebArgs {
     pub passkeys: bool,
     /// Revoke the passkey with this id (from `--passkeys`); with none left, the page
     /// serves only enrolment again.
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", conflicts_with = "logout_all")]
     pub revoke_passkey: Option<String>,
+    /// End every login of the page (they are kept across restarts of the host until they
+    /// expire or end).
+    #[arg(long, conflicts_with_all = ["enroll", "passkeys"])]
+    pub logout_all: bool,
 }
 
 pub fn run(args: WebArgs) -> anyhow::Result<i32> {
@@ -38,15 +43,23 @@ pub fn run(args: WebArgs) -> anyhow::Result<i32> {
     if args.passkeys {
         let list: Vec<PasskeyInfo> = match crate::host::client::find(&home) {
             Some(host) => host.get("/v1/web/passkeys")?,
-            None => crate::web::passkey_admin::list(None, &home)?,
+            None => crate::web::admin::list(None, &home)?,
         };
         print_passkeys(&list)?;
+        return Ok(0);
+    }
+    if args.logout_all {
+        let ended: usize = match crate::host::client::find(&home) {
+            Some(host) => host.post("/v1/web/logout-all", &serde_json::json!({}))?,
+            None => crate::web::admin::end_all_logins(None, &home, &Decider::cli())?,
+        };
+        crate::out!("ended {ended} web login(s)");
         return Ok(0);
     }
     if let Some(id) = &args.revoke_passkey {
         let done: Revoked = match crate::host::client::find(&home) {
             Some(host) => host.post("/v1/web/passkeys/revoke", id)?,
-            None => crate::web::passkey_admin::revoke(None, &home, id, &Decider::cli())?,
+            None => crate::web::admin::revoke(None, &home, id, &Decider::cli())?,
         };
         crate::out!(
             "revoked passkey {} ({}); {} still enrolled",

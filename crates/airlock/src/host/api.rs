@@ -96,6 +96,7 @@ pub fn router(host: Arc<Host>) -> Router {
         .route("/v1/web/enroll", post(web_enrol_route))
         .route("/v1/web/passkeys", get(web_passkeys_route))
         .route("/v1/web/passkeys/revoke", post(web_revoke_passkey_route))
+        .route("/v1/web/logout-all", post(web_logout_all_route))
         .route("/v1/tasks", get(list_tasks_route))
         .route("/v1/tasks/add", post(add_task_route))
         .route("/v1/tasks/act", post(task_act_route))
@@ -455,13 +456,11 @@ async fn web_enrol_route(
 async fn web_passkeys_route(
     State(host): State<Arc<Host>>,
 ) -> Result<Json<Vec<crate::web::passkeys::PasskeyInfo>>, ApiError> {
-    tokio::task::spawn_blocking(move || {
-        crate::web::passkey_admin::list(host.web.as_ref(), &host.home)
-    })
-    .await
-    .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?
-    .map(Json)
-    .map_err(web_refusal)
+    tokio::task::spawn_blocking(move || crate::web::admin::list(host.web.as_ref(), &host.home))
+        .await
+        .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?
+        .map(Json)
+        .map_err(web_refusal)
 }
 
 /// Revoke one passkey (`airlock web --revoke-passkey ID`, the body is the id as a JSON
@@ -473,7 +472,19 @@ async fn web_revoke_passkey_route(
 ) -> Result<Json<crate::web::passkeys::Revoked>, ApiError> {
     let id: String = parse(&body)?;
     tokio::task::spawn_blocking(move || {
-        crate::web::passkey_admin::revoke(host.web.as_ref(), &host.home, &id, &Decider::cli())
+        crate::web::admin::revoke(host.web.as_ref(), &host.home, &id, &Decider::cli())
+    })
+    .await
+    .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?
+    .map(Json)
+    .map_err(web_refusal)
+}
+
+/// End every login of the web page (`airlock web --logout-all`); how many ended. Recorded
+/// as the owner's act at the command line.
+async fn web_logout_all_route(State(host): State<Arc<Host>>) -> Result<Json<usize>, ApiError> {
+    tokio::task::spawn_blocking(move || {
+        crate::web::admin::end_all_logins(host.web.as_ref(), &host.home, &Decider::cli())
     })
     .await
     .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?

@@ -5,7 +5,7 @@
 //! Served remotely it also lists the enrolled passkeys, each with a Revoke button: the
 //! form carries the CSRF token and a fresh assertion of a passkey, whose challenge is
 //! bound to the passkey being revoked ([`super::remote::check_approval`]), and the
-//! revocation goes through [`super::passkey_admin`] as `airlock web --revoke-passkey`.
+//! revocation goes through [`super::admin`] as `airlock web --revoke-passkey`.
 
 use std::sync::Arc;
 
@@ -187,7 +187,7 @@ pub async fn revoke_passkey(
     let host = web.host.clone();
     let who = crate::service::decider::Decider::web(&login.id);
     let done = tokio::task::spawn_blocking(move || {
-        super::passkey_admin::revoke(host.web.as_ref(), &host.home, &form.id, &who)
+        super::admin::revoke(host.web.as_ref(), &host.home, &form.id, &who)
     })
     .await;
     let (ok, message) = match done {

@@ -1033,6 +1033,128 @@ async fn web_memory_history_shows_each_version_and_rolls_back_from_the_page() {
     assert!(verify(&f.home).status.success());
 }
 
+/// The page's answer to `GET /` with `cookie`: its status and text.
+async fn home_page(base: &str, cookie: &str) -> (u16, String) {
+    let r = http()
+        .get(format!("{base}/"))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+fn sha256_hex(text: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(text.as_bytes()))
+}
+
+/// Logins survive a restart of the host: the logins file (0600) keeps the SHA-256 of each
+/// cookie and never the cookie or its CSRF token; after the restart the same cookie opens
+/// the page with the same CSRF token, which a logout then carries; after the logout (and
+/// another restart) it opens nothing, and its hash is gone from the file. A kept login
+/// whose expiry passed is dropped when the host starts, a live one is not, and `airlock
+/// web --logout-all` ends every login, recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_a_login_survives_a_restart_of_the_host_and_ends_with_logout() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = fixture();
+    init(&f, WEB);
+    let host = Host::start(&f.home);
+    let (base, cookie, csrf) = http_login(&f).await;
+    let (status, page) = home_page(&base, &cookie).await;
+    assert_eq!(status, 200);
+    assert!(page.contains("kill-all"));
+    let file = f.home.join("state/web/logins.json");
+    let value = cookie.split_once('=').unwrap().1.to_string();
+    let kept = std::fs::read_to_string(&file).unwrap();
+    assert!(kept.contains(&sha256_hex(&value)), "{kept}");
+    assert!(!kept.contains(&value) && !kept.contains(&csrf), "{kept}");
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    // Restarted (on another port): the same cookie is still logged in.
+    drop(host);
+    let host = Host::start(&f.home);
+    let base = base_of(&login_link(&f));
+    let (status, page) = home_page(&base, &cookie).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains(&format!("name=\"csrf\" value=\"{csrf}\"")),
+        "{page}"
+    );
+    let r = http()
+        .post(format!("{base}/logout"))
+        .header("cookie", &cookie)
+        .header("origin", &base)
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        r.status().is_success() || r.status().is_redirection(),
+        "{r:?}"
+    );
+    let (status, page) = home_page(&base, &cookie).await;
+    assert_ne!(status, 200);
+    assert!(!page.contains("kill-all"));
+    assert!(!std::fs::read_to_string(&file)
+        .unwrap()
+        .contains(&sha256_hex(&value)));
+    drop(host);
+    let host = Host::start(&f.home);
+    let base = base_of(&login_link(&f));
+    let (status, _) = home_page(&base, &cookie).await;
+    assert_ne!(status, 200, "a logged-out cookie after a restart");
+
+    // The host reads the file when it starts: an expired login is dropped, a live one
+    // opens the page.
+    drop(host);
+    let (live, expired) = ("a".repeat(64), "b".repeat(64));
+    let far = airlock::runtime::now_unix() + 3600;
+    std::fs::write(
+        &file,
+        serde_json::json!({"logins": [
+            {"cookie_sha256": sha256_hex(&live), "id": "w-live", "expires_at": far},
+            {"cookie_sha256": sha256_hex(&expired), "id": "w-expired", "expires_at": 1},
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let _host = Host::start(&f.home);
+    let base = base_of(&login_link(&f));
+    let name = cookie.split_once('=').unwrap().0;
+    let (status, _) = home_page(&base, &format!("{name}={live}")).await;
+    assert_eq!(status, 200);
+    let (status, _) = home_page(&base, &format!("{name}={expired}")).await;
+    assert_ne!(status, 200);
+    assert!(!std::fs::read_to_string(&file)
+        .unwrap()
+        .contains("w-expired"));
+
+    // Every login ends at once.
+    let (_, other, _) = http_login(&f).await;
+    let o = airlock(&f.home, &["web", "--logout-all"]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("ended 2 web login(s)"),
+        "{o:?}"
+    );
+    for c in [format!("{name}={live}"), other] {
+        let (status, _) = home_page(&base, &c).await;
+        assert_ne!(status, 200);
+    }
+    let ended = audit_records(&f.home)
+        .into_iter()
+        .find(|r| r["kind"] == "web-logout-all")
+        .expect("a web-logout-all record");
+    assert_eq!(ended["via"], "cli", "{ended}");
+    assert_eq!(ended["detail"]["ended"], 2, "{ended}");
+    assert!(verify(&f.home).status.success());
+}
+
 /// Work started from the page: a new task runs in the host with the configured model,
 /// its session's page shows the answer, and a next message sent from that page is
 /// answered there too, the page following the transcript as it grows.

@@ -1,10 +1,12 @@
-//! Listing and revoking the owner's passkeys, for `airlock web --passkeys|--revoke-passkey`
-//! (through the host's socket when it runs, or on the file when none does) and for the
-//! remote Settings page. One implementation for all three: a running host revokes in
-//! memory and on disk at once ([`Passkeys::revoke`]), so it accepts no assertion of that
-//! passkey from then on and ends the logins it opened; without a host the file is
-//! changed. Every revocation is recorded in the audit log (`web-passkey-revoked`), which is
-//! opened before anything changes, so no revocation is made that cannot be recorded.
+//! The owner's administration of the page's access, for `airlock web --passkeys|
+//! --revoke-passkey|--logout-all` (through the host's socket when it runs, or on the
+//! state dir's files when none does) and for the remote Settings page. One
+//! implementation for all: a running host revokes a passkey in memory and on disk at once
+//! ([`passkeys::Passkeys::revoke`]), so it accepts no assertion of that passkey from then on, and
+//! ends the logins it opened; without a host the file is changed. Every revocation and
+//! every end of all logins is recorded in the audit log (`web-passkey-revoked`,
+//! `web-logout-all`), which is opened before anything changes, so nothing is done that
+//! cannot be recorded.
 
 use serde_json::json;
 
@@ -53,4 +55,25 @@ pub fn revoke(web: Option<&Web>, home: &Home, id: &str, who: &Decider) -> anyhow
         })?;
     tracing::info!(passkey = %revoked.passkey.id, remaining = revoked.remaining, "a web passkey was revoked");
     Ok(revoked)
+}
+
+/// End every login of the page as `who`, recorded: the running page's (`web`), or else the
+/// ones kept in the state dir; how many ended.
+pub fn end_all_logins(web: Option<&Web>, home: &Home, who: &Decider) -> anyhow::Result<usize> {
+    let cfg = crate::config::load(&home.config_file())?;
+    let mut log = crate::runtime::open_audit(home, &cfg)?;
+    let (ended, ids) = match web {
+        Some(w) => {
+            let ids = w.logins.end_all();
+            (ids.len(), ids)
+        }
+        None => (super::auth::end_all_in(&home.state)?, Vec::new()),
+    };
+    let mut detail = json!({ "ended": ended, "logins": ids });
+    detail["decided_by"] = who.detail();
+    log.append(AuditEvent::by("web-logout-all", "-", &who.attribution()).with_detail(detail))
+        .and_then(|_| log.close())
+        .map_err(|e| anyhow::anyhow!("every login was ended, but the audit record failed: {e}"))?;
+    tracing::info!(ended, "every web login was ended");
+    Ok(ended)
 }

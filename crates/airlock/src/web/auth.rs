@@ -380,6 +380,41 @@ mod tests {
     }
 
     #[test]
+    fn kept_logins_open_again_with_their_csrf_and_never_hold_the_cookie() {
+        let dir = tempfile::tempdir().unwrap();
+        let ttl = Duration::from_secs(600);
+        let logins = Logins::kept(ttl, dir.path());
+        let (cookie, login) = logins.open("pk-1").unwrap();
+        let (other, _) = logins.open("pk-2").unwrap();
+        let text = std::fs::read_to_string(dir.path().join(FILE)).unwrap();
+        assert!(
+            !text.contains(&cookie) && !text.contains(&login.csrf),
+            "{text}"
+        );
+        assert!(text.contains(&hex::encode(key(&cookie))), "{text}");
+        assert_ne!(login.csrf, hex::encode(key(&cookie)));
+        let again = Logins::kept(ttl, dir.path());
+        let back = again.session(&cookie).unwrap();
+        assert_eq!(back.id, login.id);
+        assert!(back.csrf_matches(&login.csrf));
+        assert_eq!(back.passkey.as_deref(), Some("pk-1"));
+        assert_eq!(again.end_opened_with("pk-2").len(), 1);
+        assert!(again.session(&other).is_none());
+        again.logout(&cookie);
+        let third = Logins::kept(ttl, dir.path());
+        assert!(third.session(&cookie).is_none() && third.session(&other).is_none());
+    }
+
+    #[test]
+    fn an_unreadable_logins_file_opens_none() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("web")).unwrap();
+        std::fs::write(dir.path().join(FILE), "not json").unwrap();
+        let logins = Logins::kept(Duration::from_secs(60), dir.path());
+        assert!(logins.state().sessions.is_empty());
+    }
+
+    #[test]
     fn an_expired_session_is_gone() {
         let logins = Logins::new(Duration::from_millis(1));
         let token = logins.new_link().unwrap();

@@ -591,6 +591,18 @@ mod tests {
     }
 
     #[test]
+    fn revoking_an_unknown_passkey_says_which_are_enrolled_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(list_in(dir.path()).unwrap().is_empty());
+        let e = revoke_in_file(dir.path(), "pk-000000000000").unwrap_err();
+        assert!(e.to_string().contains("(enrolled: none)"), "{e}");
+        assert!(!dir.path().join(FILE).exists());
+        let p = Passkeys::open(dir.path(), "airlock.test", "https://airlock.test:8443").unwrap();
+        assert!(p.revoke("pk-000000000000").is_err());
+        assert!(p.list().is_empty());
+    }
+
+    #[test]
     fn an_enrolment_link_works_once_and_no_login_starts_without_a_passkey() {
         let dir = tempfile::tempdir().unwrap();
         let p = Passkeys::open(dir.path(), "airlock.test", "https://airlock.test:8443").unwrap();

@@ -89,7 +89,7 @@ pub fn run(cmd: MemoryCommand) -> anyhow::Result<i32> {
         MemoryCommand::History { id } => return history(&store()?, &id),
         MemoryCommand::Review => return review(&store()?),
         MemoryCommand::Export { .. } => return export(&store()?),
-        MemoryCommand::Approve { change } => MemoryAct::Approve { change },
+        MemoryCommand::Approve { change } => MemoryAct::Approve { change, hash: None },
         MemoryCommand::Reject { change } => MemoryAct::Reject { change },
         MemoryCommand::Rollback {
             id,

@@ -94,6 +94,9 @@ pub fn router(host: Arc<Host>) -> Router {
         .route("/v1/memory/act", post(memory_act_route))
         .route("/v1/web/login", post(web_login_route))
         .route("/v1/web/enroll", post(web_enrol_route))
+        .route("/v1/web/passkeys", get(web_passkeys_route))
+        .route("/v1/web/passkeys/revoke", post(web_revoke_passkey_route))
+        .route("/v1/web/logout-all", post(web_logout_all_route))
         .route("/v1/tasks", get(list_tasks_route))
         .route("/v1/tasks/add", post(add_task_route))
         .route("/v1/tasks/act", post(task_act_route))
@@ -446,6 +449,47 @@ async fn web_enrol_route(
     };
     tracing::info!("a web passkey enrolment link was made");
     web.enrol_link().map(Json).map_err(web_refusal)
+}
+
+/// The web page's enrolled passkeys (`airlock web --passkeys`): the running page's, or the
+/// file's when this host does not serve the page remotely.
+async fn web_passkeys_route(
+    State(host): State<Arc<Host>>,
+) -> Result<Json<Vec<crate::web::passkeys::PasskeyInfo>>, ApiError> {
+    tokio::task::spawn_blocking(move || crate::web::admin::list(host.web.as_ref(), &host.home))
+        .await
+        .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?
+        .map(Json)
+        .map_err(web_refusal)
+}
+
+/// Revoke one passkey (`airlock web --revoke-passkey ID`, the body is the id as a JSON
+/// string): the running page accepts it no more from this moment, and the logins it
+/// opened end. Recorded as the owner's act at the command line.
+async fn web_revoke_passkey_route(
+    State(host): State<Arc<Host>>,
+    body: Bytes,
+) -> Result<Json<crate::web::passkeys::Revoked>, ApiError> {
+    let id: String = parse(&body)?;
+    tokio::task::spawn_blocking(move || {
+        crate::web::admin::revoke(host.web.as_ref(), &host.home, &id, &Decider::cli())
+    })
+    .await
+    .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?
+    .map(Json)
+    .map_err(web_refusal)
+}
+
+/// End every login of the web page (`airlock web --logout-all`); how many ended. Recorded
+/// as the owner's act at the command line.
+async fn web_logout_all_route(State(host): State<Arc<Host>>) -> Result<Json<usize>, ApiError> {
+    tokio::task::spawn_blocking(move || {
+        crate::web::admin::end_all_logins(host.web.as_ref(), &host.home, &Decider::cli())
+    })
+    .await
+    .map_err(|e| ApiError::internal(anyhow::anyhow!("{e}")))?
+    .map(Json)
+    .map_err(web_refusal)
 }
 
 /// A link the page's regime does not make: a bad request, with the help the error carries.

@@ -10,7 +10,9 @@ use serde_json::{json, Value};
 
 use airlock_audit::AuditEvent;
 use airlock_core::terminal_text::escape_line;
-use airlock_store::{MemoryOperator, MemoryRecord, MemoryVersion, SqliteStore, Timestamp};
+use airlock_store::{
+    MemoryOperator, MemoryRecord, MemoryVersion, PendingChange, SqliteStore, Timestamp,
+};
 
 use crate::home::Home;
 use crate::service::approvals::open_store;
@@ -84,6 +86,10 @@ pub fn version_json(v: &MemoryVersion) -> Value {
 pub enum MemoryAct {
     Approve {
         change: String,
+        /// The payload hash of the change as it was shown ([`ReviewView::payload_hash`]);
+        /// when given, the change is applied only if it is still exactly that.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hash: Option<String>,
     },
     Reject {
         change: String,
@@ -170,6 +176,49 @@ pub struct ReviewView {
     /// The record as it is, and its version; `None` for a new record.
     pub current: Option<(i64, String)>,
     pub proposed: Option<String>,
+    /// `sha256:…` of everything above (its canonical JSON): what an approval of the change
+    /// as shown binds to. Anything that changes what the owner sees changes it.
+    pub payload_hash: String,
+}
+
+impl ReviewView {
+    /// The view of held change `c`, with the record as it is now.
+    fn of(store: &SqliteStore, c: &PendingChange) -> anyhow::Result<ReviewView> {
+        let pretty = |r: Option<&MemoryRecord>| {
+            serde_json::to_string_pretty(&record_json(r)).unwrap_or_default()
+        };
+        let current = match c.base_version {
+            Some(_) => store
+                .operator_memory_show(&c.record_id)
+                .ok()
+                .map(|v| (v.version, pretty(v.record.as_ref()))),
+            None => None,
+        };
+        let mut view = ReviewView {
+            change: c.id.clone(),
+            record_id: c.record_id.clone(),
+            namespace: c.namespace.key(),
+            tier: c.tier.as_str().to_string(),
+            op: if c.record.is_some() {
+                "write"
+            } else {
+                "forget"
+            }
+            .into(),
+            session: c.provenance.session_id.clone(),
+            principal: c.provenance.principal.clone(),
+            tool_call: c.provenance.tool_call_id.clone(),
+            tainted: c.provenance.tainted,
+            reasons: c.reasons.clone(),
+            current,
+            proposed: c.record.as_ref().map(|r| pretty(Some(r))),
+            payload_hash: String::new(),
+        };
+        // The hash is over the view with an empty hash field, so it covers every shown part.
+        view.payload_hash = airlock_core::canonical::content_hash(&view)
+            .map_err(|e| anyhow::anyhow!("cannot hash held change {}: {e}", c.id))?;
+        Ok(view)
+    }
 }
 
 /// The changes waiting for review, for the web page (`airlock memory review` prints the
@@ -179,39 +228,91 @@ pub fn reviews(home: &Home) -> anyhow::Result<(Vec<ReviewView>, usize)> {
     let listing = store
         .operator_memory_reviews(false)
         .map_err(|e| fault(store_err("cannot list held changes", e)))?;
-    let pretty = |r: Option<&MemoryRecord>| {
-        serde_json::to_string_pretty(&record_json(r)).unwrap_or_default()
-    };
     let items = listing
         .items
         .iter()
-        .map(|c| {
-            let current = match c.base_version {
-                Some(_) => store
-                    .operator_memory_show(&c.record_id)
-                    .ok()
-                    .map(|v| (v.version, pretty(v.record.as_ref()))),
-                None => None,
-            };
-            ReviewView {
-                change: c.id.clone(),
-                record_id: c.record_id.clone(),
-                namespace: c.namespace.key(),
-                tier: c.tier.as_str().to_string(),
-                op: if c.record.is_some() {
-                    "write"
-                } else {
-                    "forget"
-                }
-                .into(),
-                session: c.provenance.session_id.clone(),
-                principal: c.provenance.principal.clone(),
-                tool_call: c.provenance.tool_call_id.clone(),
-                tainted: c.provenance.tainted,
-                reasons: c.reasons.clone(),
-                current,
-                proposed: c.record.as_ref().map(|r| pretty(Some(r))),
-            }
+        .map(|c| ReviewView::of(&store, c))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok((items, listing.corrupt.len()))
+}
+
+/// One kept version of a record, for the web page's history.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct VersionView {
+    pub version: i64,
+    pub written_at_ms: i64,
+    /// How it was written: by the agent, an approved review, a rollback, ….
+    pub origin: String,
+    /// The operator who approved or rolled back, for those origins.
+    pub actor: Option<String>,
+    pub session: String,
+    pub principal: String,
+    pub untrusted: bool,
+    pub kind: String,
+    /// The record as pretty JSON; `None` when this version forgot it.
+    pub text: Option<String>,
+}
+
+/// A live record in one line, for the web page's list.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RecordLine {
+    pub record_id: String,
+    pub version: i64,
+    pub namespace: String,
+    pub tier: String,
+    pub kind: String,
+    pub untrusted: bool,
+    /// The start of its text, unescaped.
+    pub summary: String,
+}
+
+/// The live records (`airlock memory list` prints the same), and how many rows were corrupt.
+pub fn records(home: &Home) -> anyhow::Result<(Vec<RecordLine>, usize)> {
+    let store = open_memory_store(home).map_err(fault)?;
+    let listing = store
+        .operator_memory_list(None, None)
+        .map_err(|e| fault(store_err("cannot list the records", e)))?;
+    let items = listing
+        .items
+        .iter()
+        .map(|v| RecordLine {
+            record_id: v.record_id.clone(),
+            version: v.version,
+            namespace: v.namespace.key(),
+            tier: v.tier.as_str().to_string(),
+            kind: kind_name(v.record.as_ref()).to_string(),
+            untrusted: v.untrusted(),
+            summary: summary_text(v.record.as_ref()),
+        })
+        .collect();
+    Ok((items, listing.corrupt.len()))
+}
+
+/// Every kept version of record `id`, oldest first (`airlock memory history` prints the
+/// same), and how many rows were corrupt.
+pub fn history(home: &Home, id: &str) -> anyhow::Result<(Vec<VersionView>, usize)> {
+    let store = open_memory_store(home).map_err(fault)?;
+    let listing = store.operator_memory_history(id).map_err(|e| {
+        store_err(
+            &format!("cannot read the history of `{}`", escape_line(id)),
+            e,
+        )
+    })?;
+    let items = listing
+        .items
+        .iter()
+        .map(|v| VersionView {
+            version: v.version,
+            written_at_ms: v.written_at.as_unix_ms(),
+            origin: v.origin.as_str().to_string(),
+            actor: v.actor.clone(),
+            session: v.provenance.session_id.clone(),
+            principal: v.provenance.principal.clone(),
+            untrusted: v.untrusted(),
+            kind: kind_name(v.record.as_ref()).to_string(),
+            text: v.record.as_ref().map(|_| {
+                serde_json::to_string_pretty(&record_json(v.record.as_ref())).unwrap_or_default()
+            }),
         })
         .collect();
     Ok((items, listing.corrupt.len()))
@@ -253,11 +354,22 @@ pub fn act_as(home: &Home, act: &MemoryAct, who: &Decider) -> anyhow::Result<Mem
     let store = open_memory_store(home).map_err(fault)?;
     let now = Timestamp::now();
     match act {
-        MemoryAct::Approve { change } => {
+        MemoryAct::Approve { change, hash } => {
             let log = audit_log(home)?;
             let held = store
                 .operator_memory_review(change)
                 .map_err(|e| store_err("cannot read the change", e))?;
+            if let Some(shown) = hash {
+                let now_hash = ReviewView::of(&store, &held)?.payload_hash;
+                if &now_hash != shown {
+                    anyhow::bail!(
+                        "held change `{}` is not the one that was shown: it was shown as payload {}, and is now {}; nothing was applied\nhelp: look at the change again and decide on what it is now",
+                        escape_line(change),
+                        escape_line(shown),
+                        now_hash
+                    );
+                }
+            }
             let v = store
                 .operator_memory_approve(change, who.principal(), now)
                 .map_err(|e| store_err(&format!("cannot approve `{}`", escape_line(change)), e))?;

@@ -6,12 +6,23 @@
 //! random cookie and carrying its own CSRF token, that expires after `[web]
 //! session_minutes`. Tokens and cookies are kept only as their SHA-256, so a dump of this
 //! memory cannot be replayed, and a lookup by hash leaks nothing through its timing.
+//!
+//! The logins (never a link) are also kept in the state dir, `web/logins.json` (mode
+//! 0600, written atomically after every change), as the SHA-256 of the cookie, the public
+//! id, the expiry and the passkey that opened it, so they survive a restart of the host;
+//! expired ones are dropped when it is read. A login's CSRF token is derived from its
+//! cookie ([`csrf_of`]) rather than kept, so the file holds nothing a request could use.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+
+/// The logins file's name under the state dir.
+pub const FILE: &str = "web/logins.json";
 
 /// How long a login link can be used.
 pub const LINK_TTL: Duration = Duration::from_secs(60);
@@ -28,6 +39,9 @@ pub struct WebLogin {
     /// The token every state change must carry.
     pub csrf: String,
     pub expires: Instant,
+    /// The passkey whose assertion opened it (the page served remotely): revoking that
+    /// passkey ends it.
+    pub passkey: Option<String>,
 }
 
 impl WebLogin {
@@ -68,13 +82,110 @@ struct State {
 pub struct Logins {
     state: Mutex<State>,
     session_ttl: Duration,
+    /// Where the logins are kept across restarts; `None` keeps them in memory only.
+    file: Option<PathBuf>,
+}
+
+/// A login as the file keeps it: the SHA-256 of its cookie, never the cookie.
+#[derive(Serialize, Deserialize)]
+struct Kept {
+    cookie_sha256: String,
+    id: String,
+    /// Seconds since the epoch.
+    expires_at: u64,
+    #[serde(default)]
+    passkey: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+struct KeptFile {
+    logins: Vec<Kept>,
 }
 
 impl Logins {
+    /// Logins kept in memory only.
     pub fn new(session_ttl: Duration) -> Logins {
         Logins {
             state: Mutex::new(State::default()),
             session_ttl,
+            file: None,
+        }
+    }
+
+    /// Logins kept in `state_dir` too: those still live in its file are open again. A
+    /// file that cannot be read opens none (everyone logs in again), said in the log.
+    pub fn kept(session_ttl: Duration, state_dir: &Path) -> Logins {
+        let file = state_dir.join(FILE);
+        let mut state = State::default();
+        match read_kept(&file) {
+            Ok(kept) => {
+                let (now, now_unix) = (Instant::now(), crate::runtime::now_unix());
+                for k in kept.logins {
+                    let Some(left) = k.expires_at.checked_sub(now_unix).filter(|s| *s > 0) else {
+                        continue;
+                    };
+                    let Some(key) = hex::decode(&k.cookie_sha256)
+                        .ok()
+                        .and_then(|b| Key::try_from(b).ok())
+                    else {
+                        continue;
+                    };
+                    state.sessions.insert(
+                        key,
+                        WebLogin {
+                            id: k.id,
+                            // Derived from the cookie at each request (`session`).
+                            csrf: String::new(),
+                            expires: now + Duration::from_secs(left),
+                            passkey: k.passkey,
+                        },
+                    );
+                }
+            }
+            Err(e) => {
+                tracing::warn!(file = %file.display(), error = %e, "web: the kept logins cannot be read; every login must be made again");
+            }
+        }
+        let logins = Logins {
+            state: Mutex::new(state),
+            session_ttl,
+            file: Some(file),
+        };
+        // The expired ones are dropped from the file too.
+        logins.keep(&logins.state());
+        logins
+    }
+
+    /// Write the live logins to the file, if they are kept; a failure is said in the log
+    /// (the logins still work until the host stops).
+    fn keep(&self, st: &State) {
+        let Some(file) = &self.file else {
+            return;
+        };
+        let (now, now_unix) = (Instant::now(), crate::runtime::now_unix());
+        let kept = KeptFile {
+            logins: st
+                .sessions
+                .iter()
+                .filter(|(_, s)| s.expires > now)
+                .map(|(k, s)| Kept {
+                    cookie_sha256: hex::encode(k),
+                    id: s.id.clone(),
+                    expires_at: now_unix + s.expires.duration_since(now).as_secs(),
+                    passkey: s.passkey.clone(),
+                })
+                .collect(),
+        };
+        let written = serde_json::to_vec_pretty(&kept)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| {
+                if let Some(dir) = file.parent() {
+                    crate::home::create_private_dir(dir).map_err(std::io::Error::other)?;
+                }
+                airlock_proxy::write_atomic(file, &bytes, 0o600)
+            });
+        if let Err(e) = written {
+            tracing::warn!(file = %file.display(), error = %e, "web: cannot keep the logins; they end when the host stops");
         }
     }
 
@@ -110,22 +221,51 @@ impl Logins {
         if expires <= now {
             return Err(LinkRefused::Expired);
         }
-        Ok(self.open_session(&mut st, now))
+        Ok(self.open_session(&mut st, now, None))
     }
 
-    /// Open a session without a link (the page served remotely, after a passkey's
-    /// assertion): its cookie value and the session.
-    pub fn open(&self) -> anyhow::Result<(String, WebLogin)> {
+    /// Open a session without a link (the page served remotely, after the assertion of
+    /// `passkey`): its cookie value and the session.
+    pub fn open(&self, passkey: &str) -> anyhow::Result<(String, WebLogin)> {
         let mut st = self.state();
-        self.open_session(&mut st, Instant::now())
+        self.open_session(&mut st, Instant::now(), Some(passkey.to_string()))
     }
 
-    fn open_session(&self, st: &mut State, now: Instant) -> anyhow::Result<(String, WebLogin)> {
+    /// End every session that `passkey` opened; their public ids.
+    pub fn end_opened_with(&self, passkey: &str) -> Vec<String> {
+        let mut ended = Vec::new();
+        let mut st = self.state();
+        st.sessions.retain(|_, s| {
+            let keep = s.passkey.as_deref() != Some(passkey);
+            if !keep {
+                ended.push(s.id.clone());
+            }
+            keep
+        });
+        self.keep(&st);
+        ended
+    }
+
+    /// End every login; their public ids.
+    pub fn end_all(&self) -> Vec<String> {
+        let mut st = self.state();
+        let ended = st.sessions.drain().map(|(_, s)| s.id).collect();
+        self.keep(&st);
+        ended
+    }
+
+    fn open_session(
+        &self,
+        st: &mut State,
+        now: Instant,
+        passkey: Option<String>,
+    ) -> anyhow::Result<(String, WebLogin)> {
         let cookie = random_hex()?;
         let login = WebLogin {
             id: format!("w-{}", &random_hex()?[..12]),
-            csrf: random_hex()?,
+            csrf: csrf_of(&cookie),
             expires: now + self.session_ttl,
+            passkey,
         };
         st.sessions.retain(|_, s| s.expires > now);
         while st.sessions.len() >= MAX_SESSIONS {
@@ -140,6 +280,7 @@ impl Logins {
             st.sessions.remove(&oldest);
         }
         st.sessions.insert(key(&cookie), login.clone());
+        self.keep(st);
         Ok((cookie, login))
     }
 
@@ -149,9 +290,13 @@ impl Logins {
         let mut st = self.state();
         let k = key(cookie);
         match st.sessions.get(&k) {
-            Some(s) if s.expires > now => Some(s.clone()),
+            Some(s) if s.expires > now => Some(WebLogin {
+                csrf: csrf_of(cookie),
+                ..s.clone()
+            }),
             Some(_) => {
                 st.sessions.remove(&k);
+                self.keep(&st);
                 None
             }
             None => None,
@@ -160,7 +305,12 @@ impl Logins {
 
     /// End the session a cookie names; its public id, if it was live.
     pub fn logout(&self, cookie: &str) -> Option<String> {
-        self.state().sessions.remove(&key(cookie)).map(|s| s.id)
+        let mut st = self.state();
+        let gone = st.sessions.remove(&key(cookie)).map(|s| s.id);
+        if gone.is_some() {
+            self.keep(&st);
+        }
+        gone
     }
 
     /// How long a session lasts.
@@ -171,6 +321,35 @@ impl Logins {
 
 fn key(token: &str) -> Key {
     Sha256::digest(token.as_bytes()).into()
+}
+
+/// A login's CSRF token: derived from its cookie under a tag of its own, so it is not the
+/// hash the logins file keeps, and the cookie cannot be worked back from it. A page of
+/// another site can read neither.
+fn csrf_of(cookie: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(b"airlock-web-csrf-v1\0");
+    h.update(cookie.as_bytes());
+    hex::encode(h.finalize())
+}
+
+fn read_kept(file: &Path) -> anyhow::Result<KeptFile> {
+    match std::fs::read(file) {
+        Ok(bytes) => Ok(serde_json::from_slice(&bytes)?),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(KeptFile::default()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// End every login kept in `state_dir` (for when no host holds them); how many.
+pub fn end_all_in(state_dir: &Path) -> anyhow::Result<usize> {
+    let file = state_dir.join(FILE);
+    let n = read_kept(&file).map(|k| k.logins.len()).unwrap_or(0);
+    match std::fs::remove_file(&file) {
+        Ok(()) => Ok(n),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(anyhow::anyhow!("cannot remove {}: {e}", file.display())),
+    }
 }
 
 /// 32 random bytes as hex, from the operating system's generator.
@@ -198,6 +377,41 @@ mod tests {
         assert!(logins.session("not-a-cookie").is_none());
         assert_eq!(logins.logout(&cookie), Some(login.id));
         assert!(logins.session(&cookie).is_none());
+    }
+
+    #[test]
+    fn kept_logins_open_again_with_their_csrf_and_never_hold_the_cookie() {
+        let dir = tempfile::tempdir().unwrap();
+        let ttl = Duration::from_secs(600);
+        let logins = Logins::kept(ttl, dir.path());
+        let (cookie, login) = logins.open("pk-1").unwrap();
+        let (other, _) = logins.open("pk-2").unwrap();
+        let text = std::fs::read_to_string(dir.path().join(FILE)).unwrap();
+        assert!(
+            !text.contains(&cookie) && !text.contains(&login.csrf),
+            "{text}"
+        );
+        assert!(text.contains(&hex::encode(key(&cookie))), "{text}");
+        assert_ne!(login.csrf, hex::encode(key(&cookie)));
+        let again = Logins::kept(ttl, dir.path());
+        let back = again.session(&cookie).unwrap();
+        assert_eq!(back.id, login.id);
+        assert!(back.csrf_matches(&login.csrf));
+        assert_eq!(back.passkey.as_deref(), Some("pk-1"));
+        assert_eq!(again.end_opened_with("pk-2").len(), 1);
+        assert!(again.session(&other).is_none());
+        again.logout(&cookie);
+        let third = Logins::kept(ttl, dir.path());
+        assert!(third.session(&cookie).is_none() && third.session(&other).is_none());
+    }
+
+    #[test]
+    fn an_unreadable_logins_file_opens_none() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("web")).unwrap();
+        std::fs::write(dir.path().join(FILE), "not json").unwrap();
+        let logins = Logins::kept(Duration::from_secs(60), dir.path());
+        assert!(logins.state().sessions.is_empty());
     }
 
     #[test]

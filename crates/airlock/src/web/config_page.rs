@@ -1,15 +1,23 @@
 //! Settings, read-only: the policy profile and the policies loaded, the egress rules, the
 //! names of the secrets with the hosts they are bound to (never a value), and the host's
 //! limits. Each is changed at the command line, on the record.
+//!
+//! Served remotely it also lists the enrolled passkeys, each with a Revoke button: the
+//! form carries the CSRF token and a fresh assertion of a passkey, whose challenge is
+//! bound to the passkey being revoked ([`super::remote::check_approval`]), and the
+//! revocation goes through [`super::admin`] as `airlock web --revoke-passkey`.
 
 use std::sync::Arc;
 
 use axum::extract::State;
 use axum::response::{Html, IntoResponse, Response};
-use maud::html;
+use maud::{html, Markup};
+use serde::Deserialize;
 
-use super::guard::LoggedIn;
-use super::layout;
+use super::auth::WebLogin;
+use super::guard::{Checked, HasCsrf, LoggedIn};
+use super::layout::{self, csrf};
+use super::passkeys::PasskeyInfo;
 use super::untrusted;
 use super::WebState;
 
@@ -27,7 +35,9 @@ pub async fn page(State(web): State<Arc<WebState>>, LoggedIn(login): LoggedIn) -
     })
     .await;
     let chrome = web.chrome().await;
+    let passkeys = web.passkeys.as_ref().map(|k| k.list());
     let body = html! {
+        @if let Some(list) = &passkeys { (passkeys_view(&login, list)) }
         p { "Read-only here; change these with " code { "airlock net" } ", " code { "airlock secret" } " and the files in the config dir." }
         h2 { "Policy" }
         p { "Profile: " code { (untrusted::line(&cfg.policy.profile)) } }
@@ -79,4 +89,131 @@ pub async fn page(State(web): State<Arc<WebState>>, LoggedIn(login): LoggedIn) -
         }
     };
     Html(layout::page("Settings", &login, &chrome, body).into_string()).into_response()
+}
+
+/// The enrolled passkeys, each with its Revoke form.
+fn passkeys_view(login: &WebLogin, list: &[PasskeyInfo]) -> Markup {
+    let when = |secs: u64| {
+        humantime::format_rfc3339_seconds(
+            std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs),
+        )
+        .to_string()
+    };
+    html! {
+        h2 { "Passkeys" }
+        p { "Revoking one asks a passkey (this one or another) to sign the revocation. With none left, this address serves only enrolment." }
+        table class="passkeys" {
+            thead { tr { th { "Id" } th { "Name" } th { "Enrolled" } th { "Last used" } th {} } }
+            tbody {
+                @for p in list {
+                    tr class="passkey" id=(format!("passkey-{}", p.id)) {
+                        td { code { (p.id) } }
+                        td { (untrusted::line(&p.label)) }
+                        td { (when(p.enrolled_at)) }
+                        td { @match p.last_used { Some(t) => (when(t)), None => "never" } }
+                        td {
+                            form method="post" action="/settings/passkeys/revoke" class="decide"
+                                data-passkey="required" data-subject=(revoke_subject(&p.id)) {
+                                (csrf(login))
+                                input type="hidden" name="id" value=(p.id);
+                                input type="hidden" name="hash" value=(p.id);
+                                input type="hidden" name="ceremony" value="";
+                                input type="hidden" name="assertion" value="";
+                                button type="submit" name="decision" value="revoke" class="deny" { "Revoke" }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What the assertion that revokes passkey `id` names as its request.
+fn revoke_subject(id: &str) -> String {
+    format!("passkey-revoke:{id}")
+}
+
+#[derive(Debug, Deserialize)]
+pub struct RevokeForm {
+    #[serde(default)]
+    csrf: String,
+    id: String,
+    #[serde(default)]
+    ceremony: String,
+    #[serde(default)]
+    assertion: String,
+}
+
+impl HasCsrf for RevokeForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+/// `POST /settings/passkeys/revoke`: revoke one passkey, with a fresh passkey assertion
+/// bound to it.
+pub async fn revoke_passkey(
+    State(web): State<Arc<WebState>>,
+    Checked(login, form): Checked<RevokeForm>,
+) -> Response {
+    if web.passkeys.is_none() {
+        return web
+            .outcome_page(
+                &login,
+                "Refused",
+                false,
+                "this page is served on loopback, with login links: it has no passkeys to revoke\nhelp: `airlock web --passkeys` lists the passkeys file's, and `airlock web --revoke-passkey ID` revokes one",
+                "/settings",
+            )
+            .await;
+    }
+    // The challenge is bound to the id revoked, as subject and as payload.
+    if let Err(why) = super::remote::check_approval(
+        &web,
+        &login.id,
+        &revoke_subject(&form.id),
+        &form.id,
+        &form.ceremony,
+        &form.assertion,
+    )
+    .await
+    {
+        tracing::warn!(login = %login.id, passkey = %form.id, why = %why, "web: a passkey revocation without a valid assertion was refused");
+        return web
+            .outcome_page(&login, "Refused", false, &why, "/settings")
+            .await;
+    }
+    let host = web.host.clone();
+    let who = crate::service::decider::Decider::web(&login.id);
+    let done = tokio::task::spawn_blocking(move || {
+        super::admin::revoke(host.web.as_ref(), &host.home, &form.id, &who)
+    })
+    .await;
+    let (ok, message) = match done {
+        Ok(Ok(r)) if r.remaining == 0 => (
+            true,
+            format!(
+                "Revoked passkey {} ({}). No passkey is enrolled now: this address serves only enrolment until `airlock web --enroll` enrols one.",
+                r.passkey.id, r.passkey.label
+            ),
+        ),
+        Ok(Ok(r)) => (
+            true,
+            format!(
+                "Revoked passkey {} ({}); {} still enrolled.",
+                r.passkey.id, r.passkey.label, r.remaining
+            ),
+        ),
+        Ok(Err(e)) => (false, format!("{e:#}")),
+        Err(e) => (false, e.to_string()),
+    };
+    web.outcome_page(
+        &login,
+        if ok { "Done" } else { "Refused" },
+        ok,
+        &message,
+        "/settings",
+    )
+    .await
 }

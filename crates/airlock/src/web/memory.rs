@@ -1,28 +1,51 @@
 //! Memory review: each change to memory that was held for the owner (a write by a tainted
 //! session to context that is always loaded, …) with the record now and the one proposed,
 //! where it came from and why it was held; approve or reject, through the same service as
-//! `airlock memory approve|reject`, recorded as the owner via the web.
+//! `airlock memory approve|reject`, recorded as the owner via the web. Then the live
+//! records, each with its history (every kept version, as a diff against the one before)
+//! and a rollback to any earlier version, through the same service as `airlock memory
+//! rollback`.
+//!
+//! An approval names the payload hash of the change as the page drew it
+//! ([`service::ReviewView::payload_hash`]): a change that differs from what was shown is
+//! not applied. Served remotely, the approval is also a passkey assertion whose challenge
+//! is bound to that change and hash ([`super::remote::check_approval`]).
 
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::response::{Html, IntoResponse, Response};
-use maud::html;
+use maud::{html, Markup};
 use serde::Deserialize;
+use similar::{ChangeTag, TextDiff};
 
+use super::auth::WebLogin;
 use super::guard::{Checked, HasCsrf, LoggedIn};
 use super::layout::{self, csrf};
 use super::untrusted;
 use super::WebState;
 use crate::service::decider::Decider;
-use crate::service::memory::{self as service, MemoryAct};
+use crate::service::memory::{self as service, MemoryAct, VersionView};
+
+/// What an approval's passkey assertion names as its request: a held memory change, never
+/// to be confused with a held action's id.
+pub fn approval_subject(change: &str) -> String {
+    format!("memory-change:{change}")
+}
 
 pub async fn page(State(web): State<Arc<WebState>>, LoggedIn(login): LoggedIn) -> Response {
     let home = web.host.home.clone();
-    let read = tokio::task::spawn_blocking(move || service::reviews(&home)).await;
+    let read = tokio::task::spawn_blocking(move || {
+        let reviews = service::reviews(&home)?;
+        let records = service::records(&home)?;
+        anyhow::Ok((reviews, records))
+    })
+    .await;
     let chrome = web.chrome().await;
+    let passkey = web.bound.is_remote();
     let body = match read {
-        Ok(Ok((items, corrupt))) => html! {
+        Ok(Ok(((items, corrupt), (records, corrupt_records)))) => html! {
+            h2 { "Held changes" }
             @if items.is_empty() { p id="no-reviews" { "No memory changes are waiting for review." } }
             @for c in &items {
                 section class="approval memory-change" id=(format!("change-{}", c.change)) {
@@ -48,9 +71,18 @@ pub async fn page(State(web): State<Arc<WebState>>, LoggedIn(login): LoggedIn) -
                             None => { span class="add" { "+ (forgotten)" } "\n" }
                         }
                     }
-                    form method="post" action="/memory/decide" class="decide" {
+                    p class="hash" { "Payload " code { (c.payload_hash) } }
+                    form method="post" action="/memory/decide" class="decide"
+                        data-passkey=[passkey.then_some("required")]
+                        data-subject=(approval_subject(&c.change)) {
                         (csrf(&login))
                         input type="hidden" name="change" value=(c.change);
+                        input type="hidden" name="hash" value=(c.payload_hash);
+                        @if passkey {
+                            input type="hidden" name="ceremony" value="";
+                            input type="hidden" name="assertion" value="";
+                            p class="passkey-note" { "Applying asks your passkey to sign this change and payload hash." }
+                        }
                         div class="buttons" {
                             button type="submit" name="decision" value="approve" class="approve" { "Apply" }
                             button type="submit" name="decision" value="reject" class="deny" { "Reject" }
@@ -59,6 +91,29 @@ pub async fn page(State(web): State<Arc<WebState>>, LoggedIn(login): LoggedIn) -
                 }
             }
             @if corrupt > 0 { p class="error" { (corrupt) " held change(s) could not be read; the store quarantined them." } }
+            h2 { "Records" }
+            @if records.is_empty() { p id="no-records" { "Memory holds no records." } }
+            @else {
+                table class="records" {
+                    thead { tr { th { "Record" } th { "Version" } th { "Tier" } th { "Kind" } th { "Namespace" } th { "Text" } } }
+                    tbody {
+                        @for r in &records {
+                            tr class="record" data-record=(r.record_id) {
+                                td { a href=(format!("/memory/records/{}", r.record_id)) { (untrusted::line(&r.record_id)) } }
+                                td { (r.version) }
+                                td { (untrusted::line(&r.tier)) }
+                                td { (untrusted::line(&r.kind)) }
+                                td { (untrusted::line(&r.namespace)) }
+                                td {
+                                    (untrusted::line(&r.summary))
+                                    @if r.untrusted { " " span class="tainted" { "untrusted" } }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            @if corrupt_records > 0 { p class="error" { (corrupt_records) " record(s) could not be read; the store quarantined them." } }
         },
         Ok(Err(e)) => html! { p class="error" { (untrusted::block(&format!("{e:#}"))) } },
         Err(e) => html! { p class="error" { (e.to_string()) } },
@@ -66,12 +121,107 @@ pub async fn page(State(web): State<Arc<WebState>>, LoggedIn(login): LoggedIn) -
     Html(layout::page("Memory review", &login, &chrome, body).into_string()).into_response()
 }
 
+/// `GET /memory/records/{id}`: every kept version of a record, newest first, each as a
+/// diff against the version before it, with a rollback to each earlier one.
+pub async fn record(
+    State(web): State<Arc<WebState>>,
+    LoggedIn(login): LoggedIn,
+    Path(id): Path<String>,
+) -> Response {
+    let home = web.host.home.clone();
+    let wanted = id.clone();
+    let read = tokio::task::spawn_blocking(move || service::history(&home, &wanted)).await;
+    let chrome = web.chrome().await;
+    let body = match read {
+        Ok(Ok((versions, corrupt))) => history_view(&login, &id, &versions, corrupt),
+        Ok(Err(e)) => html! { p class="error" { (untrusted::block(&format!("{e:#}"))) } },
+        Err(e) => html! { p class="error" { (e.to_string()) } },
+    };
+    let title = format!("Memory record {id}");
+    Html(layout::page(&title, &login, &chrome, body).into_string()).into_response()
+}
+
+fn history_view(login: &WebLogin, id: &str, versions: &[VersionView], corrupt: usize) -> Markup {
+    let current = versions.last().map(|v| v.version);
+    html! {
+        p { a href="/memory" { "All records and held changes" } }
+        @if versions.is_empty() { p id="no-history" { "No kept version of this record." } }
+        @for (i, v) in versions.iter().enumerate().rev() {
+            section class="version" id=(format!("version-{}", v.version)) data-version=(v.version) {
+                h2 {
+                    "Version " (v.version)
+                    @if Some(v.version) == current { " (current)" }
+                }
+                p class="meta" {
+                    (when(v.written_at_ms)) " · " (untrusted::line(&v.origin))
+                    @if let Some(a) = &v.actor { " by " (untrusted::line(a)) }
+                    " · " (untrusted::line(&v.kind)) " · from session "
+                    a href=(format!("/sessions/{}", v.session)) { (untrusted::line(&v.session)) }
+                    " (" (untrusted::line(&v.principal)) ")"
+                    @if v.untrusted { " · " span class="tainted" { "untrusted" } }
+                }
+                (version_diff(i.checked_sub(1).map(|p| &versions[p]), v))
+                @if Some(v.version) != current {
+                    form method="post" action="/memory/rollback" class="rollback" {
+                        (csrf(login))
+                        input type="hidden" name="id" value=(id);
+                        input type="hidden" name="to" value=(v.version);
+                        button type="submit" class="rollback" { "Roll back to version " (v.version) }
+                    }
+                }
+            }
+        }
+        @if corrupt > 0 { p class="error" { (corrupt) " version(s) could not be read; the store quarantined them." } }
+    }
+}
+
+/// A version as a line diff against the one before it (the first against nothing).
+fn version_diff(before: Option<&VersionView>, v: &VersionView) -> Markup {
+    let old = before.and_then(|b| b.text.clone()).unwrap_or_default();
+    let new = v.text.clone().unwrap_or_default();
+    let diff = TextDiff::from_lines(&old, &new);
+    html! {
+        pre class="diff" {
+            span class="hunk" {
+                @match before {
+                    Some(b) => { "--- version " (b.version) }
+                    None => { "--- (new record)" }
+                }
+            } "\n"
+            span class="hunk" { "+++ version " (v.version) @if v.text.is_none() { " (forgotten)" } } "\n"
+            @for change in diff.iter_all_changes() {
+                @let line = change.value().trim_end_matches('\n');
+                @match change.tag() {
+                    ChangeTag::Delete => { span class="del" { "- " (untrusted::line(line)) } "\n" }
+                    ChangeTag::Insert => { span class="add" { "+ " (untrusted::line(line)) } "\n" }
+                    ChangeTag::Equal => { span class="ctx" { "  " (untrusted::line(line)) } "\n" }
+                }
+            }
+        }
+    }
+}
+
+/// A time in milliseconds since the epoch, as RFC 3339 (UTC).
+fn when(ms: i64) -> String {
+    let t =
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
 #[derive(Debug, Deserialize)]
 pub struct DecideForm {
     #[serde(default)]
     csrf: String,
     change: String,
+    /// The payload hash of the change the page drew.
+    #[serde(default)]
+    hash: String,
     decision: String,
+    /// Served remotely: the passkey ceremony and its assertion (JSON) for an approval.
+    #[serde(default)]
+    ceremony: String,
+    #[serde(default)]
+    assertion: String,
 }
 
 impl HasCsrf for DecideForm {
@@ -84,21 +234,35 @@ pub async fn decide(
     State(web): State<Arc<WebState>>,
     Checked(login, form): Checked<DecideForm>,
 ) -> Response {
-    if web.bound.is_remote() && form.decision == "approve" {
-        // Served remotely every approval is a passkey assertion bound to what it approves;
-        // a held memory change has no payload hash to bind yet, so it is applied elsewhere.
-        return web
-            .outcome_page(
-                &login,
-                "Refused",
-                false,
-                &format!(
-                    "applying a held memory change is not offered on the page served remotely, where every approval must be a passkey assertion bound to a payload hash\nhelp: apply it with `airlock memory approve {}`, or from the page on loopback; rejecting it works here",
-                    form.change
-                ),
-                "/memory",
-            )
-            .await;
+    if form.decision == "approve" {
+        if form.hash.is_empty() {
+            return web
+                .outcome_page(
+                    &login,
+                    "Refused",
+                    false,
+                    "the form names no payload hash, so it cannot say what you approved\nhelp: reload the memory page",
+                    "/memory",
+                )
+                .await;
+        }
+        // Served remotely, applying is a passkey assertion bound to this change and the
+        // hash of what the page drew (nothing to check on loopback).
+        if let Err(why) = super::remote::check_approval(
+            &web,
+            &login.id,
+            &approval_subject(&form.change),
+            &form.hash,
+            &form.ceremony,
+            &form.assertion,
+        )
+        .await
+        {
+            tracing::warn!(login = %login.id, change = %form.change, why = %why, "web: applying a memory change without a valid passkey assertion was refused");
+            return web
+                .outcome_page(&login, "Refused", false, &why, "/memory")
+                .await;
+        }
     }
     let who = Decider::web(&login.id);
     let home = web.host.home.clone();
@@ -106,6 +270,7 @@ pub async fn decide(
         let act = match form.decision.as_str() {
             "approve" => MemoryAct::Approve {
                 change: form.change,
+                hash: Some(form.hash),
             },
             "reject" => MemoryAct::Reject {
                 change: form.change,
@@ -134,6 +299,63 @@ pub async fn decide(
         ok,
         &message,
         "/memory",
+    )
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+pub struct RollbackForm {
+    #[serde(default)]
+    csrf: String,
+    id: String,
+    /// The version to restore.
+    to: i64,
+}
+
+impl HasCsrf for RollbackForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+/// `POST /memory/rollback`: restore a record to an earlier version, as a new version,
+/// through the same service as `airlock memory rollback ID --to VERSION`.
+pub async fn rollback(
+    State(web): State<Arc<WebState>>,
+    Checked(login, form): Checked<RollbackForm>,
+) -> Response {
+    let who = Decider::web(&login.id);
+    let home = web.host.home.clone();
+    let back = format!("/memory/records/{}", form.id);
+    let done = tokio::task::spawn_blocking(move || {
+        service::act_as(
+            &home,
+            &MemoryAct::Rollback {
+                id: form.id,
+                to: Some(form.to),
+            },
+            &who,
+        )
+    })
+    .await;
+    let (ok, message) = match done {
+        Ok(Ok(service::MemoryActed::RolledBack { now })) => (
+            true,
+            format!(
+                "Rolled back: {} holds version {}'s content again, as version {} ({}).",
+                now.record_id, form.to, now.version, now.summary
+            ),
+        ),
+        Ok(Ok(other)) => (true, format!("{other:?}")),
+        Ok(Err(e)) => (false, format!("{e:#}")),
+        Err(e) => (false, e.to_string()),
+    };
+    web.outcome_page(
+        &login,
+        if ok { "Done" } else { "Refused" },
+        ok,
+        &message,
+        &back,
     )
     .await
 }

@@ -10,13 +10,16 @@
 //! approval is a passkey assertion ([`passkeys`], [`remote`]). Every request passes
 //! [`guard`]; every value a model, tool or sender wrote is shown through [`untrusted`].
 //!
-//! Modules: [`settings`] (`[web]` checked), [`auth`] (links and logins), [`guard`]
-//! (Host/Origin, headers, login and CSRF extractors), [`layout`] (the frame and kill
-//! switch), [`tls`], [`passkeys`] and [`remote`] (the page served remotely), [`untrusted`] (showing untrusted text), [`chart`] (small SVG charts), and one
-//! module per page or action: [`sessions`], [`start`] (new work), [`dataflow`], [`approvals`], [`audit`],
+//! Modules: [`settings`] (`[web]` checked), [`auth`] (links and logins, kept across
+//! restarts), [`guard`] (Host/Origin, headers, login and CSRF extractors), [`layout`] (the
+//! frame and kill switch), [`tls`], [`passkeys`], [`admin`] (revoking a passkey, ending
+//! every login) and [`remote`] (the page served remotely), [`untrusted`] (showing
+//! untrusted text), [`chart`] (small SVG charts), and one module per page or action:
+//! [`sessions`], [`start`] (new work), [`dataflow`], [`approvals`], [`audit`],
 //! [`budgets`], [`memory`], [`config_page`] (settings), [`kill`], [`login`], [`assets`], and
 //! [`stream`] (the model's reply as it comes).
 
+pub mod admin;
 pub mod approvals;
 pub mod assets;
 pub mod audit;
@@ -88,7 +91,7 @@ impl Web {
         };
         Ok(Some(Web {
             bound,
-            logins: Arc::new(auth::Logins::new(s.session)),
+            logins: Arc::new(auth::Logins::kept(s.session, state_dir)),
             passkeys,
             tls,
             listener: Mutex::new(Some(listener)),
@@ -189,7 +192,13 @@ pub fn router(state: Arc<WebState>) -> Router {
         .route("/budgets", get(budgets::page))
         .route("/memory", get(memory::page))
         .route("/memory/decide", post(memory::decide))
+        .route("/memory/records/{id}", get(memory::record))
+        .route("/memory/rollback", post(memory::rollback))
         .route("/settings", get(config_page::page))
+        .route(
+            "/settings/passkeys/revoke",
+            post(config_page::revoke_passkey),
+        )
         .route("/approvals", get(approvals::list))
         .route("/approvals/count", get(approvals::count))
         .route("/approvals/decide", post(approvals::decide))

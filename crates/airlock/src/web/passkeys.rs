@@ -77,8 +77,56 @@ struct Stored {
 struct Enrolled {
     /// Seconds since the epoch.
     enrolled_at: u64,
+    /// The owner's name for it, given at enrolment (or `passkey N`).
+    #[serde(default)]
+    label: String,
+    /// Seconds since the epoch of its last accepted assertion.
+    #[serde(default)]
+    last_used: Option<u64>,
     passkey: Passkey,
 }
+
+impl Enrolled {
+    fn info(&self) -> PasskeyInfo {
+        PasskeyInfo {
+            id: passkey_id(self.passkey.cred_id()),
+            label: self.label.clone(),
+            enrolled_at: self.enrolled_at,
+            last_used: self.last_used,
+        }
+    }
+}
+
+/// An enrolled passkey as the owner lists it (nothing of the key itself).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PasskeyInfo {
+    /// `pk-` and 12 hex digits of the SHA-256 of its credential id: short, stable, and
+    /// the same wherever it is listed.
+    pub id: String,
+    pub label: String,
+    /// Seconds since the epoch.
+    pub enrolled_at: u64,
+    pub last_used: Option<u64>,
+}
+
+/// What a revocation did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Revoked {
+    pub passkey: PasskeyInfo,
+    /// Passkeys still enrolled; with none, the page serves only enrolment again.
+    pub remaining: usize,
+    /// The logins that passkey had opened, ended with it.
+    #[serde(default)]
+    pub logins_ended: Vec<String>,
+}
+
+/// A passkey's id from its credential id.
+fn passkey_id(cred_id: &[u8]) -> String {
+    format!("pk-{}", &hex::encode(Sha256::digest(cred_id))[..12])
+}
+
+/// The longest label kept, in characters.
+const MAX_LABEL_CHARS: usize = 64;
 
 /// The owner's passkeys and the ceremonies under way.
 pub struct Passkeys {
@@ -103,6 +151,8 @@ pub enum Refused {
     OtherPayload,
     #[error("the passkey's answer is not valid: {0}")]
     Invalid(String),
+    #[error("this passkey is not enrolled (it was revoked)")]
+    Revoked,
     #[error("{0:#}")]
     Failed(anyhow::Error),
 }
@@ -119,19 +169,7 @@ impl Passkeys {
                 )
             })?;
         let file = state_dir.join(FILE);
-        let stored = match std::fs::read(&file) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-                anyhow::anyhow!(
-                    "{} cannot be read: {e}\nhelp: restore it from a backup, or move it away and enrol a passkey again with `airlock web --enroll`",
-                    file.display()
-                )
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Stored {
-                user: Uuid::from_bytes(random()?[..16].try_into()?),
-                passkeys: Vec::new(),
-            },
-            Err(e) => anyhow::bail!("cannot read {}: {e}", file.display()),
-        };
+        let stored = read_stored(&file)?;
         Ok(Passkeys {
             webauthn,
             file,
@@ -151,6 +189,24 @@ impl Passkeys {
     /// How many passkeys are enrolled.
     pub fn enrolled(&self) -> usize {
         self.stored().passkeys.len()
+    }
+
+    /// The enrolled passkeys, in the order they were enrolled.
+    pub fn list(&self) -> Vec<PasskeyInfo> {
+        self.stored().passkeys.iter().map(Enrolled::info).collect()
+    }
+
+    /// Revoke passkey `id`: gone from the file before this returns, and no assertion of it
+    /// is accepted from then on, even for a ceremony started before.
+    pub fn revoke(&self, id: &str) -> anyhow::Result<Revoked> {
+        let mut s = self.stored();
+        let revoked = revoke_in(&mut s, id)?;
+        if let Err(e) = write_stored(&self.file, &s) {
+            // Not kept on disk: keep it in memory as well, so both agree.
+            s.passkeys = read_stored(&self.file)?.passkeys;
+            return Err(e);
+        }
+        Ok(revoked)
     }
 
     /// A new one-time enrolment token.
@@ -202,6 +258,7 @@ impl Passkeys {
         &self,
         ceremony: &str,
         credential: &RegisterPublicKeyCredential,
+        label: &str,
     ) -> Result<(), Refused> {
         let Ceremony::Enrol(state) = self.take(ceremony)? else {
             return Err(Refused::Ceremony);
@@ -214,8 +271,16 @@ impl Passkeys {
         if s.passkeys.len() >= MAX_PASSKEYS {
             return Err(Refused::Full);
         }
+        let label: String = label.trim().chars().take(MAX_LABEL_CHARS).collect();
+        let label = if label.is_empty() {
+            format!("passkey {}", s.passkeys.len() + 1)
+        } else {
+            label
+        };
         s.passkeys.push(Enrolled {
             enrolled_at: crate::runtime::now_unix(),
+            label,
+            last_used: None,
             passkey,
         });
         if let Err(e) = self.save(&s) {
@@ -233,12 +298,12 @@ impl Passkeys {
         Ok((ceremony, options))
     }
 
-    /// Finish a login: `Ok` when an enrolled passkey signed this ceremony's challenge.
+    /// Finish a login: the id of the enrolled passkey that signed this ceremony's challenge.
     pub fn finish_login(
         &self,
         ceremony: &str,
         credential: &PublicKeyCredential,
-    ) -> Result<(), Refused> {
+    ) -> Result<String, Refused> {
         let Ceremony::Login(state) = self.take(ceremony)? else {
             return Err(Refused::Ceremony);
         };
@@ -287,7 +352,7 @@ impl Passkeys {
         }
         let challenge = approval_challenge(&nonce, &named.request_id, &named.payload_hash);
         let state = with_challenge(&state, &challenge).map_err(Refused::Failed)?;
-        match self.finish_assertion(credential, &state) {
+        match self.finish_assertion(credential, &state).map(|_| ()) {
             Err(Refused::Invalid(why)) if why.to_lowercase().contains("challenge") => {
                 tracing::warn!(
                     asked_request = %asked.request_id, asked_hash = %asked.payload_hash,
@@ -317,11 +382,12 @@ impl Passkeys {
             .map_err(|e| Refused::Invalid(e.to_string()))
     }
 
+    /// Check an assertion against a ceremony's state; the id of the passkey that made it.
     fn finish_assertion(
         &self,
         credential: &PublicKeyCredential,
         state: &PasskeyAuthentication,
-    ) -> Result<(), Refused> {
+    ) -> Result<String, Refused> {
         let result = self
             .webauthn
             .finish_passkey_authentication(credential, state)
@@ -329,18 +395,24 @@ impl Passkeys {
         if !result.user_verified() {
             return Err(Refused::Invalid("the user was not verified".into()));
         }
-        // Keep the signature counter, so a cloned authenticator shows.
         let mut s = self.stored();
-        let mut changed = false;
-        for e in s.passkeys.iter_mut() {
-            changed |= e.passkey.update_credential(&result).unwrap_or(false);
+        // The ceremony's state lists the passkeys enrolled when it started: one revoked
+        // since is refused here.
+        let Some(used) = s
+            .passkeys
+            .iter_mut()
+            .find(|e| e.passkey.cred_id() == result.cred_id())
+        else {
+            return Err(Refused::Revoked);
+        };
+        // Keep the signature counter, so a cloned authenticator shows, and when it was used.
+        let _ = used.passkey.update_credential(&result);
+        used.last_used = Some(crate::runtime::now_unix());
+        let id = passkey_id(used.passkey.cred_id());
+        if let Err(e) = self.save(&s) {
+            tracing::warn!(error = %e, "web: cannot keep a passkey's counter");
         }
-        if changed {
-            if let Err(e) = self.save(&s) {
-                tracing::warn!(error = %e, "web: cannot keep a passkey's counter");
-            }
-        }
-        Ok(())
+        Ok(id)
     }
 
     /// Keep a ceremony; its token.
@@ -362,30 +434,94 @@ impl Passkeys {
         }
     }
 
-    /// Write the passkeys file crash-safely: a new file beside it, synced, renamed over
-    /// it, and the directory synced, so a crash leaves the old file or the new one whole.
     fn save(&self, s: &Stored) -> anyhow::Result<()> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let dir = self
-            .file
-            .parent()
-            .ok_or_else(|| anyhow::anyhow!("{} has no directory", self.file.display()))?;
-        crate::home::create_private_dir(dir)?;
-        let tmp = dir.join(".passkeys.json.new");
-        let bytes = serde_json::to_vec_pretty(s)?;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(&bytes)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, &self.file)?;
-        std::fs::File::open(dir)?.sync_all()?;
-        Ok(())
+        write_stored(&self.file, s)
     }
+}
+
+/// The passkeys file of `file`, or a new owner with none when there is no file.
+fn read_stored(file: &Path) -> anyhow::Result<Stored> {
+    match std::fs::read(file) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+            anyhow::anyhow!(
+                "{} cannot be read: {e}\nhelp: restore it from a backup, or move it away and enrol a passkey again with `airlock web --enroll`",
+                file.display()
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Stored {
+            user: Uuid::from_bytes(random()?[..16].try_into()?),
+            passkeys: Vec::new(),
+        }),
+        Err(e) => anyhow::bail!("cannot read {}: {e}", file.display()),
+    }
+}
+
+/// Write the passkeys file crash-safely: a new file beside it, synced, renamed over it,
+/// and the directory synced, so a crash leaves the old file or the new one whole.
+fn write_stored(file: &Path, s: &Stored) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = file
+        .parent()
+        .ok_or_else(|| anyhow::anyhow!("{} has no directory", file.display()))?;
+    crate::home::create_private_dir(dir)?;
+    let tmp = dir.join(".passkeys.json.new");
+    let bytes = serde_json::to_vec_pretty(s)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(&bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, file)?;
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+/// Take passkey `id` out of `s`.
+fn revoke_in(s: &mut Stored, id: &str) -> anyhow::Result<Revoked> {
+    let Some(at) = s
+        .passkeys
+        .iter()
+        .position(|e| passkey_id(e.passkey.cred_id()) == id)
+    else {
+        let known: Vec<String> = s.passkeys.iter().map(|e| e.info().id).collect();
+        anyhow::bail!(
+            "no enrolled passkey has the id `{}` (enrolled: {})\nhelp: `airlock web --passkeys` lists them",
+            airlock_core::terminal_text::escape_line(id),
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
+        );
+    };
+    let gone = s.passkeys.remove(at);
+    Ok(Revoked {
+        passkey: gone.info(),
+        remaining: s.passkeys.len(),
+        logins_ended: Vec::new(),
+    })
+}
+
+/// The passkeys enrolled in `state_dir`, read from the file (for when no host holds it).
+pub fn list_in(state_dir: &Path) -> anyhow::Result<Vec<PasskeyInfo>> {
+    Ok(read_stored(&state_dir.join(FILE))?
+        .passkeys
+        .iter()
+        .map(Enrolled::info)
+        .collect())
+}
+
+/// Revoke passkey `id` in the file of `state_dir` (for when no host holds it).
+pub fn revoke_in_file(state_dir: &Path, id: &str) -> anyhow::Result<Revoked> {
+    let file = state_dir.join(FILE);
+    let mut s = read_stored(&file)?;
+    let revoked = revoke_in(&mut s, id)?;
+    write_stored(&file, &s)?;
+    Ok(revoked)
 }
 
 /// The challenge of an approval's assertion: SHA-256 over a domain tag, the server's fresh
@@ -452,6 +588,18 @@ mod tests {
             approval_challenge(&n, "r1s", "ha256:aa"),
             approval_challenge(&n, "r1", "sha256:aa")
         );
+    }
+
+    #[test]
+    fn revoking_an_unknown_passkey_says_which_are_enrolled_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(list_in(dir.path()).unwrap().is_empty());
+        let e = revoke_in_file(dir.path(), "pk-000000000000").unwrap_err();
+        assert!(e.to_string().contains("(enrolled: none)"), "{e}");
+        assert!(!dir.path().join(FILE).exists());
+        let p = Passkeys::open(dir.path(), "airlock.test", "https://airlock.test:8443").unwrap();
+        assert!(p.revoke("pk-000000000000").is_err());
+        assert!(p.list().is_empty());
     }
 
     #[test]

@@ -92,6 +92,10 @@ pub async fn enrol_page(State(web): State<Arc<WebState>>, Query(q): Query<LinkQu
                         "This enrols a passkey of this device for the Airlock page at "
                         code { (web.bound.base_url) } ". With it you log in here, and approve held actions."
                     }
+                    p {
+                        label for="passkey-label" { "Name it (optional, e.g. the device): " }
+                        input type="text" id="passkey-label" maxlength="64";
+                    }
                     button type="button" id="passkey-enrol" data-ceremony=(ceremony) data-options=(options) {
                         "Create a passkey"
                     }
@@ -106,6 +110,9 @@ pub async fn enrol_page(State(web): State<Arc<WebState>>, Query(q): Query<LinkQu
 pub struct EnrolAnswer {
     ceremony: String,
     credential: RegisterPublicKeyCredential,
+    /// The owner's name for the passkey (optional).
+    #[serde(default)]
+    label: String,
 }
 
 /// `POST /enroll/finish`: the authenticator's new credential; kept once it checks out.
@@ -116,10 +123,11 @@ pub async fn enrol_finish(
     let Some(keys) = web.keys().cloned() else {
         return not_here();
     };
-    let done =
-        tokio::task::spawn_blocking(move || keys.finish_enrolment(&a.ceremony, &a.credential))
-            .await
-            .unwrap_or_else(|e| Err(Refused::Failed(e.into())));
+    let done = tokio::task::spawn_blocking(move || {
+        keys.finish_enrolment(&a.ceremony, &a.credential, &a.label)
+    })
+    .await
+    .unwrap_or_else(|e| Err(Refused::Failed(e.into())));
     match done {
         Err(e) => {
             tracing::warn!(error = %e, "web: a passkey enrolment was refused");
@@ -198,15 +206,18 @@ pub async fn login_finish(State(web): State<Arc<WebState>>, Json(a): Json<Assert
     let done = tokio::task::spawn_blocking(move || keys.finish_login(&a.ceremony, &a.credential))
         .await
         .unwrap_or_else(|e| Err(Refused::Failed(e.into())));
-    if let Err(e) = done {
-        tracing::warn!(error = %e, "web: a passkey login was refused");
-        if web.host.rate.take("web-login-refused") {
-            web.record("web-login-refused", None, json!({"why": e.to_string()}))
-                .await;
+    let passkey = match done {
+        Ok(id) => id,
+        Err(e) => {
+            tracing::warn!(error = %e, "web: a passkey login was refused");
+            if web.host.rate.take("web-login-refused") {
+                web.record("web-login-refused", None, json!({"why": e.to_string()}))
+                    .await;
+            }
+            return refused(&e);
         }
-        return refused(&e);
-    }
-    let (cookie, login) = match web.logins.open() {
+    };
+    let (cookie, login) = match web.logins.open(&passkey) {
         Ok(c) => c,
         Err(e) => return refused(&Refused::Failed(e)),
     };
@@ -214,7 +225,7 @@ pub async fn login_finish(State(web): State<Arc<WebState>>, Json(a): Json<Assert
         .record(
             "web-login",
             Some(&login.id),
-            json!({"with": "passkey", "expires_in_secs": web.logins.session_ttl().as_secs()}),
+            json!({"with": "passkey", "passkey": passkey, "expires_in_secs": web.logins.session_ttl().as_secs()}),
         )
         .await
     {

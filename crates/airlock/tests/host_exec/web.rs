@@ -876,6 +876,285 @@ async fn web_a_held_memory_change_is_shown_and_rejected_from_the_page() {
     b.close().await;
 }
 
+/// A `memory_save` tool call of a note with `text` in `tier`, overwriting record `id` if
+/// given.
+pub(super) fn save_note(call: &str, tier: &str, id: Option<&str>, text: &str) -> Step {
+    let mut args = serde_json::json!({"tier": tier, "kind": "note", "record": {"text": text}});
+    if let Some(id) = id {
+        args["id"] = id.into();
+    }
+    Step::tool_call(call, "memory_save", args.to_string())
+}
+
+/// `airlock run` of a scripted model making `steps` then answering; its report.
+pub(super) async fn scripted_run(f: &Fixture, steps: Vec<Step>) -> serde_json::Value {
+    let mut all = steps;
+    all.push(Step::text("Done."));
+    let model = ScriptedModel::start(all).await.unwrap();
+    let mut cmd = super::super::exec_fixture::scripted_command(&f.home, &model);
+    cmd.current_dir(&f.ws)
+        .args(["run", "--json", "--workspace"])
+        .arg(&f.ws)
+        .arg("Keep my notes");
+    let o = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    super::super::exec_fixture::report_ok(&o)
+}
+
+/// A record saved, then changed twice: its page on the web shows every version as a diff,
+/// the markup of its text inert; rolling back to the first version from the page (with
+/// the login's CSRF token; without it the rollback is refused) restores it through the
+/// same service as `airlock memory rollback`, recorded via `web`, and the command line
+/// then shows the first text again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_memory_history_shows_each_version_and_rolls_back_from_the_page() {
+    let f = fixture();
+    init(&f, WEB);
+    let _host = Host::start(&f.home);
+    let first = "Dentist on <b>Tuesday</b><img src=x onerror=\"window.__pwned='history'\">";
+    let r = scripted_run(&f, vec![save_note("s1", "recall", None, first)]).await;
+    let saved = r["tool_calls"][0]["result"].as_str().unwrap().to_string();
+    assert!(saved.starts_with("saved memory record "), "{r:#}");
+    let id = saved.split_whitespace().nth(3).unwrap().to_string();
+    let r = scripted_run(
+        &f,
+        vec![
+            save_note("s2", "recall", Some(&id), "Dentist moved to Wednesday"),
+            save_note("s3", "recall", Some(&id), "Dentist cancelled"),
+        ],
+    )
+    .await;
+    for call in r["tool_calls"].as_array().unwrap() {
+        assert_eq!(call["executed"], true, "{r:#}");
+    }
+    let show = |f: &Fixture| {
+        let o = airlock(&f.home, &["memory", "show", &id]);
+        assert!(o.status.success(), "{o:?}");
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    assert!(show(&f).contains("Dentist cancelled"));
+
+    let b = Browser::start(1280, 900).await;
+    let base = base_of(&browser_login(&b, &f).await);
+    b.client.goto(&format!("{base}/memory")).await.unwrap();
+    b.client
+        .find(Locator::Css(&format!("tr.record[data-record='{id}'] a")))
+        .await
+        .expect("the record in the list")
+        .click()
+        .await
+        .unwrap();
+    b.client
+        .wait()
+        .for_element(Locator::Css("#version-3"))
+        .await
+        .expect("the record's history");
+    assert_eq!(
+        b.client
+            .find_all(Locator::Css("section.version"))
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+    let v2 = b
+        .client
+        .find(Locator::Css("#version-2 pre.diff"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    // The line that changed, the old text (its markup as text) against the new.
+    let first_json = serde_json::to_string(first).unwrap();
+    assert!(v2.contains(&format!("-   \"text\": {first_json}")), "{v2}");
+    assert!(
+        v2.contains("+   \"text\": \"Dentist moved to Wednesday\""),
+        "{v2}"
+    );
+    let text = b.text().await;
+    assert!(text.contains("Version 3 (current)"), "{text}");
+    assert!(b
+        .client
+        .find(Locator::Css("#version-3 button.rollback"))
+        .await
+        .is_err());
+    assert!(!b.pwned().await);
+    assert!(b.client.find(Locator::Css("main img")).await.is_err());
+    b.screenshot("memory-history").await;
+
+    // Without the login's CSRF token the rollback is refused, and nothing changes.
+    let (_, cookie, _) = http_login(&f).await;
+    let r = http()
+        .post(format!("{base}/memory/rollback"))
+        .header("cookie", &cookie)
+        .header("origin", &base)
+        .form(&[("id", id.as_str()), ("to", "1")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(show(&f).contains("Dentist cancelled"));
+
+    b.client
+        .find(Locator::Css("#version-1 button.rollback"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.client
+        .wait()
+        .for_element(Locator::Css("#outcome.ok"))
+        .await
+        .unwrap_or_else(|_| panic!("not rolled back"));
+    let shown = show(&f);
+    assert!(shown.contains("Dentist on <b>Tuesday</b>"), "{shown}");
+    assert!(!shown.contains("Dentist cancelled"), "{shown}");
+    let o = airlock(&f.home, &["memory", "history", &id]);
+    let history = String::from_utf8_lossy(&o.stdout);
+    assert!(history.contains(&format!("{id} version 4 (")), "{history}");
+    b.client
+        .goto(&format!("{base}/memory/records/{id}"))
+        .await
+        .unwrap();
+    assert!(b.text().await.contains("Version 4 (current)"));
+    assert!(!b.pwned().await);
+    let rolled = audit_records(&f.home)
+        .into_iter()
+        .find(|r| r["kind"] == "memory-rollback")
+        .expect("a memory-rollback record");
+    assert_eq!(rolled["via"], "web", "{rolled}");
+    assert_eq!(rolled["detail"]["record"], id.as_str(), "{rolled}");
+    assert_eq!(rolled["detail"]["to"], 1, "{rolled}");
+    assert_eq!(rolled["detail"]["version"]["version"], 4, "{rolled}");
+    b.close().await;
+    assert!(verify(&f.home).status.success());
+}
+
+/// The page's answer to `GET /` with `cookie`: its status and text.
+async fn home_page(base: &str, cookie: &str) -> (u16, String) {
+    let r = http()
+        .get(format!("{base}/"))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+fn sha256_hex(text: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(text.as_bytes()))
+}
+
+/// Logins survive a restart of the host: the logins file (0600) keeps the SHA-256 of each
+/// cookie and never the cookie or its CSRF token; after the restart the same cookie opens
+/// the page with the same CSRF token, which a logout then carries; after the logout (and
+/// another restart) it opens nothing, and its hash is gone from the file. A kept login
+/// whose expiry passed is dropped when the host starts, a live one is not, and `airlock
+/// web --logout-all` ends every login, recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_a_login_survives_a_restart_of_the_host_and_ends_with_logout() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = fixture();
+    init(&f, WEB);
+    let host = Host::start(&f.home);
+    let (base, cookie, csrf) = http_login(&f).await;
+    let (status, page) = home_page(&base, &cookie).await;
+    assert_eq!(status, 200);
+    assert!(page.contains("kill-all"));
+    let file = f.home.join("state/web/logins.json");
+    let value = cookie.split_once('=').unwrap().1.to_string();
+    let kept = std::fs::read_to_string(&file).unwrap();
+    assert!(kept.contains(&sha256_hex(&value)), "{kept}");
+    assert!(!kept.contains(&value) && !kept.contains(&csrf), "{kept}");
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    // Restarted (on another port): the same cookie is still logged in.
+    drop(host);
+    let host = Host::start(&f.home);
+    let base = base_of(&login_link(&f));
+    let (status, page) = home_page(&base, &cookie).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains(&format!("name=\"csrf\" value=\"{csrf}\"")),
+        "{page}"
+    );
+    let r = http()
+        .post(format!("{base}/logout"))
+        .header("cookie", &cookie)
+        .header("origin", &base)
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        r.status().is_success() || r.status().is_redirection(),
+        "{r:?}"
+    );
+    let (status, page) = home_page(&base, &cookie).await;
+    assert_ne!(status, 200);
+    assert!(!page.contains("kill-all"));
+    assert!(!std::fs::read_to_string(&file)
+        .unwrap()
+        .contains(&sha256_hex(&value)));
+    drop(host);
+    let host = Host::start(&f.home);
+    let base = base_of(&login_link(&f));
+    let (status, _) = home_page(&base, &cookie).await;
+    assert_ne!(status, 200, "a logged-out cookie after a restart");
+
+    // The host reads the file when it starts: an expired login is dropped, a live one
+    // opens the page.
+    drop(host);
+    let (live, expired) = ("a".repeat(64), "b".repeat(64));
+    let far = airlock::runtime::now_unix() + 3600;
+    std::fs::write(
+        &file,
+        serde_json::json!({"logins": [
+            {"cookie_sha256": sha256_hex(&live), "id": "w-live", "expires_at": far},
+            {"cookie_sha256": sha256_hex(&expired), "id": "w-expired", "expires_at": 1},
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let _host = Host::start(&f.home);
+    let base = base_of(&login_link(&f));
+    let name = cookie.split_once('=').unwrap().0;
+    let (status, _) = home_page(&base, &format!("{name}={live}")).await;
+    assert_eq!(status, 200);
+    let (status, _) = home_page(&base, &format!("{name}={expired}")).await;
+    assert_ne!(status, 200);
+    assert!(!std::fs::read_to_string(&file)
+        .unwrap()
+        .contains("w-expired"));
+
+    // Every login ends at once.
+    let (_, other, _) = http_login(&f).await;
+    let o = airlock(&f.home, &["web", "--logout-all"]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("ended 2 web login(s)"),
+        "{o:?}"
+    );
+    for c in [format!("{name}={live}"), other] {
+        let (status, _) = home_page(&base, &c).await;
+        assert_ne!(status, 200);
+    }
+    let ended = audit_records(&f.home)
+        .into_iter()
+        .find(|r| r["kind"] == "web-logout-all")
+        .expect("a web-logout-all record");
+    assert_eq!(ended["via"], "cli", "{ended}");
+    assert_eq!(ended["detail"]["ended"], 2, "{ended}");
+    assert!(verify(&f.home).status.success());
+}
+
 /// Work started from the page: a new task runs in the host with the configured model,
 /// its session's page shows the answer, and a next message sent from that page is
 /// answered there too, the page following the transcript as it grows.

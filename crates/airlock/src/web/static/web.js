@@ -111,6 +111,7 @@ if (enrol) {
       const done = await postJson("/enroll/finish", {
         ceremony: enrol.dataset.ceremony,
         credential: credential.toJSON(),
+        label: (document.getElementById("passkey-label") || { value: "" }).value,
       });
       enrol.disabled = true;
       status("Enrolled. Log in with it now.");
@@ -140,19 +141,21 @@ if (login) {
   });
 }
 
-// An approval on the page served remotely: the server binds a challenge to this request
-// and the payload hash the page drew; the passkey signs it; the form then carries the
-// assertion. A denial needs no passkey.
+// An approval on the page served remotely (a held action, or a held memory change): the
+// server binds a challenge to this request and the payload hash the page drew; the
+// passkey signs it; the form then carries the assertion. A denial needs no passkey.
 for (const form of document.querySelectorAll("form.decide[data-passkey]")) {
   form.addEventListener("submit", async (event) => {
-    const approving = event.submitter && event.submitter.value === "approve";
+    // Approving, or revoking a passkey: each needs the passkey's assertion.
+    const approving = event.submitter && ["approve", "revoke"].includes(event.submitter.value);
     if (!approving || form.elements.assertion.value !== "") return;
     event.preventDefault();
     const button = event.submitter;
     try {
       const body = new URLSearchParams({
         csrf: form.elements.csrf.value,
-        id: form.elements.id.value,
+        // A held memory change names itself as its subject; a held action by its id.
+        id: form.dataset.subject || form.elements.id.value,
         hash: form.elements.hash.value,
       });
       const r = await fetch("/approvals/challenge", { method: "POST", credentials: "same-origin", body });

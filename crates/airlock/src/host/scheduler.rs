@@ -307,6 +307,7 @@ fn run_once(host: &Host, task: &Task, run: &mut Run) -> anyhow::Result<()> {
     per_session.cost_micros = b.cost_micros.or(per_session.cost_micros);
     let provider_cfg = provider_config(home, &cfg, Default::default())?;
     let notes = crate::service::caller::Attachable::new();
+    let audit = host.audit.log(&cfg)?;
     let mut agent = AgentHost::open(
         home.clone(),
         cfg,
@@ -321,6 +322,7 @@ fn run_once(host: &Host, task: &Task, run: &mut Run) -> anyhow::Result<()> {
             workspace: None,
             egress: Default::default(),
             child: None,
+            audit: Some(audit),
         },
     )?;
     run.session = agent.session_id.clone();

@@ -240,7 +240,7 @@ impl AgentHost {
                 config: agent_cfg,
                 provider: &**provider,
                 gate: &**gate,
-                audit: &**audit,
+                audit,
                 store,
                 executors,
                 on_stream,

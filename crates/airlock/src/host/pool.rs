@@ -129,7 +129,7 @@ impl State {
     /// Order the groups by use, drop those past `size`, and discard what each holds past
     /// its share. Returns the discarded sandboxes, to be dropped outside the lock.
     fn rebalance(&mut self, size: usize) -> Vec<PooledSandbox> {
-        self.groups.sort_by(|a, b| b.used.cmp(&a.used));
+        self.groups.sort_by_key(|g| std::cmp::Reverse(g.used));
         let mut stale = Vec::new();
         while self.groups.len() > size {
             if let Some(g) = self.groups.pop() {

@@ -181,7 +181,7 @@ async fn invalid_arguments_and_denials_go_back_to_the_model() {
 async fn streamed_text_reaches_the_terminal_sink() {
     use airlock_agent::agent::Agent;
     use airlock_agent::provider::{connect, StreamEvent};
-    let mut h = Harness::new();
+    let h = Harness::new();
     let model = ScriptedModel::start([Step::text("streamed hello")])
         .await
         .unwrap();
@@ -196,7 +196,7 @@ async fn streamed_text_reaches_the_terminal_sink() {
         config: &h.config,
         provider: provider.as_ref(),
         gate: &h.gate,
-        audit: &mut h.audit,
+        audit: &h.audit,
         store: &h.store,
         executors: &h.exec,
         on_stream: Some(&mut sink),

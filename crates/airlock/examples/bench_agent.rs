@@ -137,6 +137,7 @@ fn calls(n: usize, prefix: &[String]) -> anyhow::Result<()> {
             workspace: None,
             egress: Default::default(),
             child: None,
+            audit: None,
         },
     )?;
     for j in 0..PER_TURN {

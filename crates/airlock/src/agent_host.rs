@@ -4,7 +4,8 @@
 //! loop's limits from `airlock.toml`.
 //!
 //! [`AgentHost::open`] builds it; [`AgentHost::run_turn`] runs one turn of the loop;
-//! [`AgentHost::close`] flushes the audit log. A front end adds only how it talks to the
+//! [`AgentHost::close`] flushes the audit log. One audit writer serves the whole session:
+//! opened here for a command with no host, the host's own one in the host. A front end adds only how it talks to the
 //! person in front of it.
 
 use std::path::PathBuf;
@@ -52,6 +53,11 @@ pub struct HostOptions {
     pub egress: EgressExtras,
     /// The session is a sub-agent's: its tools and budget ([`crate::subagents`]).
     pub child: Option<crate::subagents::ChildSetup>,
+    /// The audit writer to append through. In the host it is the host's one writer
+    /// ([`crate::host::audit_writer::HostAudit`]), whose checkpoints follow the host's
+    /// policy; `None` (a command with no host) opens the log for this session and closes it
+    /// with a signed checkpoint.
+    pub audit: Option<Arc<Mutex<AuditLog>>>,
 }
 
 /// The owner's directory `dir` as a session workspace: canonical, and refused where the
@@ -78,8 +84,11 @@ pub struct AgentHost {
     pub workspace: PathBuf,
     store: SqliteStore,
     gate: Arc<crate::live_gate::LiveGate>,
-    audit: AuditLog,
-    exec_audit: Arc<Mutex<AuditLog>>,
+    /// The one log the loop, the executors, the sub-agents and the approval listener
+    /// append through.
+    audit: Arc<Mutex<AuditLog>>,
+    /// Opened here (not handed in): closed here, with a signed checkpoint.
+    opened_audit: bool,
     executors: HostExecutors,
     agent_cfg: AgentConfig,
     provider: Box<dyn Provider>,
@@ -122,14 +131,19 @@ impl AgentHost {
         let gate = Arc::new(crate::live_gate::LiveGate::open(
             &home, &cfg, profile, &workspace,
         )?);
-        let audit = runtime::open_audit(&home, &cfg)?;
-        let exec_audit = Arc::new(Mutex::new(runtime::open_audit(&home, &cfg)?));
-        crate::transaction::record_recovery(&exec_audit, &workspace, recovered.as_deref());
+        let (audit, opened_audit) = match &opts.audit {
+            Some(log) => (log.clone(), false),
+            None => (
+                Arc::new(Mutex::new(runtime::open_audit(&home, &cfg)?)),
+                true,
+            ),
+        };
+        crate::transaction::record_recovery(&audit, &workspace, recovered.as_deref());
         let executors = HostExecutors::new(
             home.clone(),
             cfg.clone(),
             gate.clone(),
-            exec_audit.clone(),
+            audit.clone(),
             open_store(&home)?,
             session_id.clone(),
             workspace.clone(),
@@ -164,12 +178,13 @@ impl AgentHost {
             egress: opts.egress.clone(),
             approval_timeout: opts.approval_timeout,
             limits: agent_cfg.budget.per_session,
+            audit: opts.audit.clone(),
         };
         let executors = executors.with_subagents(crate::subagents::SubAgents::new(
             spawn,
             session_id.clone(),
             open_store(&home)?,
-            exec_audit.clone(),
+            audit.clone(),
         ));
         let provider = connect(provider_cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -185,7 +200,7 @@ impl AgentHost {
             store,
             gate,
             audit,
-            exec_audit,
+            opened_audit,
             executors,
             agent_cfg,
             provider,
@@ -242,9 +257,9 @@ impl AgentHost {
         &self.store
     }
 
-    /// This process's shared handle on the audit log (executions, proxy, operator answers).
+    /// The session's handle on the audit log (executions, proxy, operator answers).
     pub fn shared_audit(&self) -> Arc<Mutex<AuditLog>> {
-        self.exec_audit.clone()
+        self.audit.clone()
     }
 
     /// The configured limits and what the session and the day have used so far.
@@ -297,11 +312,12 @@ impl AgentHost {
         self.executors.take_files()
     }
 
-    /// Stop the runtime and flush the audit log.
+    /// Stop the runtime and, if this session opened the audit log, close it with a signed
+    /// checkpoint. A log handed in (the host's writer) stays open for the host's other runs.
     pub fn close(self) -> anyhow::Result<()> {
         let AgentHost {
             audit,
-            exec_audit,
+            opened_audit,
             executors,
             rt,
             ..
@@ -309,12 +325,15 @@ impl AgentHost {
         executors.finish_egress();
         drop(executors);
         rt.shutdown_timeout(Duration::from_secs(5));
-        audit.close().map_err(|e| anyhow::anyhow!("{e}"))?;
-        if let Ok(m) = Arc::try_unwrap(exec_audit) {
-            m.into_inner()
-                .unwrap_or_else(|p| p.into_inner())
-                .close()
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        if opened_audit {
+            // A holder still running (an approval listener not yet stopped) signs the
+            // checkpoint when it lets go.
+            if let Ok(m) = Arc::try_unwrap(audit) {
+                m.into_inner()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .close()
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+            }
         }
         Ok(())
     }

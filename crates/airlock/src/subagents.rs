@@ -71,6 +71,9 @@ pub struct SpawnContext {
     /// The spawning session's per-session limits, which its children's caps are drawn
     /// from. (Its tools need no copy here: the loop checks a child's against them.)
     pub limits: Limits,
+    /// The host's audit writer, which children append through too (`None`: no host; each
+    /// child opens the log, as its parent did).
+    pub audit: Option<Arc<Mutex<AuditLog>>>,
 }
 
 /// How a child ended, once it has.
@@ -373,6 +376,7 @@ fn run_child(
         workspace: None,
         egress: ctx.egress.clone(),
         child: Some(setup),
+        audit: ctx.audit.clone(),
     };
     let mut host = match AgentHost::open(ctx.home.clone(), ctx.cfg.clone(), &ctx.provider, opts) {
         Ok(h) => h,

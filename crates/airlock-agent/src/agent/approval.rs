@@ -110,7 +110,7 @@ impl Agent<'_> {
             }
         };
         let request_id = Some(request.id.clone());
-        self.audit.append(
+        self.record(
             AuditEvent::by("approval_requested", &id, &run.session.attribution()?)
                 .with_action(
                     serde_json::to_value(&action).unwrap_or_default(),
@@ -187,21 +187,20 @@ impl Agent<'_> {
                         expires_at: Timestamp::now().as_unix_secs() + APPROVAL_VALIDITY_SECS,
                     };
                     let now_secs = Timestamp::now().as_unix_secs();
-                    return Ok(
-                        match self.gate.current().approve(
-                            ticket,
-                            &approval,
-                            now_secs,
-                            &mut *self.audit,
-                        ) {
-                            Ok(t) => ApprovalAnswer {
-                                request_id,
-                                reasons: vec![format!("approved by {approver}")],
-                                result: Authorization::Granted(t),
-                            },
-                            Err(e) => ApprovalAnswer::refused(request_id, e.to_string()),
-                        },
+                    let approved = self.gate.current().approve(
+                        ticket,
+                        &approval,
+                        now_secs,
+                        &mut *self.audit_log(),
                     );
+                    return Ok(match approved {
+                        Ok(t) => ApprovalAnswer {
+                            request_id,
+                            reasons: vec![format!("approved by {approver}")],
+                            result: Authorization::Granted(t),
+                        },
+                        Err(e) => ApprovalAnswer::refused(request_id, e.to_string()),
+                    });
                 }
                 ApprovalStatus::Denied => {
                     let by = current.decided_by.clone().unwrap_or_default();
@@ -262,7 +261,7 @@ impl Agent<'_> {
                 ))
             }
         };
-        self.audit.append(
+        self.record(
             AuditEvent::by(
                 "grant-used",
                 &run.session.id,
@@ -293,21 +292,20 @@ impl Agent<'_> {
             "covered by {scope} grant {} from {} ({matched} match)",
             grant.id, grant.created_by
         );
-        Ok(
-            match self.gate.current().approve(
-                ticket,
-                &approval,
-                now.as_unix_secs(),
-                &mut *self.audit,
-            ) {
-                Ok(t) => ApprovalAnswer {
-                    request_id: None,
-                    reasons: vec![reason],
-                    result: Authorization::Granted(t),
-                },
-                Err(e) => ApprovalAnswer::refused(None, e.to_string()),
+        let approved = self.gate.current().approve(
+            ticket,
+            &approval,
+            now.as_unix_secs(),
+            &mut *self.audit_log(),
+        );
+        Ok(match approved {
+            Ok(t) => ApprovalAnswer {
+                request_id: None,
+                reasons: vec![reason],
+                result: Authorization::Granted(t),
             },
-        )
+            Err(e) => ApprovalAnswer::refused(None, e.to_string()),
+        })
     }
 
     /// Audit a refused request and build the text the model gets.
@@ -319,7 +317,7 @@ impl Agent<'_> {
         by: &str,
         note: Option<&str>,
     ) -> Result<ApprovalAnswer<A>, AgentError> {
-        self.audit.append(
+        self.record(
             AuditEvent::by(
                 format!("approval_{how}"),
                 &run.session.id,

@@ -363,7 +363,7 @@ impl Agent<'_> {
         let verdict = self
             .gate
             .current()
-            .decide(&run.session, payload, &mut *self.audit);
+            .decide(&run.session, payload, &mut *self.audit_log());
         let (decision, reasons, policies, result) = match verdict {
             Verdict::Allow(t) => (
                 DecisionKind::Allow,
@@ -484,7 +484,7 @@ impl Agent<'_> {
             }
         }
         if executed {
-            self.audit.append(
+            self.record(
                 AuditEvent::by("execution", &run.session.id, &run.session.attribution()?)
                     .with_detail(json!({
                         "call_id": call.id,

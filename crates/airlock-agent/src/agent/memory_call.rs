@@ -58,7 +58,7 @@ impl Agent<'_> {
             }
         };
         if !listing.corrupt.is_empty() {
-            self.audit.append(
+            self.record(
                 AuditEvent::by("memory_quarantined", &run.session.id, &run.session.attribution()?)
                     .with_detail(json!({
                         "rows": listing.corrupt.iter().map(|c| format!("{}:{}", c.table, c.row)).collect::<Vec<_>>(),
@@ -134,7 +134,7 @@ impl Agent<'_> {
                 let verdict = self
                     .gate
                     .current()
-                    .decide(&run.session, r, &mut *self.audit);
+                    .decide(&run.session, r, &mut *self.audit_log());
                 let auth = match verdict {
                     Verdict::Allow(t) => t,
                     Verdict::Deny(d) if d.unrecorded => {
@@ -164,7 +164,7 @@ impl Agent<'_> {
         let verdict = self
             .gate
             .current()
-            .decide(&run.session, write, &mut *self.audit);
+            .decide(&run.session, write, &mut *self.audit_log());
         match verdict {
             Verdict::Allow(auth) => {
                 if let Some(k) =
@@ -221,7 +221,7 @@ impl Agent<'_> {
                         )))
                     }
                 };
-                self.audit.append(
+                self.record(
                     AuditEvent::by(
                         "memory_review_requested",
                         &run.session.id,

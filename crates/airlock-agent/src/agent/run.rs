@@ -6,11 +6,12 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use airlock_audit::{AuditEvent, AuditLog};
+use airlock_audit::{AppendReceipt, AuditError, AuditEvent, AuditLog};
 use airlock_core::gate::Session;
 use airlock_store::{
     BudgetLimits, BudgetState, ChargeError, Counter, SessionStatus, Store, StoreError, Timestamp,
@@ -46,8 +47,10 @@ pub struct Agent<'a> {
     /// in force at every decision, so a policy the operator changes reaches the session
     /// from its next decision on.
     pub gate: &'a dyn super::GateSource,
-    /// Where decisions and results are recorded.
-    pub audit: &'a mut AuditLog,
+    /// Where decisions and results are recorded: shared with the executors, the approval
+    /// listener and, in the host, every other run, so one writer appends for all of them.
+    /// It is locked for one record or one decision at a time, never across an await.
+    pub audit: &'a Mutex<AuditLog>,
     /// Sessions, budgets, approval requests and grant lookups: the agent's side only. The
     /// loop can ask and read answers, never give them:
     ///
@@ -231,7 +234,7 @@ impl Agent<'_> {
             }
         };
         self.spend_wall(&mut run)?;
-        self.audit.append(
+        self.record(
             AuditEvent::by("turn_end", &run.session.id, &run.session.attribution()?)
                 .with_detail(json!({"outcome": outcome.summary(), "model_calls": model_calls})),
         )?;
@@ -308,7 +311,7 @@ impl Agent<'_> {
         let response = match guarded? {
             Guarded::Done(Ok(r)) => r,
             Guarded::Done(Err(e)) => {
-                self.audit.append(
+                self.record(
                     AuditEvent::by("provider_error", &id, &run.session.attribution()?)
                         .with_detail(json!({"error": e.to_string()})),
                 )?;
@@ -400,27 +403,43 @@ impl Agent<'_> {
     /// every stored secret), so what the model is sent and what the transcript keeps
     /// hold no more than the audit log does.
     pub(crate) fn redact(&self, text: &str) -> String {
-        match self.audit.redactor() {
+        let log = self.audit_log();
+        match log.redactor() {
             Some(r) if !r.is_empty() => r.redact_str(text),
             _ => text.to_string(),
         }
     }
 
     fn redact_messages(&self, messages: &mut [Message]) {
-        if self.audit.redactor().is_none_or(|r| r.is_empty()) {
+        let log = self.audit_log();
+        let Some(r) = log.redactor().filter(|r| !r.is_empty()) else {
             return;
-        }
+        };
         for m in messages {
             match m {
                 Message::User { text }
                 | Message::Assistant { text, .. }
-                | Message::ToolResult { text, .. } => *text = self.redact(text),
+                | Message::ToolResult { text, .. } => *text = r.redact_str(text),
             }
         }
     }
 
+    /// The audit log, locked for the statement that uses it. A holder that panicked left
+    /// the log as its last append did (each append is whole or refused), so a poisoned lock
+    /// is taken over rather than failing every later record.
+    pub(crate) fn audit_log(&self) -> MutexGuard<'_, AuditLog> {
+        self.audit.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Append `event`, built before the log is locked (building it may redact, which
+    /// locks the log too).
+    pub(crate) fn record(&self, event: AuditEvent) -> Result<AppendReceipt, AuditError> {
+        self.audit_log().append(event)
+    }
+
     fn redact_events(&self, events: &[TranscriptEvent]) -> Vec<TranscriptEvent> {
-        let Some(r) = self.audit.redactor().filter(|r| !r.is_empty()) else {
+        let log = self.audit_log();
+        let Some(r) = log.redactor().filter(|r| !r.is_empty()) else {
             return events.to_vec();
         };
         events

@@ -128,7 +128,7 @@ pub struct Harness {
     pub state: tempfile::TempDir,
     pub config_dir: tempfile::TempDir,
     pub store: SqliteStore,
-    pub audit: AuditLog,
+    pub audit: std::sync::Mutex<AuditLog>,
     pub key: VerifyingKey,
     pub gate: Gate,
     pub session_id: String,
@@ -169,7 +169,7 @@ impl Harness {
             session_id: session.id().to_string(),
             workspace,
             store,
-            audit,
+            audit: std::sync::Mutex::new(audit),
             key,
             exec: RecordingExecutors::default(),
             config: agent_config(),
@@ -191,7 +191,7 @@ impl Harness {
             config: &self.config,
             provider: provider.as_ref(),
             gate: &self.gate,
-            audit: &mut self.audit,
+            audit: &self.audit,
             store: &self.store,
             executors: &self.exec,
             on_stream: None,
@@ -208,7 +208,10 @@ impl Harness {
         let store = SqliteStore::open(self.state.path()).unwrap();
         drop(std::mem::replace(&mut self.store, store));
         let (audit, key) = open_audit(&self.config_dir, &self.state);
-        drop(std::mem::replace(&mut self.audit, audit));
+        drop(std::mem::replace(
+            &mut self.audit,
+            std::sync::Mutex::new(audit),
+        ));
         self.key = key;
         self.gate = Gate::new(engine(), GateConfig::new(&self.workspace));
     }

@@ -71,6 +71,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<i32> {
             workspace: args.workspace.clone(),
             egress: Default::default(),
             child: None,
+            audit: None,
         },
     )?;
     let session_id = host.session_id.clone();

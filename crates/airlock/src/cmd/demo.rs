@@ -126,6 +126,7 @@ fn play(root: &Path, throwaway: bool, args: &DemoArgs) -> anyhow::Result<i32> {
                 extra_roots_pem: vec![world.ca_pem.clone()],
             },
             child: None,
+            audit: None,
         },
     )?;
     write_workspace_file(&host.workspace.join(SECRET_FILE), SECRET_TEXT)?;

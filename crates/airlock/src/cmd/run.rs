@@ -83,6 +83,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             workspace: args.workspace.clone(),
             egress: Default::default(),
             child: None,
+            audit: None,
         },
     )?;
     let session_id = host.session_id.clone();

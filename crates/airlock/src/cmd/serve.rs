@@ -53,6 +53,16 @@ pub fn status(as_json: bool) -> anyhow::Result<i32> {
                     .map(|e| format!("; last build failed: {}", escape_line(e)))
                     .unwrap_or_default()
             );
+            for p in &h.pool.profiles {
+                crate::out!(
+                    "  profile {}: {} ready (share {}); {} runs took one, {} built their own",
+                    escape_line(&p.profile),
+                    p.ready,
+                    p.share,
+                    p.taken,
+                    p.missed
+                );
+            }
             crate::out!(
                 "agent sessions through the host: {} (of {})",
                 h.sessions_running,

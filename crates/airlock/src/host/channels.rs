@@ -1221,6 +1221,7 @@ impl Running {
             Kind::Webhook => false,
         };
         let out = Attachable::new();
+        let audit = self.host.audit.log(&cfg)?;
         let mut agent = AgentHost::open(
             home.clone(),
             cfg,
@@ -1235,6 +1236,7 @@ impl Running {
                 workspace: None,
                 egress: Default::default(),
                 child: None,
+                audit: Some(audit),
             },
         )?;
         if third_party {

@@ -1,4 +1,4 @@
-//! The host's pool of prepared sandboxes (`[host] sandbox_pool`).
+//! The host's pool of prepared sandboxes (`[host] sandbox_pool`), one group per profile.
 //!
 //! A pooled sandbox is built only as far as nothing depends on a run
 //! ([`airlock_sandbox::Sandbox::build_pooled`]: the helper, its namespaces, PID 1 and the
@@ -8,11 +8,25 @@
 //! ([`airlock_sandbox::PooledSandbox::attach`]). Each sandbox serves one run and is never
 //! used again.
 //!
-//! The pool builds for the sandbox profile runs last asked for (its base: the run's own
-//! parts are not looked at). A run whose profile has another base (a config edit, another
-//! CA) finds no fitting sandbox: the stale ones are discarded, the run builds its own from
-//! nothing, and the pool refills for the new base. A config reload discards them too, and
-//! so does a sandbox that died while it waited. An empty pool never makes a run wait.
+//! Runs are grouped by profile: the policy profile the run is decided under (`default`,
+//! `strict`) and the sandbox profile's base (the run's own parts are not looked at). Each
+//! group has its own sandboxes, so runs under one profile never throw away what was built
+//! for another. The first run of a group shows the pool what to build for, and builds its
+//! own.
+//!
+//! The configured size is the total over all groups, split between them: with `n`
+//! groups, each keeps `size / n`, and the most recently used ones one more each, until
+//! the remainder is shared out. A new group takes its share from the others (their
+//! extra sandboxes are discarded at once, so the total never passes the size), and past
+//! `size` groups the least recently used one is dropped. A split rather than one shared
+//! LRU list: a burst of runs under one profile then cannot leave another with nothing
+//! ready.
+//!
+//! A group whose last run was under an older config is discarded when the config
+//! reloads (the confinement may have changed; its next run shows what to build), and so
+//! is a sandbox that died while it waited. A sandbox that does not fit its run although
+//! the bases were equal (the host's `/etc` or the proxy's CA changed) discards every
+//! group's sandboxes. An empty pool never makes a run wait.
 //!
 //! One thread, which lives as long as the host, builds the sandboxes. No sandbox outlives
 //! the host: each helper ends its sandbox when its control socket to the host closes,
@@ -31,44 +45,121 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// How long the builder waits after a failed build before it tries again.
 const RETRY_AFTER: Duration = Duration::from_secs(5);
 
-/// What `airlock status` shows of the pool.
+/// What `airlock status` shows of the pool: the totals, and each profile's group.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct PoolStatus {
-    /// Sandboxes built and waiting for a run.
+    /// Sandboxes built and waiting for a run, over all profiles.
     pub ready: usize,
-    /// How many the pool keeps (`[host] sandbox_pool`).
+    /// How many the pool keeps in all (`[host] sandbox_pool`).
     pub size: usize,
     /// Runs that took a pooled sandbox, and that built their own.
     pub taken: u64,
     pub missed: u64,
-    /// Pooled sandboxes discarded unused (stale, dead or at the host's stop).
+    /// Pooled sandboxes discarded unused (stale, dead, another profile's share, or at
+    /// the host's stop).
     pub discarded: u64,
     /// Why the last build failed, if it did.
     pub last_error: Option<String>,
+    /// One entry per profile the pool builds for, the most recently used first.
+    #[serde(default)]
+    pub profiles: Vec<ProfilePoolStatus>,
 }
 
-/// What the pool builds for.
+/// One profile's group of the pool.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct ProfilePoolStatus {
+    /// The policy profile its runs are decided under.
+    pub profile: String,
+    /// Sandboxes built for it and waiting.
+    pub ready: usize,
+    /// Its share of the pool's size.
+    pub share: usize,
+    /// Its runs that took a pooled sandbox, and that built their own.
+    pub taken: u64,
+    pub missed: u64,
+}
+
+/// What one group builds for.
 #[derive(Clone)]
 struct Template {
+    /// Names the group's sandboxes, so a build for a group since dropped is discarded.
+    id: u64,
     profile: SandboxProfile,
-    /// `profile.base()`: runs with an equal base are served by the same sandboxes.
+    /// `profile.base()`: runs with an equal base (and policy profile) are served by the
+    /// same sandboxes.
     base: SandboxProfile,
     /// [`airlock_sandbox::pool_key`] of `profile`, computed by the builder (it reads the
     /// host's files, so never on a run's critical path); `None` until then.
     key: Option<String>,
-    /// Changes whenever the base does: a build for an older one is discarded.
-    generation: u64,
-    /// The config the run that showed it was made under.
+    /// The config the group's last run was made under.
     config: Arc<crate::config::Config>,
+}
+
+/// One profile's sandboxes.
+struct Group {
+    policy_profile: String,
+    template: Template,
+    ready: Vec<PooledSandbox>,
+    /// When a run last asked for this group (a tick of [`State::clock`]).
+    used: u64,
+    taken: u64,
+    missed: u64,
 }
 
 #[derive(Default)]
 struct State {
-    template: Option<Template>,
-    generation: u64,
-    ready: Vec<PooledSandbox>,
+    /// The most recently used first.
+    groups: Vec<Group>,
+    clock: u64,
+    next_id: u64,
     stopping: bool,
     status: PoolStatus,
+}
+
+/// Group `index`'s share of `size` among `groups` groups, the most recently used (the
+/// lowest index) first to get the remainder.
+fn share(size: usize, groups: usize, index: usize) -> usize {
+    if groups == 0 {
+        return 0;
+    }
+    size / groups + usize::from(index < size % groups)
+}
+
+impl State {
+    /// Order the groups by use, drop those past `size`, and discard what each holds past
+    /// its share. Returns the discarded sandboxes, to be dropped outside the lock.
+    fn rebalance(&mut self, size: usize) -> Vec<PooledSandbox> {
+        self.groups.sort_by_key(|g| std::cmp::Reverse(g.used));
+        let mut stale = Vec::new();
+        while self.groups.len() > size {
+            if let Some(g) = self.groups.pop() {
+                stale.extend(g.ready);
+            }
+        }
+        let n = self.groups.len();
+        for (i, g) in self.groups.iter_mut().enumerate() {
+            let keep = share(size, n, i);
+            if g.ready.len() > keep {
+                stale.extend(g.ready.drain(keep..));
+            }
+        }
+        self.status.discarded += stale.len() as u64;
+        stale
+    }
+
+    /// The group to build for next: the most recently used one below its share.
+    fn wanting(&self, size: usize) -> Option<&Group> {
+        let n = self.groups.len();
+        self.groups
+            .iter()
+            .enumerate()
+            .find(|(i, g)| g.ready.len() < share(size, n, *i))
+            .map(|(_, g)| g)
+    }
+
+    fn group_mut(&mut self, id: u64) -> Option<&mut Group> {
+        self.groups.iter_mut().find(|g| g.template.id == id)
+    }
 }
 
 /// See the module documentation.
@@ -104,12 +195,15 @@ impl SandboxPool {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A live pooled sandbox built for `profile`'s base, or `None` (the run then builds
-    /// its own). Sandboxes built for another base are discarded, and the pool turns to
-    /// building for this one. Cheap: no file is read here (the sandbox's attach checks
-    /// the whole base, the host's files included, and refuses one that does not fit).
+    /// A live pooled sandbox built for a run decided under `policy_profile` whose sandbox
+    /// profile has `profile`'s base, or `None` (the run then builds its own, and the pool
+    /// starts building for this profile if it did not yet). Other profiles' sandboxes are
+    /// kept, but for the share this one now takes. Cheap: no file is read here (the
+    /// sandbox's attach checks the whole base, the host's files included, and refuses one
+    /// that does not fit).
     pub fn take(
         &self,
+        policy_profile: &str,
         profile: &SandboxProfile,
         config: &Arc<crate::config::Config>,
     ) -> Option<PooledSandbox> {
@@ -120,31 +214,58 @@ impl SandboxPool {
             if s.stopping {
                 return None;
             }
-            let same = s.template.as_ref().is_some_and(|t| t.base == base);
-            if same {
-                if let Some(t) = s.template.as_mut() {
-                    t.config = config.clone();
+            s.clock += 1;
+            let now = s.clock;
+            let found = s
+                .groups
+                .iter()
+                .position(|g| g.policy_profile == policy_profile && g.template.base == base);
+            let index = match found {
+                Some(i) => i,
+                None => {
+                    s.next_id += 1;
+                    let template = Template {
+                        id: s.next_id,
+                        profile: profile.clone(),
+                        base,
+                        key: None,
+                        config: config.clone(),
+                    };
+                    s.groups.push(Group {
+                        policy_profile: policy_profile.to_string(),
+                        template,
+                        ready: Vec::new(),
+                        used: now,
+                        taken: 0,
+                        missed: 0,
+                    });
+                    s.groups.len() - 1
                 }
-            } else {
-                stale.append(&mut s.ready);
-                s.generation += 1;
-                s.template = Some(Template {
-                    profile: profile.clone(),
-                    base,
-                    key: None,
-                    generation: s.generation,
-                    config: config.clone(),
-                });
-            }
+            };
+            let id = {
+                let g = &mut s.groups[index];
+                g.used = now;
+                g.template.config = config.clone();
+                g.template.id
+            };
+            stale.extend(s.rebalance(config.host.sandbox_pool));
             let mut taken = None;
-            while let Some(sandbox) = s.ready.pop() {
-                if sandbox.is_alive() {
-                    taken = Some(sandbox);
-                    break;
+            let mut dead = Vec::new();
+            if let Some(g) = s.group_mut(id) {
+                while let Some(sandbox) = g.ready.pop() {
+                    if sandbox.is_alive() {
+                        taken = Some(sandbox);
+                        break;
+                    }
+                    dead.push(sandbox);
                 }
-                stale.push(sandbox);
+                match taken.is_some() {
+                    true => g.taken += 1,
+                    false => g.missed += 1,
+                }
             }
-            s.status.discarded += stale.len() as u64;
+            s.status.discarded += dead.len() as u64;
+            stale.extend(dead);
             match taken.is_some() {
                 true => s.status.taken += 1,
                 false => s.status.missed += 1,
@@ -158,20 +279,23 @@ impl SandboxPool {
     }
 
     /// A pooled sandbox did not fit its run although the profiles' bases were equal (the
-    /// host's `/etc` or the proxy's CA changed): what is pooled is discarded and the key
+    /// host's `/etc` or the proxy's CA changed): what is pooled is discarded and the keys
     /// computed again.
     pub fn mismatched(&self) {
         let stale = {
-            let mut s = self.lock();
-            s.generation += 1;
-            let generation = s.generation;
-            if let Some(t) = s.template.as_mut() {
-                t.key = None;
-                t.generation = generation;
+            let mut guard = self.lock();
+            let s = &mut *guard;
+            let mut stale = Vec::new();
+            for g in &mut s.groups {
+                g.template.key = None;
+                stale.append(&mut g.ready);
+                // Builds under way were made for the old key: a new id makes them not fit.
+                s.next_id += 1;
+                g.template.id = s.next_id;
             }
-            std::mem::take(&mut s.ready)
+            s.status.discarded += stale.len() as u64;
+            stale
         };
-        self.lock().status.discarded += stale.len() as u64;
         self.wake.notify_all();
         drop(stale);
     }
@@ -179,19 +303,37 @@ impl SandboxPool {
     /// What `airlock status` shows.
     pub fn status(&self) -> PoolStatus {
         let s = self.lock();
+        let n = s.groups.len();
         PoolStatus {
-            ready: s.ready.len(),
+            ready: s.groups.iter().map(|g| g.ready.len()).sum(),
+            profiles: s
+                .groups
+                .iter()
+                .enumerate()
+                .map(|(i, g)| ProfilePoolStatus {
+                    profile: g.policy_profile.clone(),
+                    ready: g.ready.len(),
+                    share: share(s.status.size, n, i),
+                    taken: g.taken,
+                    missed: g.missed,
+                })
+                .collect(),
             ..s.status.clone()
         }
     }
 
     /// Stop building and discard every pooled sandbox (at the host's stop).
     pub fn stop(&self) {
-        let drained = {
+        let drained: Vec<PooledSandbox> = {
             let mut s = self.lock();
             s.stopping = true;
-            s.status.discarded += s.ready.len() as u64;
-            std::mem::take(&mut s.ready)
+            let drained: Vec<PooledSandbox> = s
+                .groups
+                .iter_mut()
+                .flat_map(|g| std::mem::take(&mut g.ready))
+                .collect();
+            s.status.discarded += drained.len() as u64;
+            drained
         };
         self.wake.notify_all();
         drop(drained);
@@ -203,29 +345,26 @@ impl SandboxPool {
                 let mut s = self.lock();
                 let cfg = config();
                 s.status.size = cfg.host.sandbox_pool;
-                // A config reloaded since the last run may change the confinement: what
-                // was built for that run's profile is discarded, and the next run shows
-                // what to build for. (A run under the new config already replaced the
-                // template, and discarded what did not fit it.)
-                if s.template
-                    .as_ref()
-                    .is_some_and(|t| !Arc::ptr_eq(&t.config, &cfg))
-                {
-                    let stale = std::mem::take(&mut s.ready);
-                    s.status.discarded += stale.len() as u64;
-                    s.template = None;
-                    drop(s);
-                    drop(stale);
+                // A config reloaded since a group's last run may change the confinement:
+                // what was built for it is discarded, and its next run shows what to build
+                // for. (A run under the new config already brought its group up to date.)
+                let (current, old): (Vec<Group>, Vec<Group>) = std::mem::take(&mut s.groups)
+                    .into_iter()
+                    .partition(|g| Arc::ptr_eq(&g.template.config, &cfg));
+                s.groups = current;
+                let mut stale: Vec<PooledSandbox> = old.into_iter().flat_map(|g| g.ready).collect();
+                if !stale.is_empty() {
                     tracing::info!("config reloaded: pooled sandboxes discarded");
-                    s = self.lock();
                 }
-                let dead: Vec<PooledSandbox> = {
-                    let (live, dead) = std::mem::take(&mut s.ready)
+                s.status.discarded += stale.len() as u64;
+                let mut dead = Vec::new();
+                for g in &mut s.groups {
+                    let (live, gone): (Vec<_>, Vec<_>) = std::mem::take(&mut g.ready)
                         .into_iter()
                         .partition(|p| p.is_alive());
-                    s.ready = live;
-                    dead
-                };
+                    g.ready = live;
+                    dead.extend(gone);
+                }
                 if !dead.is_empty() {
                     s.status.discarded += dead.len() as u64;
                     tracing::warn!(
@@ -233,32 +372,39 @@ impl SandboxPool {
                         "pooled sandboxes died while waiting; discarded"
                     );
                 }
+                stale.extend(dead);
+                stale.extend(s.rebalance(cfg.host.sandbox_pool));
+                if !stale.is_empty() {
+                    drop(s);
+                    drop(stale);
+                    s = self.lock();
+                }
                 if s.stopping {
                     return;
                 }
-                let wanted = s.template.is_some() && s.ready.len() < cfg.host.sandbox_pool;
-                if !wanted {
+                let Some(template) = s.wanting(cfg.host.sandbox_pool).map(|g| g.template.clone())
+                else {
                     let _ = self
                         .wake
                         .wait_timeout(s, SWEEP_EVERY)
                         .unwrap_or_else(|p| p.into_inner());
                     continue;
-                }
-                (s.template.clone(), cfg)
-            };
-            let Some(template) = template else {
-                continue;
+                };
+                (template, cfg)
             };
             if template.key.is_none() {
                 let key = airlock_sandbox::pool_key(&template.profile);
                 let mut s = self.lock();
-                match (key, s.template.as_mut()) {
-                    (Ok(key), Some(t)) if t.generation == template.generation => t.key = Some(key),
-                    (Err(e), _) => {
-                        s.status.last_error = Some(e.to_string());
-                        s.template = None;
+                match key {
+                    Ok(key) => {
+                        if let Some(g) = s.group_mut(template.id) {
+                            g.template.key = Some(key);
+                        }
                     }
-                    _ => {}
+                    Err(e) => {
+                        s.status.last_error = Some(e.to_string());
+                        s.groups.retain(|g| g.template.id != template.id);
+                    }
                 }
                 continue;
             }
@@ -266,20 +412,34 @@ impl SandboxPool {
                 .and_then(|sandbox| Ok(sandbox.build_pooled(&template.profile)?));
             match built {
                 Ok(sandbox) => {
-                    let mut s = self.lock();
-                    // Built for the base in force, from the host's files as the key saw
-                    // them.
-                    let fits = !s.stopping
-                        && s.template.as_ref().is_some_and(|t| {
-                            t.generation == template.generation && sandbox.key().ok() == t.key
-                        });
-                    if fits {
-                        s.ready.push(sandbox);
-                        s.status.last_error = None;
-                    } else {
-                        s.status.discarded += 1;
-                        drop(s);
-                        drop(sandbox);
+                    let mut guard = self.lock();
+                    let s = &mut *guard;
+                    let size = s.status.size;
+                    let n = s.groups.len();
+                    // Built for a group still kept, from the host's files as its key saw
+                    // them, and still within the group's share.
+                    let stopping = s.stopping;
+                    let place = s
+                        .groups
+                        .iter_mut()
+                        .enumerate()
+                        .find(|(_, g)| g.template.id == template.id)
+                        .filter(|(i, g)| {
+                            !stopping
+                                && sandbox.key().ok() == g.template.key
+                                && g.ready.len() < share(size, n, *i)
+                        })
+                        .map(|(_, g)| g);
+                    match place {
+                        Some(g) => {
+                            g.ready.push(sandbox);
+                            s.status.last_error = None;
+                        }
+                        None => {
+                            s.status.discarded += 1;
+                            drop(guard);
+                            drop(sandbox);
+                        }
                     }
                 }
                 Err(e) => {
@@ -297,5 +457,23 @@ impl SandboxPool {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::share;
+
+    #[test]
+    fn the_shares_add_up_to_the_size_and_the_recent_groups_get_the_remainder() {
+        for size in 0..6 {
+            for n in 1..=size.max(1) {
+                let total: usize = (0..n).map(|i| share(size, n, i)).sum();
+                assert_eq!(total, size, "size {size}, {n} groups");
+            }
+        }
+        assert_eq!((share(3, 2, 0), share(3, 2, 1)), (2, 1));
+        assert_eq!((share(2, 2, 0), share(2, 2, 1)), (1, 1));
+        assert_eq!(share(0, 0, 0), 0);
     }
 }

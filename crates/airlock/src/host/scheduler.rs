@@ -349,6 +349,7 @@ fn run_once(host: &Host, task: &Task, run: &mut Run) -> anyhow::Result<()> {
     }
     let provider_cfg = provider_config(home, &cfg, Default::default())?;
     let notes = crate::service::caller::Attachable::new();
+    let audit = host.audit.log(&cfg)?;
     let mut agent = AgentHost::open(
         home.clone(),
         cfg,
@@ -363,6 +364,7 @@ fn run_once(host: &Host, task: &Task, run: &mut Run) -> anyhow::Result<()> {
             workspace: None,
             egress: Default::default(),
             child: None,
+            audit: Some(audit),
         },
     )?;
     if task.on_held == OnHeld::End {

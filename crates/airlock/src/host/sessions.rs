@@ -114,6 +114,7 @@ impl Reopen {
         workspace: Option<std::path::PathBuf>,
         out: &Arc<Attachable>,
         err: &Arc<Attachable>,
+        audit: Arc<Mutex<airlock_audit::AuditLog>>,
     ) -> HostOptions {
         HostOptions {
             session,
@@ -125,6 +126,7 @@ impl Reopen {
             workspace,
             egress: self.egress.clone(),
             child: None,
+            audit: Some(audit),
         }
     }
 }
@@ -139,12 +141,13 @@ impl LiveSession {
     ) -> anyhow::Result<Option<&'a mut Conversation>> {
         if let Held::Asleep = held {
             let cfg = (*host.warm.current_config()).clone();
+            let audit = host.audit.log(&cfg)?;
             let agent = AgentHost::open(
                 host.home.clone(),
                 cfg,
                 &self.reopen.provider_cfg,
                 self.reopen
-                    .options(Some(self.id.clone()), None, &self.out, &self.err),
+                    .options(Some(self.id.clone()), None, &self.out, &self.err, audit),
             )?;
             *held = Held::Awake(Box::new(Conversation::new(
                 agent,
@@ -479,11 +482,18 @@ fn open(host: &Host, req: &AgentRequest, slot: SessionSlot) -> anyhow::Result<Ar
         profile: req.profile.clone(),
         egress: crate::agent_executors::client_egress(&req.env)?,
     };
+    let audit = host.audit.log(&cfg)?;
     let agent = AgentHost::open(
         host.home.clone(),
         cfg,
         &reopen.provider_cfg,
-        reopen.options(req.session.clone(), req.workspace.clone(), &out, &err),
+        reopen.options(
+            req.session.clone(),
+            req.workspace.clone(),
+            &out,
+            &err,
+            audit,
+        ),
     )?;
     let (id, workspace) = (agent.session_id.clone(), agent.workspace.clone());
     // Opened to make (or find) the session in the store and check that it opens; each

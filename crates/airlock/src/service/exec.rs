@@ -230,7 +230,7 @@ pub fn exec(
         Loaded::Warm {
             pool: Some(pool), ..
         } if cfg.host.sandbox_pool > 0 => pool
-            .take(&profile_sb, &cfg)
+            .take(profile.name(), &profile_sb, &cfg)
             .map(|sandbox| (sandbox, pool.clone())),
         _ => None,
     };

@@ -7,7 +7,7 @@ use super::super::host_fixture::Host;
 use super::super::{audit_records, exec, verify};
 use super::init;
 
-fn checkpoints(home: &std::path::Path) -> usize {
+pub(super) fn checkpoints(home: &std::path::Path) -> usize {
     std::fs::read_to_string(home.join("state/audit/checkpoints.jsonl"))
         .unwrap_or_default()
         .lines()

@@ -5,7 +5,7 @@
 
 use std::process::{Command, Stdio};
 
-use super::super::exec_fixture::{airlock_bin, fixture, Fixture};
+use super::super::exec_fixture::{airlock, airlock_bin, fixture, Fixture};
 use super::super::host_fixture::Host;
 use super::super::{audit_records, exec, verify};
 use super::{children_of, init, processes_with, status, wait_for};
@@ -163,6 +163,64 @@ fn i2_a_config_change_discards_the_pooled_sandboxes_and_the_next_run_has_the_new
     let again = String::from_utf8_lossy(&exec(&f, &[], "id -u").stdout).into_owned();
     assert_eq!(pool_count(&f, "taken"), taken + 1);
     assert_eq!(again, after);
+}
+
+/// One profile's part of the pool in `airlock status` (`null` when it has none).
+fn profile_pool(f: &Fixture, profile: &str) -> serde_json::Value {
+    status(f)["host"]["pool"]["profiles"]
+        .as_array()
+        .and_then(|all| all.iter().find(|p| p["profile"] == profile).cloned())
+        .unwrap_or_default()
+}
+
+#[test]
+fn i2_runs_under_two_profiles_each_take_their_own_pooled_sandbox_and_none_is_used_twice() {
+    let f = fixture();
+    init(&f, "");
+    let _host = Host::start(&f.home);
+    let strict: &[&str] = &["--profile", "strict"];
+    // The first run of each profile shows the pool what to build for, and builds its own.
+    assert!(exec(&f, &[], "true").status.success());
+    assert!(exec(&f, strict, "true").status.success());
+    // The default size (2) is split between the two: one each.
+    let both_ready =
+        || profile_pool(&f, "default")["ready"] == 1 && profile_pool(&f, "strict")["ready"] == 1;
+    for i in 0..3 {
+        for (profile, extra) in [("default", &[][..]), ("strict", strict)] {
+            // A run under the other profile kept this one's sandbox.
+            wait_for("a pooled sandbox for each profile", both_ready);
+            let pool = status(&f)["host"]["pool"].clone();
+            assert_eq!(pool["size"], 2, "{pool}");
+            assert!(pool["ready"].as_u64() <= Some(2), "over the size: {pool}");
+            let taken = profile_pool(&f, profile)["taken"].as_u64().unwrap();
+            // A default run leaves a mark in its sandbox's /tmp (strict may not write);
+            // every later run lists /tmp and would show it.
+            let command = match profile {
+                "default" => format!("ls /tmp; echo m > /tmp/mark-{i}; echo ran-{i}"),
+                _ => format!("ls /tmp; echo ran-{i}"),
+            };
+            let o = exec(&f, extra, &command);
+            assert_eq!(
+                String::from_utf8_lossy(&o.stdout),
+                format!("ran-{i}\n"),
+                "a {profile} run saw an earlier run's sandbox: {o:?}"
+            );
+            assert_eq!(
+                profile_pool(&f, profile)["taken"].as_u64(),
+                Some(taken + 1),
+                "the {profile} run took a pooled sandbox"
+            );
+        }
+    }
+    // Only each profile's first run built its own.
+    for profile in ["default", "strict"] {
+        assert_eq!(profile_pool(&f, profile)["missed"], 1, "{profile}");
+    }
+    let text = airlock(&f.home, &["status"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("  profile strict: "), "{text}");
+    let v = verify(&f.home);
+    assert!(v.status.success(), "{v:?}");
 }
 
 #[test]

@@ -426,3 +426,81 @@ async fn i7_a_chat_in_the_host_runs_its_sub_agent_under_it() {
     drop(host);
     verify(&f.home);
 }
+
+/// A chat's turns in the host append through the host's one audit writer: every decision,
+/// execution and turn record is there, the chain verifies, and no turn signs a checkpoint
+/// of its own (each turn wakes the session, so a turn with logs of its own would sign
+/// at least one as it went back to sleep).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i1_a_chats_turns_in_the_host_append_through_the_hosts_one_writer() {
+    const TURNS: usize = 4;
+    let f = fixture();
+    init(&f, "");
+    std::fs::write(f.ws.join("notes.txt"), "alpha\n").unwrap();
+    let mut host = Host::start(&f.home);
+    let mut steps = Vec::new();
+    for i in 0..TURNS {
+        steps.push(Step::tool_call(
+            format!("r{i}"),
+            "read_file",
+            r#"{"path":"notes.txt"}"#,
+        ));
+        steps.push(Step::tool_call(
+            format!("s{i}"),
+            "shell",
+            format!(r#"{{"command":"echo turn-{i}"}}"#),
+        ));
+        steps.push(Step::text(format!("Turn {i} done.")));
+    }
+    let model = ScriptedModel::start(steps).await.unwrap();
+    let (before, signed) = (
+        audit_records(&f.home).len(),
+        super::audit_writer::checkpoints(&f.home),
+    );
+    let ws = f.ws.display().to_string();
+    let mut client = ChatClient::start(&f, &model, &["--workspace", &ws]);
+    for i in 0..TURNS {
+        client.send(&format!("turn {i}: read notes.txt and echo"));
+        client.wait_for_out(&format!("Turn {i} done."));
+    }
+    client.send("/quit");
+    let (code, out, err) = tokio::task::spawn_blocking(move || client.finish())
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let id = session_in(&out);
+    // The shell ran each time: its output went back to the model.
+    let sent = model.requests().last().unwrap().json().unwrap().to_string();
+    assert!(sent.contains(&format!("turn-{}", TURNS - 1)), "{sent}");
+
+    let records = audit_records(&f.home);
+    let mine: Vec<_> = records[before..]
+        .iter()
+        .filter(|r| r["session"] == id.as_str())
+        .collect();
+    let count = |kind: &str| mine.iter().filter(|r| r["kind"] == kind).count();
+    assert!(count("decision") >= 2 * TURNS, "{mine:?}");
+    assert!(count("execution") >= 2 * TURNS, "{mine:?}");
+    assert_eq!(count("turn_end"), TURNS, "{mine:?}");
+    // `checkpoint_every` (256) is not reached: the host's writer signed nothing yet.
+    let new_checkpoints = super::audit_writer::checkpoints(&f.home) - signed;
+    assert_eq!(
+        new_checkpoints,
+        0,
+        "{new_checkpoints} checkpoints for {TURNS} turns ({} records)",
+        records.len() - before
+    );
+    // At the stop the host's writer signs once, over everything.
+    host.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(host.wait().success(), "{}", host.log_text());
+    assert_eq!(
+        super::audit_writer::checkpoints(&f.home) - signed,
+        1,
+        "{}",
+        host.log_text()
+    );
+    let v = verify(&f.home);
+    let said = String::from_utf8_lossy(&v.stdout);
+    assert!(v.status.success(), "{v:?}");
+    assert!(said.contains(" 0 unsigned tail records"), "{said}");
+}

@@ -116,56 +116,23 @@ pub fn next_run_limits(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tasks::plan::{Missed, State, Trigger};
-    use crate::tasks::store::{OnHeld, Run, RunUsage};
+    use crate::tasks::store::{sample_run, sample_task, RunUsage};
 
     fn task_with_runs(runs: &[(i64, u64, u64)]) -> (Task, Schedule) {
-        let s = Schedule::parse("0 * * * *", "Europe/Berlin").unwrap();
-        let task = Task {
-            id: "t-1".into(),
-            schedule: s.spec(),
-            time_zone: "Europe/Berlin".into(),
-            prompt: "p".into(),
-            deliver_to: None,
-            budget: Limits::default(),
-            owner: "owner".into(),
-            created_by: "owner".into(),
-            created_at: 0,
-            tainted: false,
-            taint_sources: vec![],
-            approval_timeout_secs: 60,
-            missed: Missed::RunOnce,
-            budget_per_day: Limits::default(),
-            on_held: OnHeld::Continue,
-            check: None,
-            state: State::new(&s, 0),
-            runs: runs
-                .iter()
-                .enumerate()
-                .map(|(n, (at, model_calls, tool_calls))| Run {
-                    number: n as u64,
-                    session: String::new(),
-                    trigger: Trigger::Schedule,
-                    started_at: *at,
-                    ended_at: Some(at + 2),
-                    outcome: "completed".into(),
-                    ok: true,
-                    tainted: false,
-                    usage: RunUsage {
-                        model_calls: *model_calls,
-                        tool_calls: *tool_calls,
-                        ..Default::default()
-                    },
-                    audit_from: None,
-                    audit_to: None,
-                    held: vec![],
-                    report: String::new(),
-                    delivered: None,
-                    check: None,
-                })
-                .collect(),
-            run_count: runs.len() as u64,
-        };
+        let runs = runs
+            .iter()
+            .enumerate()
+            .map(|(n, (at, model_calls, tool_calls))| {
+                let usage = RunUsage {
+                    model_calls: *model_calls,
+                    tool_calls: *tool_calls,
+                    ..Default::default()
+                };
+                sample_run(n as u64, *at, usage)
+            })
+            .collect();
+        let task = sample_task("Europe/Berlin", runs);
+        let s = task.parsed().unwrap();
         (task, s)
     }
 

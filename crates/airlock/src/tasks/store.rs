@@ -326,6 +326,55 @@ pub fn budget_words(l: &Limits) -> String {
     }
 }
 
+/// A task of the hourly schedule `0 * * * *` in `zone` with `runs`, for the unit tests.
+#[cfg(test)]
+pub(crate) fn sample_task(zone: &str, runs: Vec<Run>) -> Task {
+    let s = Schedule::parse("0 * * * *", zone).unwrap();
+    Task {
+        id: "t-1".into(),
+        schedule: s.spec(),
+        time_zone: zone.into(),
+        prompt: "p".into(),
+        deliver_to: None,
+        budget: Limits::default(),
+        owner: "owner".into(),
+        created_by: "owner".into(),
+        created_at: 0,
+        tainted: false,
+        taint_sources: vec![],
+        approval_timeout_secs: 60,
+        missed: Missed::RunOnce,
+        budget_per_day: Limits::default(),
+        on_held: OnHeld::Continue,
+        check: None,
+        state: State::new(&s, 0),
+        run_count: runs.len() as u64,
+        runs,
+    }
+}
+
+/// A completed run number `number` started at `started_at`, for the unit tests.
+#[cfg(test)]
+pub(crate) fn sample_run(number: u64, started_at: i64, usage: RunUsage) -> Run {
+    Run {
+        number,
+        session: format!("s-{number}"),
+        trigger: Trigger::Schedule,
+        started_at,
+        ended_at: Some(started_at + 2),
+        outcome: "completed".into(),
+        ok: true,
+        tainted: false,
+        usage,
+        audit_from: None,
+        audit_to: None,
+        held: vec![],
+        report: String::new(),
+        delivered: None,
+        check: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -349,49 +398,9 @@ mod tests {
 
     #[test]
     fn the_history_keeps_the_newest_runs() {
-        let s = Schedule::parse("0 * * * *", "UTC").unwrap();
-        let mut t = Task {
-            id: "t-1".into(),
-            schedule: s.spec(),
-            time_zone: "UTC".into(),
-            prompt: "p".into(),
-            deliver_to: None,
-            budget: Limits::default(),
-            owner: "owner".into(),
-            created_by: "owner".into(),
-            created_at: 0,
-            tainted: false,
-            taint_sources: vec![],
-            approval_timeout_secs: 60,
-            missed: Missed::RunOnce,
-            budget_per_day: Limits::default(),
-            on_held: OnHeld::Continue,
-            check: None,
-            state: State::new(&s, 0),
-            runs: vec![],
-            run_count: 0,
-        };
+        let mut t = sample_task("UTC", vec![]);
         for n in 0..(MAX_RUNS_KEPT as u64 + 5) {
-            push_run(
-                &mut t,
-                Run {
-                    number: n,
-                    session: format!("s-{n}"),
-                    trigger: Trigger::Schedule,
-                    started_at: 0,
-                    ended_at: None,
-                    outcome: String::new(),
-                    ok: true,
-                    tainted: false,
-                    usage: RunUsage::default(),
-                    audit_from: None,
-                    audit_to: None,
-                    held: vec![],
-                    report: String::new(),
-                    delivered: None,
-                    check: None,
-                },
-            );
+            push_run(&mut t, sample_run(n, 0, RunUsage::default()));
         }
         assert_eq!(t.runs.len(), MAX_RUNS_KEPT);
         assert_eq!(t.runs[0].number, 5);

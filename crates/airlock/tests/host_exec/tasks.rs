@@ -545,23 +545,7 @@ async fn a_runs_result_goes_to_the_owners_chat_and_never_to_another() {
     let (fake, code) = configure(&f, &model, &[]);
     let host = start_host(&f);
     pair_owner(&fake, &code);
-    let add = |deliver_to: &str| {
-        tasks_json(
-            &f.home,
-            &[
-                "add",
-                "--at",
-                "2031-01-01 00:00",
-                "--prompt",
-                "Summarise",
-                "--deliver-to",
-                deliver_to,
-            ],
-        )["id"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    };
+    let add = |deliver_to: &str| add_one_off(&f.home, "Summarise", &["--deliver-to", deliver_to]);
     let to_owner = add("telegram");
     let o = airlock(&f.home, &["tasks", "run-now", &to_owner]);
     assert!(o.status.success(), "{o:?}");
@@ -595,6 +579,14 @@ async fn a_runs_result_goes_to_the_owners_chat_and_never_to_another() {
     drop(host);
     let v = verify(&f.home);
     assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+}
+
+/// A one-off task far in the future (it runs only with `run-now`) with `prompt` and the
+/// further `tasks add` arguments `extra`; its id.
+fn add_one_off(home: &Path, prompt: &str, extra: &[&str]) -> String {
+    let mut args = vec!["add", "--at", "2031-01-01 00:00", "--prompt", prompt];
+    args.extend_from_slice(extra);
+    tasks_json(home, &args)["id"].as_str().unwrap().to_string()
 }
 
 /// The task's own check workspace, where a test puts what the check looks for.
@@ -682,21 +674,14 @@ async fn a_pre_check_wakes_the_model_only_when_it_exits_0_and_the_tasks_day_caps
 
     // A check that fails (here: one that prints far more than is kept, then exits 3)
     // fails the run; only the start of its output is kept.
-    let loud = tasks_json(
+    let loud = add_one_off(
         &f.home,
+        "x",
         &[
-            "add",
-            "--at",
-            "2031-01-01 00:00",
-            "--prompt",
-            "x",
             "--check",
             "sh -c 'head -c 200000 /dev/zero | tr \"\\0\" x; exit 3'",
         ],
-    )["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    );
     let failed = run_now_and_wait(&f.home, &loud, 0);
     assert_eq!(failed["check"]["exit"], 3, "{failed:#}");
     assert_eq!(failed["ok"], false);
@@ -716,23 +701,11 @@ async fn a_pre_check_wakes_the_model_only_when_it_exits_0_and_the_tasks_day_caps
     assert_eq!(show(&f.home, &loud)["failures"], 1);
 
     // A check that outlives its time limit fails the run too, and the run ends.
-    let slow = tasks_json(
+    let slow = add_one_off(
         &f.home,
-        &[
-            "add",
-            "--at",
-            "2031-01-01 00:00",
-            "--prompt",
-            "x",
-            "--check",
-            "sleep 30",
-            "--check-timeout",
-            "1",
-        ],
-    )["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+        "x",
+        &["--check", "sleep 30", "--check-timeout", "1"],
+    );
     let timed_out = run_now_and_wait(&f.home, &slow, 0);
     assert_eq!(timed_out["ok"], false, "{timed_out:#}");
     assert_ne!(timed_out["check"]["exit"], 0);
@@ -781,23 +754,11 @@ async fn a_scheduled_runs_held_action_is_a_card_in_the_owners_chat_and_on_held_e
     let host = start_host(&f);
     pair_owner(&fake, &code);
     let add = |on_held: &str| {
-        tasks_json(
+        add_one_off(
             &f.home,
-            &[
-                "add",
-                "--at",
-                "2031-01-01 00:00",
-                "--prompt",
-                "Plan my week",
-                "--deliver-to",
-                "telegram",
-                "--on-held",
-                on_held,
-            ],
-        )["id"]
-            .as_str()
-            .unwrap()
-            .to_string()
+            "Plan my week",
+            &["--deliver-to", "telegram", "--on-held", on_held],
+        )
     };
     // The card of the held `schedule_task` whose prompt is `marker`, denied by the owner.
     let deny_card = |marker: &str| {

@@ -5,9 +5,9 @@
 
 use serde_json::Value;
 
+use crate::config;
 use crate::home::Home;
 use crate::service::approvals::{operator, operator_detail};
-use crate::{config, runtime};
 use airlock_audit::AuditEvent;
 
 /// The `session` of configuration records: they belong to no conversation.
@@ -16,8 +16,8 @@ pub const CONFIG_SESSION: &str = "config";
 /// Append one configuration record of `kind` with `detail` (plus who decided).
 pub fn record(home: &Home, kind: &str, detail: Value) -> anyhow::Result<()> {
     let cfg = config::load(&home.config_file())?;
-    let mut log = runtime::open_audit(home, &cfg)?;
-    append(&mut log, kind, detail)?;
+    let mut log = crate::service::record_log::RecordLog::open(home, &cfg)?;
+    log.with(|log| append(log, kind, detail))?;
     log.close().map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(())
 }

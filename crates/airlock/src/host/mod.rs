@@ -93,6 +93,9 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
     let _lock = lock::HostLock::acquire(&home)?;
     // The one writer first: every record of the host's own goes through it.
     let audit = Arc::new(audit_writer::HostAudit::new(home.clone()));
+    // The services the host runs (kill, approvals, memory, configuration, the page's
+    // own records) append through it too.
+    crate::service::record_log::serve_through_host(&home, &audit);
     let warm = warm::Warm::load(&home, audit.clone())?;
     let recovered = recovery::recover(&home, &audit, &warm.config())?;
     if !recovered.interrupted.is_empty() || recovered.orphaned > 0 {

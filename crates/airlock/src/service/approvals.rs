@@ -19,10 +19,11 @@ use airlock_store::{
     StoreError, Timestamp, MAX_GRANT_TTL,
 };
 
+use crate::config;
 use crate::home::Home;
 use crate::service::decider::Decider;
 use crate::service::fault;
-use crate::{config, runtime};
+use crate::service::record_log::RecordLog;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -232,7 +233,7 @@ pub fn approve_as(home: &Home, input: &ApproveInput, who: &Decider) -> anyhow::R
         expires_at: now.plus(d),
     });
     // The audit log must be writable before anything is decided.
-    let mut log = runtime::open_audit(home, &cfg).map_err(fault)?;
+    let mut log = RecordLog::open(home, &cfg).map_err(fault)?;
     let approved = store
         .approve(
             id,
@@ -322,7 +323,7 @@ pub fn deny_as(home: &Home, input: &DenyInput, who: &Decider) -> anyhow::Result<
     let now = Timestamp::now();
     get(&store, id)?;
     let cfg = config::load(&home.config_file()).map_err(fault)?;
-    let mut log = runtime::open_audit(home, &cfg).map_err(fault)?;
+    let mut log = RecordLog::open(home, &cfg).map_err(fault)?;
     let denied = store
         .deny(id, who.principal(), reason, now)
         .map_err(|e| decision_error(id, e))?;

@@ -35,11 +35,12 @@ use airlock_store::{SessionStatus, SessionStore, StoreError, Timestamp};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use crate::config;
 use crate::home::Home;
 use crate::service::approvals::open_store;
 use crate::service::decider::Decider;
 use crate::service::fault;
-use crate::{config, runtime};
+use crate::service::record_log::RecordLog;
 
 /// Marker file whose presence in a run dir tells the running exec it was killed.
 pub const KILLED_MARKER: &str = "killed";
@@ -187,7 +188,7 @@ pub fn kill_sessions_as(
         ))
     };
     let cfg = config::load(&home.config_file()).map_err(unrecorded)?;
-    let mut log = runtime::open_audit(home, &cfg).map_err(unrecorded)?;
+    let mut log = RecordLog::open(home, &cfg).map_err(unrecorded)?;
     let tasks_paused = match paused_tasks {
         Some(ids) => {
             log.append(
@@ -208,12 +209,9 @@ pub fn kill_sessions_as(
         None => None,
     };
     let grants_revoked = if input.all {
-        Some(crate::service::grants::revoke_all_recorded(
-            &store,
-            &mut log,
-            "kill --all",
-            who,
-        )?)
+        Some(log.with(|log| {
+            crate::service::grants::revoke_all_recorded(&store, log, "kill --all", who)
+        })?)
     } else {
         None
     };

@@ -14,11 +14,12 @@ use airlock_store::{
     MemoryOperator, MemoryRecord, MemoryVersion, PendingChange, SqliteStore, Timestamp,
 };
 
+use crate::config;
 use crate::home::Home;
 use crate::service::approvals::open_store;
 use crate::service::decider::Decider;
 use crate::service::fault;
-use crate::{config, runtime};
+use crate::service::record_log::RecordLog;
 
 /// Characters of a record's text in a one-line summary.
 const SUMMARY_CHARS: usize = 80;
@@ -320,13 +321,13 @@ pub fn history(home: &Home, id: &str) -> anyhow::Result<(Vec<VersionView>, usize
 
 /// Open the audit log before changing anything, so a change is never made that cannot be
 /// recorded.
-fn audit_log(home: &Home) -> anyhow::Result<airlock_audit::AuditLog> {
+fn audit_log(home: &Home) -> anyhow::Result<RecordLog> {
     let cfg = config::load(&home.config_file()).map_err(fault)?;
-    runtime::open_audit(home, &cfg).map_err(fault)
+    RecordLog::open(home, &cfg).map_err(fault)
 }
 
 fn record(
-    mut log: airlock_audit::AuditLog,
+    mut log: RecordLog,
     who: &Decider,
     kind: &str,
     session: &str,

@@ -14,6 +14,7 @@ pub mod exec;
 pub mod grants;
 pub mod kill;
 pub mod memory;
+pub mod record_log;
 pub mod replay;
 pub mod status;
 pub mod tasks;

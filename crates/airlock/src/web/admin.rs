@@ -29,7 +29,7 @@ pub fn list(web: Option<&Web>, home: &Home) -> anyhow::Result<Vec<PasskeyInfo>> 
 /// passkeys, ending that passkey's logins, or else in the file.
 pub fn revoke(web: Option<&Web>, home: &Home, id: &str, who: &Decider) -> anyhow::Result<Revoked> {
     let cfg = crate::config::load(&home.config_file())?;
-    let mut log = crate::runtime::open_audit(home, &cfg)?;
+    let mut log = crate::service::record_log::RecordLog::open(home, &cfg)?;
     let revoked = match web.and_then(|w| w.passkeys.as_ref().map(|k| (w, k))) {
         Some((w, keys)) => {
             let mut r = keys.revoke(id)?;
@@ -61,7 +61,7 @@ pub fn revoke(web: Option<&Web>, home: &Home, id: &str, who: &Decider) -> anyhow
 /// ones kept in the state dir; how many ended.
 pub fn end_all_logins(web: Option<&Web>, home: &Home, who: &Decider) -> anyhow::Result<usize> {
     let cfg = crate::config::load(&home.config_file())?;
-    let mut log = crate::runtime::open_audit(home, &cfg)?;
+    let mut log = crate::service::record_log::RecordLog::open(home, &cfg)?;
     let (ended, ids) = match web {
         Some(w) => {
             let ids = w.logins.end_all();

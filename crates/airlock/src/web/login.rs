@@ -169,7 +169,7 @@ impl WebState {
         let who = Decider::web(login.unwrap_or("-"));
         let done = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
             let cfg = crate::config::load(&home.config_file())?;
-            let mut log = crate::runtime::open_audit(&home, &cfg)?;
+            let mut log = crate::service::record_log::RecordLog::open(&home, &cfg)?;
             let mut detail = detail;
             detail["decided_by"] = who.detail();
             log.append(

@@ -59,3 +59,46 @@ fn i1_runs_through_the_host_share_one_writer_that_checkpoints_every_n_records_an
         .expect("the stop is recorded");
     assert_eq!(stop["principal"], "system:host", "{stop}");
 }
+
+#[test]
+fn i1_the_hosts_services_record_through_its_one_writer() {
+    use super::super::exec_fixture::airlock;
+    let f = fixture();
+    init(&f, "");
+    let host = Host::start(&f.home);
+    let (records, signed) = (audit_records(&f.home).len(), checkpoints(&f.home));
+    // The kill switch and a configuration change, answered by the host's services:
+    // each is recorded (embedded, each would also sign a checkpoint as its log closed).
+    for _ in 0..3 {
+        let o = airlock(&f.home, &["kill", "--all"]);
+        assert!(o.status.success(), "{o:?}");
+    }
+    let o = airlock(
+        &f.home,
+        &[
+            "tasks",
+            "add",
+            "--cron",
+            "0 8 * * *",
+            "--prompt",
+            "Summarise",
+        ],
+    );
+    assert!(o.status.success(), "{o:?}");
+    let new: Vec<_> = audit_records(&f.home).into_iter().skip(records).collect();
+    let kinds: Vec<&str> = new.iter().filter_map(|r| r["kind"].as_str()).collect();
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "tasks-paused").count(),
+        3,
+        "{kinds:?}"
+    );
+    assert!(kinds.contains(&"task-added"), "{kinds:?}");
+    assert_eq!(
+        checkpoints(&f.home),
+        signed,
+        "a service in the host signed a checkpoint of its own: {kinds:?}"
+    );
+    drop(host);
+    let v = verify(&f.home);
+    assert!(v.status.success(), "{v:?}");
+}

@@ -31,7 +31,8 @@ pub fn serve_through_host(home: &Home, audit: &Arc<HostAudit>) {
 
 /// A service's handle on the audit log: its own, or the host's one writer.
 pub enum RecordLog {
-    Own(AuditLog),
+    /// Boxed: an open log is large beside a shared handle.
+    Own(Box<AuditLog>),
     Host(Arc<Mutex<AuditLog>>),
 }
 
@@ -46,7 +47,7 @@ impl RecordLog {
                 }
             }
         }
-        Ok(RecordLog::Own(crate::runtime::open_audit(home, cfg)?))
+        Ok(RecordLog::Own(Box::new(crate::runtime::open_audit(home, cfg)?)))
     }
 
     /// Work with the log itself, for helpers that take `&mut AuditLog` (the host's writer
@@ -66,7 +67,7 @@ impl RecordLog {
     /// open.
     pub fn close(self) -> Result<(), AuditError> {
         match self {
-            RecordLog::Own(log) => log.close(),
+            RecordLog::Own(log) => (*log).close(),
             RecordLog::Host(_) => Ok(()),
         }
     }

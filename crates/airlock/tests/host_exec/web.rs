@@ -1651,3 +1651,82 @@ fn web_off_loopback_without_tls_the_host_refuses_to_start() {
         "{o:?}"
     );
 }
+
+/// Past `[web] reads_per_minute` a login's reads get 429 with `Retry-After`, and so do an
+/// address's before a login, each counted apart; the kill switch and the logout still work
+/// meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_reads_past_the_limit_get_429_and_the_kill_switch_still_works() {
+    let f = fixture();
+    init(&f, &format!("{WEB}reads_per_minute = 5\n"));
+    let _host = Host::start(&f.home);
+    let (base, cookie, csrf) = http_login(&f).await;
+    let get = |path: &str, cookie: Option<&str>| {
+        let mut req = http().get(format!("{base}{path}"));
+        if let Some(c) = cookie {
+            req = req.header("cookie", c);
+        }
+        req.send()
+    };
+    // A burst of reads: the allowance (5) is spent within a few, then 429.
+    let mut answered = 0;
+    let refused = loop {
+        let r = get("/approvals", Some(&cookie)).await.unwrap();
+        if r.status() == 429 {
+            break r;
+        }
+        assert_eq!(r.status(), 200);
+        answered += 1;
+        assert!(answered <= 5, "more reads answered than the limit allows");
+    };
+    let wait: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=12).contains(&wait), "Retry-After: {wait}");
+    assert!(refused.headers().get("content-security-policy").is_some());
+    let text = refused.text().await.unwrap();
+    assert!(text.contains("web.reads_per_minute = 5"), "{text}");
+    assert_eq!(get("/audit", Some(&cookie)).await.unwrap().status(), 429);
+
+    // The kill switch still works for the login that spent its reads, again and again.
+    for _ in 0..3 {
+        let r = http()
+            .post(format!("{base}/kill"))
+            .header("cookie", &cookie)
+            .header("origin", &base)
+            .form(&[("all", "true"), ("csrf", csrf.as_str())])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let text = r.text().await.unwrap();
+        assert!(text.contains("Stopped everything"), "{text}");
+    }
+
+    // Before a login, reads count against the address, apart from the login's.
+    let mut answered = 0;
+    loop {
+        let r = get("/welcome", None).await.unwrap();
+        if r.status() == 429 {
+            assert!(r.headers().get("retry-after").is_some());
+            break;
+        }
+        answered += 1;
+        assert!(answered <= 5, "more reads answered than the limit allows");
+    }
+    assert!(answered >= 1, "the address shared the login's allowance");
+
+    // Logging out is never refused either, and it ends the login.
+    let r = http()
+        .post(format!("{base}/logout"))
+        .header("cookie", &cookie)
+        .header("origin", &base)
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(verify(&f.home).status.success());
+}

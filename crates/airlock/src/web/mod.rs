@@ -17,7 +17,8 @@
 //! untrusted text), [`chart`] (small SVG charts), and one module per page or action:
 //! [`sessions`], [`start`] (new work), [`dataflow`], [`approvals`], [`audit`],
 //! [`budgets`], [`memory`], [`config_page`] (settings), [`kill`], [`login`], [`assets`], and
-//! [`stream`] (the model's reply as it comes); [`reads`] limits the pages read a minute.
+//! [`stream`] (the model's reply as it comes), [`live`] (a session live in the host,
+//! attached to: what it says as it says it, and its next message); [`reads`] limits the pages read a minute.
 
 pub mod admin;
 pub mod approvals;
@@ -31,6 +32,7 @@ pub mod dataflow;
 pub mod guard;
 pub mod kill;
 pub mod layout;
+pub mod live;
 pub mod login;
 pub mod memory;
 pub mod passkeys;
@@ -199,6 +201,8 @@ pub fn router(state: Arc<WebState>) -> Router {
         .route("/sessions/{id}/flow", get(dataflow::page))
         .route("/sessions/{id}/length", get(sessions::length))
         .route("/sessions/{id}/stream", get(stream::stream))
+        .route("/sessions/{id}/live", get(live::stream))
+        .route("/sessions/{id}/say", post(live::say))
         .route("/sessions/start", post(start::start))
         .route("/budgets", get(budgets::page))
         .route("/memory", get(memory::page))

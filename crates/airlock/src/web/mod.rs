@@ -63,7 +63,7 @@ pub struct Web {
     pub passkeys: Option<Arc<passkeys::Passkeys>>,
     /// `[web] reads_per_minute`.
     reads_per_minute: u32,
-    tls: Option<Arc<rustls::ServerConfig>>,
+    tls: Option<(Arc<rustls::ServerConfig>, Arc<tls::Certificate>)>,
     listener: Mutex<Option<std::net::TcpListener>>,
 }
 
@@ -184,7 +184,8 @@ pub async fn serve(host: Arc<Host>) -> anyhow::Result<()> {
             let app = router(state).into_make_service_with_connect_info::<reads::Peer>();
             axum::serve(listener, app).await
         }
-        Some(config) => {
+        Some((config, cert)) => {
+            tokio::spawn(cert.clone().watch());
             let tls = tls::TlsListener::new(listener, config.clone())?;
             let app = router(state).into_make_service_with_connect_info::<reads::Peer>();
             axum::serve(tls, app).await

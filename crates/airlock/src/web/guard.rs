@@ -93,7 +93,7 @@ pub async fn check_request(
 }
 
 /// The 429 for a request past `[web] reads_per_minute` of its login (of its address
-/// before a login), if it is; the kill switch and the logout are never counted.
+/// before a login), if it is; the paths of [`super::reads::UNLIMITED`] are never counted.
 fn too_many_reads(web: &WebState, request: &Request) -> Option<Response> {
     if super::reads::UNLIMITED.contains(&request.uri().path()) {
         return None;

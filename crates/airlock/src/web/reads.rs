@@ -1,8 +1,9 @@
 //! Pages read a minute (`[web] reads_per_minute`): a token bucket per login, and per
 //! address for a browser not logged in, refilled continuously. Past it a request gets 429
-//! with `Retry-After`, at once (never queued). The kill switch and the logout are never
-//! counted ([`UNLIMITED`]), so a browser that spent its allowance can still stop
-//! everything and leave. Decisions and new runs count, besides, against `[host]
+//! with `Retry-After`, at once (never queued). The kill switch, the logout and a login
+//! link's redemption are never counted ([`UNLIMITED`]), so a browser that spent its
+//! allowance can still stop everything and leave, and a hostile page cannot keep the owner
+//! from logging in. Decisions and new runs count, besides, against `[host]
 //! requests_per_minute` as the command line's do.
 //!
 //! Written here rather than with a rate-limiting crate: it is the host's own bucket
@@ -17,8 +18,12 @@ use std::time::Instant;
 use axum::extract::connect_info::Connected;
 use axum::serve::IncomingStream;
 
-/// The paths never counted: stopping and leaving must work whatever was read before.
-pub const UNLIMITED: [&str; 2] = ["/kill", "/logout"];
+/// The paths never counted: stopping and leaving must work whatever was read before; and
+/// a login link's redemption, because on loopback every browser not logged in shares one
+/// address, and any web page the owner visits can make its browser spend that address's
+/// allowance (the link's token is 32 random bytes, single-use, and its refusals are
+/// recorded at most `[host] requests_per_minute` a minute).
+pub const UNLIMITED: [&str; 3] = ["/kill", "/logout", "/login"];
 
 /// Keys kept at most; past it the full buckets (those that would allow a whole burst)
 /// are dropped, which forgets nothing that limits anyone, and if that is not enough the

@@ -1717,6 +1717,11 @@ async fn web_reads_past_the_limit_get_429_and_the_kill_switch_still_works() {
         assert!(answered <= 5, "more reads answered than the limit allows");
     }
     assert!(answered >= 1, "the address shared the login's allowance");
+    // A login link still logs in: any page in the browser could spend the loopback
+    // address's allowance, and must not keep the owner out.
+    let r = http().get(login_link(&f)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("set-cookie").is_some());
 
     // Logging out is never refused either, and it ends the login.
     let r = http()

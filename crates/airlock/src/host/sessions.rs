@@ -591,7 +591,14 @@ fn web_turn(
     ));
     let after = match session.wake(host, &mut held) {
         Ok(Some(c)) => c.turn(&host.home, text, Arc::new(NobodyInline)),
-        Ok(None) => Ok(AfterTurn::Goes(0)),
+        Ok(None) => {
+            // Closed (idle, or the host stopping) just before this turn took it.
+            session.say(&format!(
+                "session {} was closed before this message ran; send it again from the session's page, or `airlock chat --session {}`",
+                session.id, session.id
+            ));
+            Ok(AfterTurn::Goes(0))
+        }
         Err(e) => Err(e.context("the session could not be opened for this turn")),
     };
     session.doze(&mut held);

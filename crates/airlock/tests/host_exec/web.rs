@@ -1909,6 +1909,16 @@ async fn web_a_terminal_chat_streams_to_its_page_which_sends_the_next_message_on
     assert!(last.contains("now from the page"), "{last}");
     assert!(!last.contains("a second one"), "{last}");
     assert!(!b.pwned().await);
+    // A terminal that attaches again is shown what the page's turn said meanwhile.
+    let mut again = ChatClient::start(&f, &model, &["--session", &id]);
+    again.wait_for_out(&format!("attached to session {id}"));
+    again.wait_for_out("page> now from the page");
+    again.wait_for_out("Answer to the page.");
+    again.send("/quit");
+    let (code, out, err) = tokio::task::spawn_blocking(move || again.finish())
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0), "{out}\n{err}");
     let sent = audit_records(&f.home)
         .into_iter()
         .find(|r| r["kind"] == "web-message")

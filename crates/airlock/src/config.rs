@@ -147,6 +147,13 @@ pub struct WebSection {
     /// Minutes a login lasts (default 720, at most a week).
     #[serde(default)]
     pub session_minutes: Option<u64>,
+    /// The port the page is reached at when served remotely, when a router forwards it to
+    /// another `listen` port (default: the listening port). It is in the page's origin.
+    #[serde(default)]
+    pub public_port: Option<u16>,
+    /// Pages read a minute per login (per address before a login); default 600.
+    #[serde(default)]
+    pub reads_per_minute: Option<u32>,
 }
 
 /// `[host]`: what `airlock serve` takes on at once. A run beyond `max_sandboxes` waits in a
@@ -609,6 +616,8 @@ checkpoint_every = 256
 # [web]
 # listen = "127.0.0.1:7464"
 # session_minutes = 720
+# reads_per_minute = 600             # per login (per address before a login); 429 past it
+# public_port = 443                  # served remotely behind a port forward (default: listen's)
 
 [agent]
 # Limits of the agent loop; the model can change none of them.

@@ -20,7 +20,12 @@
 //! - `airlock kill` of a live session (or `--all`) ends it: its turn stops as a killed
 //!   turn does, its client is told and let go, and the host closes it;
 //! - a stopping host lets its clients go (telling them how to continue), lets the turns in
-//!   flight finish, and closes every session.
+//!   flight finish, and closes every session;
+//! - the web page *watches* a live session ([`LiveSessions::watch`]: what it said lately,
+//!   then what it says as it says it), attached client or not, and sends it its next
+//!   message ([`LiveSessions::say`]) only while no client is attached: the attached
+//!   terminal owns the session's input. A session never runs two turns at once: a message
+//!   sent while a turn runs is refused, saying so.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -360,6 +365,73 @@ impl LiveSessions {
         }
     }
 
+    /// Watch live session `id`'s output (its stdout side, where the conversation
+    /// speaks): what it said lately, then each piece as it comes. `None` when it does not
+    /// live here.
+    pub fn watch(&self, id: &str) -> Option<(String, tokio::sync::broadcast::Receiver<String>)> {
+        let session = self.map().get(id).cloned()?;
+        Some(session.out.watch())
+    }
+
+    /// Run `text` as the next turn of live session `id`, for the web page, in a thread of
+    /// its own; `Ok` once the turn has started. Refused (with what to do) when the session
+    /// does not live here, was killed, has a client attached, or runs a turn already.
+    /// Nobody answers its approvals inline: what it holds waits in the approvals queue.
+    pub fn say(&self, host: &Arc<Host>, id: &str, text: &str) -> Result<(), String> {
+        let text = text.trim().to_string();
+        if text.is_empty() {
+            return Err("the message is empty".into());
+        }
+        let Some(session) = self.map().get(id).cloned() else {
+            return Err(format!(
+                "session {id} is not live in the host\nhelp: send it a message as a new run (the form on its page when it is not live)"
+            ));
+        };
+        if session.killed.load(Ordering::Acquire) {
+            return Err(format!("session {id} was killed"));
+        }
+        let (started_tx, started) = std::sync::mpsc::channel::<Result<(), String>>();
+        let host = host.clone();
+        let spawned = std::thread::Builder::new()
+            .name("web-turn".into())
+            .spawn(move || {
+                let held = match session.conversation.try_lock() {
+                    Ok(held) => held,
+                    Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                    Err(std::sync::TryLockError::WouldBlock) => {
+                        let _ = started_tx.send(Err(format!(
+                            "a turn is running in session {}: it takes one message at a time\nhelp: send this one when the turn has ended",
+                            session.id
+                        )));
+                        return;
+                    }
+                };
+                // Checked under the conversation's lock: a client that attaches now waits
+                // for this turn before its own.
+                if session
+                    .attached
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .is_some()
+                {
+                    let _ = started_tx.send(Err(format!(
+                        "session {} is attached to a terminal (`airlock chat`), which holds its input\nhelp: type the message there, or leave it there (/quit) and send it from here; the page shows the session either way",
+                        session.id
+                    )));
+                    return;
+                }
+                session.busy.store(true, Ordering::Release);
+                let _ = started_tx.send(Ok(()));
+                web_turn(&host, &session, held, &text);
+            });
+        if let Err(e) = spawned {
+            return Err(format!("cannot start the turn: {e}"));
+        }
+        started
+            .recv()
+            .unwrap_or_else(|_| Err("the turn could not start".into()))
+    }
+
     fn forget(&self, session: &LiveSession) {
         if let Some(s) = self.map().remove(&session.id) {
             s.close();
@@ -513,6 +585,58 @@ fn open(host: &Host, req: &AgentRequest, slot: SessionSlot) -> anyhow::Result<Ar
         idle_since: Mutex::new(Instant::now()),
         _slot: slot,
     }))
+}
+
+/// A turn the web page sent: said on the session's output like a terminal's, its approvals
+/// left in the queue (nobody answers inline), then the session is let sleep again.
+fn web_turn(
+    host: &Host,
+    session: &Arc<LiveSession>,
+    mut held: std::sync::MutexGuard<'_, Held>,
+    text: &str,
+) {
+    session.say(&format!(
+        "page> {}",
+        airlock_core::terminal_text::escape_line(text)
+    ));
+    let after = match session.wake(host, &mut held) {
+        Ok(Some(c)) => c.turn(&host.home, text, Arc::new(NobodyInline)),
+        Ok(None) => {
+            // Closed (idle, or the host stopping) just before this turn took it.
+            session.say(&format!(
+                "session {} was closed before this message ran; send it again from the session's page, or `airlock chat --session {}`",
+                session.id, session.id
+            ));
+            Ok(AfterTurn::Goes(0))
+        }
+        Err(e) => Err(e.context("the session could not be opened for this turn")),
+    };
+    session.doze(&mut held);
+    session.busy.store(false, Ordering::Release);
+    *session.idle_since.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    drop(held);
+    match after {
+        Ok(AfterTurn::Goes(_)) => {}
+        Ok(AfterTurn::Killed) => session.killed.store(true, Ordering::Release),
+        Err(e) => {
+            tracing::error!(session = %session.id, error = %format!("{e:#}"), "a turn sent from the web page");
+            session.say(&format!("error: {e:#}"));
+        }
+    }
+    // Killed during the turn (here or by `airlock kill`): it closes now that it ended.
+    if session.killed.load(Ordering::Acquire) {
+        host.live.forget(session);
+    }
+}
+
+/// The input of a turn the web page sent: there is no one to type an inline answer, so an
+/// approval is withdrawn to the queue (the page's approvals, `airlock approvals`).
+struct NobodyInline;
+
+impl crate::inline_approvals::Lines for NobodyInline {
+    fn next_line_before(&self, _deadline: Option<Instant>) -> Line {
+        Line::Gone
+    }
 }
 
 /// The attached client's side of the conversation, until it leaves.

@@ -60,10 +60,15 @@ impl Notices {
 /// The most a detached session keeps of what it said, for the next client to attach.
 const BACKLOG_BYTES: usize = 64 * 1024;
 
+/// The most of what a session said lately that a new watcher (the web page) is shown first.
+const RECENT_BYTES: usize = 16 * 1024;
+
 /// One stream of a session that lives in the host and outlasts its clients: what it says
 /// goes to the attached client's descriptor, or, while no client is attached, into a
 /// bounded backlog that the next client to attach is shown first (the end of a turn that
-/// ran on after its client left is not lost).
+/// ran on after its client left is not lost). Besides, anyone may *watch* it (the web
+/// page): a watcher is shown what was said lately, then each piece as it is said, whether
+/// a client is attached or not.
 pub struct Attachable {
     state: Mutex<AttachState>,
 }
@@ -74,6 +79,10 @@ struct AttachState {
     backlog: Vec<u8>,
     /// The backlog lost its beginning to the bound.
     cut: bool,
+    /// The end of what was said, for a new watcher.
+    recent: String,
+    /// The watchers, once there was one.
+    watchers: Option<tokio::sync::broadcast::Sender<String>>,
 }
 
 impl Attachable {
@@ -104,6 +113,21 @@ impl Attachable {
         String::from_utf8_lossy(&std::mem::take(&mut s.backlog)).into_owned()
     }
 
+    /// Watch what is said: the end of what was said lately, then each piece as it is said
+    /// (a watcher too slow to keep up is told it lagged by its receiver).
+    pub fn watch(&self) -> (String, tokio::sync::broadcast::Receiver<String>) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let rx = match &s.watchers {
+            Some(tx) => tx.subscribe(),
+            None => {
+                let (tx, rx) = tokio::sync::broadcast::channel(1024);
+                s.watchers = Some(tx);
+                rx
+            }
+        };
+        (s.recent.clone(), rx)
+    }
+
     /// Keep from now on what is said, for the next client.
     pub fn detach(&self) {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).to = None;
@@ -111,6 +135,19 @@ impl Attachable {
 
     fn write(&self, bytes: &[u8]) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let text = String::from_utf8_lossy(bytes);
+        s.recent.push_str(&text);
+        if s.recent.len() > RECENT_BYTES {
+            let mut from = s.recent.len() - RECENT_BYTES;
+            while !s.recent.is_char_boundary(from) {
+                from += 1;
+            }
+            s.recent.drain(..from);
+        }
+        if let Some(tx) = &s.watchers {
+            // Nobody watching is not an error.
+            let _ = tx.send(text.into_owned());
+        }
         if let Some(to) = &s.to {
             // A client that went away loses it; its hang-up detaches it.
             let _ = (&**to).write_all(bytes);
@@ -338,5 +375,30 @@ impl ClientLines {
             // An input that cannot be read is one nobody answers on.
             Err(_) => Line::Gone,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watcher_sees_the_recent_text_then_each_piece_attached_or_not() {
+        let a = Attachable::new();
+        Notices::Attachable(a.clone()).write("before anyone watched\n");
+        let (recent, mut rx) = a.watch();
+        assert_eq!(recent, "before anyone watched\n");
+        Notices::Attachable(a.clone()).write("model> Hel");
+        Notices::Attachable(a.clone()).write("lo");
+        assert_eq!(rx.try_recv().unwrap(), "model> Hel");
+        assert_eq!(rx.try_recv().unwrap(), "lo");
+        // The detached backlog is kept for the next client as before.
+        assert!(a.take().ends_with("model> Hello"));
+        // The recent text is bounded, cut on a character boundary.
+        let long = "é".repeat(RECENT_BYTES);
+        Notices::Attachable(a.clone()).write(&long);
+        let (recent, _) = a.watch();
+        assert!(recent.len() <= RECENT_BYTES);
+        assert!(recent.ends_with("éé"));
     }
 }

@@ -4,6 +4,7 @@
 //!   the page's own origin (a state change must have one): a page of another site, or a
 //!   name rebound to 127.0.0.1, gets a 403 and nothing else;
 //! - served remotely with no passkey enrolled yet, it answers only enrolment;
+//! - past `[web] reads_per_minute` a request gets 429 with `Retry-After` ([`super::reads`]);
 //! - every answer has a strict Content-Security-Policy (no inline script, no framing), is
 //!   never cached, sends no referrer to another origin, and has no CORS header (no other origin may read it);
 //! - a handler that needs a login takes [`LoggedIn`]; one that changes state takes
@@ -20,7 +21,12 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
 use serde::de::DeserializeOwned;
 
+use std::net::{IpAddr, Ipv4Addr};
+
+use axum::extract::ConnectInfo;
+
 use super::auth::WebLogin;
+use super::reads::{Peer, Reader};
 use super::WebState;
 
 /// The policy every answer carries: own-origin scripts, styles and images only, no
@@ -46,7 +52,10 @@ pub async fn check_request(
             *r.status_mut() = StatusCode::FORBIDDEN;
             r
         }
-        None => next.run(request).await,
+        None => match too_many_reads(&web, &request) {
+            Some(refused) => refused,
+            None => next.run(request).await,
+        },
     };
     let h = response.headers_mut();
     h.insert(
@@ -81,6 +90,38 @@ pub async fn check_request(
         HeaderValue::from_static("same-origin"),
     );
     response
+}
+
+/// The 429 for a request past `[web] reads_per_minute` of its login (of its address
+/// before a login), if it is; the paths of [`super::reads::UNLIMITED`] are never counted.
+fn too_many_reads(web: &WebState, request: &Request) -> Option<Response> {
+    if super::reads::UNLIMITED.contains(&request.uri().path()) {
+        return None;
+    }
+    let reader = match cookie_of(request.headers()).and_then(|c| web.logins.session(&c)) {
+        Some(login) => Reader::Login(login.id),
+        None => {
+            let ip = request
+                .extensions()
+                .get::<ConnectInfo<Peer>>()
+                .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0 .0);
+            Reader::address(ip)
+        }
+    };
+    let wait = web.reads.take(reader.clone()).err()?;
+    tracing::warn!(reader = ?reader, "web: refused a request past web.reads_per_minute");
+    let mut r = (
+        StatusCode::TOO_MANY_REQUESTS,
+        format!(
+            "too many requests: more than {} pages a minute (web.reads_per_minute = {}); try again in {wait} s\nhelp: wait a moment, or raise web.reads_per_minute in airlock.toml; the kill switch works meanwhile",
+            web.reads.per_minute(),
+            web.reads.per_minute()
+        ),
+    )
+        .into_response();
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(wait));
+    Some(r)
 }
 
 /// The paths the page served remotely answers before a passkey is enrolled: enrolment,

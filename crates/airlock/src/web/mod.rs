@@ -17,7 +17,8 @@
 //! untrusted text), [`chart`] (small SVG charts), and one module per page or action:
 //! [`sessions`], [`start`] (new work), [`dataflow`], [`approvals`], [`audit`],
 //! [`budgets`], [`memory`], [`config_page`] (settings), [`kill`], [`login`], [`assets`], and
-//! [`stream`] (the model's reply as it comes).
+//! [`stream`] (the model's reply as it comes), [`live`] (a session live in the host,
+//! attached to: what it says as it says it, and its next message); [`reads`] limits the pages read a minute.
 
 pub mod admin;
 pub mod approvals;
@@ -31,9 +32,11 @@ pub mod dataflow;
 pub mod guard;
 pub mod kill;
 pub mod layout;
+pub mod live;
 pub mod login;
 pub mod memory;
 pub mod passkeys;
+pub mod reads;
 pub mod remote;
 pub mod sessions;
 pub mod settings;
@@ -58,7 +61,9 @@ pub struct Web {
     pub logins: Arc<auth::Logins>,
     /// The owner's passkeys, when the page is served remotely.
     pub passkeys: Option<Arc<passkeys::Passkeys>>,
-    tls: Option<Arc<rustls::ServerConfig>>,
+    /// `[web] reads_per_minute`.
+    reads_per_minute: u32,
+    tls: Option<(Arc<rustls::ServerConfig>, Arc<tls::Certificate>)>,
     listener: Mutex<Option<std::net::TcpListener>>,
 }
 
@@ -84,7 +89,7 @@ impl Web {
         let (bound, passkeys) = match &s.remote {
             None => (settings::Bound::at(addr), None),
             Some(r) => {
-                let bound = settings::Bound::remote(addr, &r.name);
+                let bound = settings::Bound::remote(addr, &r.name, r.public_port);
                 let keys = passkeys::Passkeys::open(state_dir, &r.name, &bound.base_url)?;
                 (bound, Some(Arc::new(keys)))
             }
@@ -93,6 +98,7 @@ impl Web {
             bound,
             logins: Arc::new(auth::Logins::kept(s.session, state_dir)),
             passkeys,
+            reads_per_minute: s.reads_per_minute,
             tls,
             listener: Mutex::new(Some(listener)),
         }))
@@ -146,6 +152,8 @@ pub struct WebState {
     pub passkeys: Option<Arc<passkeys::Passkeys>>,
     /// The model's replies while the runs the page started are typing them.
     pub streams: Arc<stream::Streams>,
+    /// Pages read per login or address (`[web] reads_per_minute`).
+    pub reads: reads::Reads,
 }
 
 /// Serve the page until the host stops. Nothing when it is off.
@@ -168,13 +176,19 @@ pub async fn serve(host: Arc<Host>) -> anyhow::Result<()> {
         logins: web.logins.clone(),
         passkeys: web.passkeys.clone(),
         streams: Arc::new(stream::Streams::default()),
+        reads: reads::Reads::new(web.reads_per_minute),
     });
     tracing::info!(url = %state.bound.base_url, "serving the web page");
     let served = match &web.tls {
-        None => axum::serve(listener, router(state)).await,
-        Some(config) => {
+        None => {
+            let app = router(state).into_make_service_with_connect_info::<reads::Peer>();
+            axum::serve(listener, app).await
+        }
+        Some((config, cert)) => {
+            tokio::spawn(cert.clone().watch());
             let tls = tls::TlsListener::new(listener, config.clone())?;
-            axum::serve(tls, router(state)).await
+            let app = router(state).into_make_service_with_connect_info::<reads::Peer>();
+            axum::serve(tls, app).await
         }
     };
     served.map_err(|e| anyhow::anyhow!("serving the web page: {e}"))
@@ -188,6 +202,8 @@ pub fn router(state: Arc<WebState>) -> Router {
         .route("/sessions/{id}/flow", get(dataflow::page))
         .route("/sessions/{id}/length", get(sessions::length))
         .route("/sessions/{id}/stream", get(stream::stream))
+        .route("/sessions/{id}/live", get(live::stream))
+        .route("/sessions/{id}/say", post(live::say))
         .route("/sessions/start", post(start::start))
         .route("/budgets", get(budgets::page))
         .route("/memory", get(memory::page))

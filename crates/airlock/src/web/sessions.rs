@@ -109,6 +109,7 @@ pub async fn one(
     })
     .await;
     let chrome = web.chrome().await;
+    let live = web.host.live.status().into_iter().find(|l| l.id == id);
     let body = match read {
         Ok(Ok((record, transcript))) => html! {
             p class="meta" {
@@ -121,7 +122,9 @@ pub async fn one(
             div id="transcript" data-length=(transcript.len()) data-session=(id) {
                 (transcript_view(&transcript))
             }
-            @if record.status.as_str() == "active" {
+            @if let Some(l) = &live {
+                (live_view(&login, &id, l))
+            } @else if record.status.as_str() == "active" {
                 form method="post" action="/sessions/start" class="start" {
                     (csrf(&login))
                     input type="hidden" name="session" value=(id);
@@ -136,6 +139,37 @@ pub async fn one(
     };
     Html(layout::page(&format!("Session {id}"), &login, &chrome, body).into_string())
         .into_response()
+}
+
+/// A session live in the host, attached to: what it says as it says it (the page's script
+/// fills `#live-text` from `/sessions/{id}/live`), and its next message, which the host
+/// takes while no terminal is attached.
+fn live_view(
+    login: &super::auth::WebLogin,
+    id: &str,
+    l: &crate::host::sessions::LiveSessionStatus,
+) -> Markup {
+    html! {
+        section id="live" data-session=(id) {
+            h2 { "Live in the host" }
+            p class="meta" id="live-state" {
+                @if l.attached {
+                    "A terminal is attached (" code { "airlock chat" } "): it holds the session's input, and this page follows what the session says. Leave it there (" code { "/quit" } ") to send the next message from here."
+                } @else if l.busy {
+                    "A turn is running; the next message can be sent when it has ended."
+                } @else {
+                    "No terminal is attached: the next message can be sent from here."
+                }
+            }
+            pre id="live-text" class="streaming" {}
+            form method="post" action=(format!("/sessions/{id}/say")) class="start" {
+                (csrf(login))
+                label for="live-prompt" { "Message" }
+                textarea name="prompt" id="live-prompt" rows="2" maxlength="16384" required {}
+                button type="submit" id="live-send" { "Send" }
+            }
+        }
+    }
 }
 
 fn transcript_view(entries: &[TranscriptEntry]) -> Markup {

@@ -19,6 +19,9 @@ use crate::config::WebSection;
 pub const DEFAULT_SESSION: Duration = Duration::from_secs(12 * 3600);
 /// The longest login `session_minutes` may ask for.
 pub const MAX_SESSION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Pages read a minute per login unless `[web] reads_per_minute` says otherwise: far more
+/// than a person clicks, with the page's own polling (every few seconds) included.
+pub const DEFAULT_READS_PER_MINUTE: u32 = 600;
 
 /// `[web]` as the host serves it.
 #[derive(Debug, Clone)]
@@ -26,6 +29,8 @@ pub struct WebSettings {
     /// The address asked for (its port may be 0; the bound one is in [`Bound`]).
     pub listen: SocketAddr,
     pub session: Duration,
+    /// Pages read a minute per login, or per address before a login.
+    pub reads_per_minute: u32,
     /// The remote regime's name and TLS files; `None` for the local regime.
     pub remote: Option<Remote>,
 }
@@ -36,6 +41,8 @@ pub struct Remote {
     pub name: String,
     pub tls_cert: PathBuf,
     pub tls_key: PathBuf,
+    /// The port the page is reached at, when not the listening one (`web.public_port`).
+    pub public_port: Option<u16>,
 }
 
 /// The page's address once bound, and what requests must name to be answered.
@@ -83,6 +90,7 @@ pub fn check(section: &WebSection) -> anyhow::Result<Option<WebSettings>> {
             name: name.to_ascii_lowercase(),
             tls_cert: cert.clone(),
             tls_key: key.clone(),
+            public_port: section.public_port,
         }),
         _ => {
             let missing: Vec<&str> = [
@@ -109,6 +117,22 @@ pub fn check(section: &WebSection) -> anyhow::Result<Option<WebSettings>> {
             );
         }
     };
+    match section.public_port {
+        Some(0) => anyhow::bail!(
+            "airlock.toml: web.public_port = 0 is not a port\nhelp: give the port the page is reached at (e.g. 443), or remove web.public_port to use the listening one"
+        ),
+        Some(p) if remote.is_none() => anyhow::bail!(
+            "airlock.toml: web.public_port = {p} is set, but the page is served on loopback only (no web.public_name), where it answers at its listening port\nhelp: remove web.public_port, or serve the page remotely with web.public_name, web.tls_cert and web.tls_key"
+        ),
+        _ => {}
+    }
+    let reads_per_minute = match section.reads_per_minute {
+        None => DEFAULT_READS_PER_MINUTE,
+        Some(0) => anyhow::bail!(
+            "airlock.toml: web.reads_per_minute = 0 would refuse every page\nhelp: give the pages a login may read a minute (default {DEFAULT_READS_PER_MINUTE})"
+        ),
+        Some(n) => n,
+    };
     let session = match section.session_minutes {
         None => DEFAULT_SESSION,
         Some(m) => {
@@ -125,6 +149,7 @@ pub fn check(section: &WebSection) -> anyhow::Result<Option<WebSettings>> {
     Ok(Some(WebSettings {
         listen: addr,
         session,
+        reads_per_minute,
         remote,
     }))
 }
@@ -174,9 +199,10 @@ impl Bound {
     }
 
     /// What requests to `addr` must name when it is served as `name` over TLS: only that
-    /// name (at the bound port), so neither a bare IP nor a rebound name reaches it.
-    pub fn remote(addr: SocketAddr, name: &str) -> Bound {
-        let port = addr.port();
+    /// name, at `public_port` (a router forwards it to `addr`) or else the bound port, so
+    /// neither a bare IP, a rebound name nor the forwarded-to port reaches it.
+    pub fn remote(addr: SocketAddr, name: &str, public_port: Option<u16>) -> Bound {
+        let port = public_port.unwrap_or(addr.port());
         let mut hosts = vec![format!("{name}:{port}")];
         if port == 443 {
             hosts.insert(0, name.to_string());
@@ -246,13 +272,56 @@ mod tests {
         s.tls_cert = Some("/c.pem".into());
         s.tls_key = Some("/k.pem".into());
         assert!(check(&s).unwrap().unwrap().remote.is_some());
-        let b = Bound::remote("127.0.0.1:5000".parse().unwrap(), "airlock.test");
+        let b = Bound::remote("127.0.0.1:5000".parse().unwrap(), "airlock.test", None);
         assert_eq!(b.hosts, ["airlock.test:5000"]);
         assert_eq!(b.origins, ["https://airlock.test:5000"]);
         assert_eq!(b.base_url, "https://airlock.test:5000");
-        let b = Bound::remote("0.0.0.0:443".parse().unwrap(), "airlock.test");
+        let b = Bound::remote("0.0.0.0:443".parse().unwrap(), "airlock.test", None);
         assert_eq!(b.base_url, "https://airlock.test");
         assert!(b.hosts.contains(&"airlock.test:443".to_string()));
+    }
+
+    #[test]
+    fn a_public_port_replaces_the_listening_one_in_the_origin() {
+        let mut s = section("127.0.0.1:0");
+        s.public_port = Some(8443);
+        let e = check(&s).unwrap_err().to_string();
+        assert!(
+            e.contains("web.public_port = 8443") && e.contains("loopback only"),
+            "{e}"
+        );
+        s.public_name = Some("airlock.test".into());
+        s.tls_cert = Some("/c.pem".into());
+        s.tls_key = Some("/k.pem".into());
+        let r = check(&s).unwrap().unwrap().remote.unwrap();
+        assert_eq!(r.public_port, Some(8443));
+        s.public_port = Some(0);
+        let e = check(&s).unwrap_err().to_string();
+        assert!(e.contains("web.public_port = 0"), "{e}");
+        let b = Bound::remote("127.0.0.1:5000".parse().unwrap(), "airlock.test", Some(443));
+        assert_eq!(b.hosts, ["airlock.test", "airlock.test:443"]);
+        assert_eq!(b.base_url, "https://airlock.test");
+        let b = Bound::remote(
+            "127.0.0.1:5000".parse().unwrap(),
+            "airlock.test",
+            Some(8443),
+        );
+        assert_eq!(b.hosts, ["airlock.test:8443"]);
+        assert_eq!(b.origins, ["https://airlock.test:8443"]);
+    }
+
+    #[test]
+    fn reads_a_minute_default_and_zero_is_refused() {
+        let mut s = section("127.0.0.1:0");
+        assert_eq!(
+            check(&s).unwrap().unwrap().reads_per_minute,
+            DEFAULT_READS_PER_MINUTE
+        );
+        s.reads_per_minute = Some(0);
+        let e = check(&s).unwrap_err().to_string();
+        assert!(e.contains("web.reads_per_minute = 0"), "{e}");
+        s.reads_per_minute = Some(30);
+        assert_eq!(check(&s).unwrap().unwrap().reads_per_minute, 30);
     }
 
     #[test]

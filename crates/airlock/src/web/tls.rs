@@ -5,13 +5,19 @@
 //! The handshakes run in their own tasks, each with a deadline, so one slow or silent
 //! client cannot hold up the others (axum's `serve` takes one connection at a time from
 //! its listener).
+//!
+//! A renewed certificate takes effect without a restart: [`Certificate::watch`] looks at
+//! the two files every [`RELOAD_EVERY`] and, when either changed, reads and checks the
+//! pair again; the next handshakes get the new one, and connections already made are
+//! left alone. A new pair that fails the checks of the start is refused with an error in
+//! the log, and the one in use is kept.
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime};
 
-use rustls::server::ResolvesServerCertUsingSni;
+use rustls::server::{ClientHello, ResolvesServerCert, ResolvesServerCertUsingSni};
 use rustls::sign::CertifiedKey;
 use rustls::ServerConfig;
 use rustls_pki_types::pem::PemObject;
@@ -27,11 +33,100 @@ use super::settings::Remote;
 const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
 /// Handshaken connections waiting for the server to take them.
 const READY_QUEUE: usize = 64;
+/// How often the certificate's and key's files are looked at for a renewal.
+pub const RELOAD_EVERY: Duration = Duration::from_secs(2);
 
-/// The server's TLS configuration for `remote`: its certificate chain and key, which must
-/// match each other and name `remote.name`; only that name is answered (by SNI), and
-/// only HTTP/1.1 is offered.
-pub fn server_config(remote: &Remote) -> anyhow::Result<Arc<ServerConfig>> {
+/// The server's TLS configuration for `remote`, and its certificate (which
+/// [`Certificate::watch`] keeps current): only HTTP/1.1 is offered.
+pub fn server_config(remote: &Remote) -> anyhow::Result<(Arc<ServerConfig>, Arc<Certificate>)> {
+    let cert = Arc::new(Certificate {
+        remote: remote.clone(),
+        stamp: Mutex::new(stamp(remote)),
+        current: RwLock::new(Arc::new(resolver(remote)?)),
+    });
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_cert_resolver(cert.clone());
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok((Arc::new(config), cert))
+}
+
+/// The page's certificate: the pair of files read and checked last, answered by SNI for
+/// the public name only.
+#[derive(Debug)]
+pub struct Certificate {
+    remote: Remote,
+    /// The files' modification times and lengths when they were last read.
+    stamp: Mutex<Stamp>,
+    current: RwLock<Arc<ResolvesServerCertUsingSni>>,
+}
+
+type Stamp = [Option<(SystemTime, u64)>; 2];
+
+fn stamp(remote: &Remote) -> Stamp {
+    [&remote.tls_cert, &remote.tls_key].map(|p| {
+        let m = std::fs::metadata(p).ok()?;
+        Some((m.modified().ok()?, m.len()))
+    })
+}
+
+impl ResolvesServerCert for Certificate {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let current = self
+            .current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        current.resolve(hello)
+    }
+}
+
+impl Certificate {
+    /// Read the pair again if either file changed since it was last read: `Ok(true)` when
+    /// a new pair is in use, `Err` (the one in use kept) when the new one fails a check.
+    pub fn reload_if_changed(&self) -> anyhow::Result<bool> {
+        let now = stamp(&self.remote);
+        {
+            let mut last = self.stamp.lock().unwrap_or_else(|p| p.into_inner());
+            if *last == now {
+                return Ok(false);
+            }
+            // Said once per change, not at every look.
+            *last = now;
+        }
+        let fresh = resolver(&self.remote)?;
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(fresh);
+        Ok(true)
+    }
+
+    /// Look at the files every [`RELOAD_EVERY`], for as long as the page is served.
+    pub async fn watch(self: Arc<Self>) {
+        let mut every = tokio::time::interval(RELOAD_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            let cert = self.clone();
+            match tokio::task::spawn_blocking(move || cert.reload_if_changed()).await {
+                Ok(Ok(true)) => tracing::info!(
+                    cert = %self.remote.tls_cert.display(),
+                    "web: the TLS certificate changed on disk, and new connections get the new one"
+                ),
+                Ok(Ok(false)) => {}
+                Ok(Err(e)) => tracing::error!(
+                    error = %format!("{e:#}"),
+                    "web: the TLS certificate or key changed on disk, and the new pair is refused; the one in use is kept"
+                ),
+                Err(e) => tracing::error!(error = %e, "web: checking the TLS certificate"),
+            }
+        }
+    }
+}
+
+/// `remote`'s certificate chain and key, read and checked: they must match each other
+/// and name `remote.name`; only that name is answered (by SNI).
+fn resolver(remote: &Remote) -> anyhow::Result<ResolvesServerCertUsingSni> {
     let chain = read_chain(&remote.tls_cert)?;
     let key = PrivateKeyDer::from_pem_file(&remote.tls_key).map_err(|e| {
         anyhow::anyhow!(
@@ -54,12 +149,7 @@ pub fn server_config(remote: &Remote) -> anyhow::Result<Arc<ServerConfig>> {
             remote.name
         )
     })?;
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(names));
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    Ok(names)
 }
 
 fn read_chain(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {

@@ -86,6 +86,20 @@ pub fn visible(text: &str, keep_lines: bool, marks: &[(usize, usize)]) -> Markup
     }
 }
 
+/// `text` as plain text for a script to set as text (the web page's live stream): newlines
+/// and tabs kept, every other hidden character written as its `\u{…}` escape.
+pub fn shown_as_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if is_hidden_or_control(c) && c != '\n' && c != '\t' {
+            out.push_str(&escape_of(c));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Plain runs of text, and each hidden character as `<span class="esc">\u{…}</span>`.
 fn runs(text: &str, keep_lines: bool) -> Markup {
     let mut parts: Vec<Result<&str, char>> = Vec::new();
@@ -135,6 +149,12 @@ fn name_of(c: char) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_for_a_script_shows_escapes_and_bidi_and_keeps_lines() {
+        let t = shown_as_text("ok\n\u{1b}[2Kred\u{202e}txt\tend\r");
+        assert_eq!(t, "ok\n\\u{1b}[2Kred\\u{202e}txt\tend\\r");
+    }
 
     #[test]
     fn markup_is_escaped_and_hidden_characters_are_shown() {

@@ -16,7 +16,7 @@ use super::super::{audit_records, verify};
 use super::{init, pending_approvals, status, wait_for};
 
 /// A chat client with piped streams, whose output is collected as it comes.
-struct ChatClient {
+pub(super) struct ChatClient {
     child: Child,
     stdin: Option<std::process::ChildStdin>,
     out: Arc<Mutex<String>>,
@@ -41,7 +41,7 @@ fn collect(mut from: impl Read + Send + 'static) -> Arc<Mutex<String>> {
 }
 
 impl ChatClient {
-    fn start(f: &Fixture, model: &ScriptedModel, args: &[&str]) -> ChatClient {
+    pub(super) fn start(f: &Fixture, model: &ScriptedModel, args: &[&str]) -> ChatClient {
         let mut cmd = scripted_command(&f.home, model);
         cmd.current_dir(&f.ws)
             .arg("chat")
@@ -61,17 +61,17 @@ impl ChatClient {
         }
     }
 
-    fn send(&mut self, line: &str) {
+    pub(super) fn send(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin is open");
         stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
         stdin.flush().unwrap();
     }
 
-    fn out(&self) -> String {
+    pub(super) fn out(&self) -> String {
         self.out.lock().unwrap().clone()
     }
 
-    fn wait_for_out(&self, text: &str) {
+    pub(super) fn wait_for_out(&self, text: &str) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while !self.out().contains(text) {
             assert!(
@@ -85,7 +85,7 @@ impl ChatClient {
     }
 
     /// Close its input and wait for it: its exit status, stdout and stderr.
-    fn finish(mut self) -> (Option<i32>, String, String) {
+    pub(super) fn finish(mut self) -> (Option<i32>, String, String) {
         drop(self.stdin.take());
         let status = self.child.wait().unwrap();
         // The readers end with the pipes.
@@ -97,7 +97,7 @@ impl ChatClient {
 }
 
 /// The session id a chat's greeting names.
-fn session_in(greeting: &str) -> String {
+pub(super) fn session_in(greeting: &str) -> String {
     let after = greeting
         .split("session ")
         .nth(1)
@@ -105,7 +105,7 @@ fn session_in(greeting: &str) -> String {
     after.split_whitespace().next().unwrap().to_string()
 }
 
-fn live(f: &Fixture) -> serde_json::Value {
+pub(super) fn live(f: &Fixture) -> serde_json::Value {
     status(f)["host"]["live_sessions"].clone()
 }
 

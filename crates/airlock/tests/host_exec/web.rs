@@ -1651,3 +1651,281 @@ fn web_off_loopback_without_tls_the_host_refuses_to_start() {
         "{o:?}"
     );
 }
+
+/// Past `[web] reads_per_minute` a login's reads get 429 with `Retry-After`, and so do an
+/// address's before a login, each counted apart; the kill switch and the logout still work
+/// meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_reads_past_the_limit_get_429_and_the_kill_switch_still_works() {
+    let f = fixture();
+    init(&f, &format!("{WEB}reads_per_minute = 5\n"));
+    let _host = Host::start(&f.home);
+    let (base, cookie, csrf) = http_login(&f).await;
+    let get = |path: &str, cookie: Option<&str>| {
+        let mut req = http().get(format!("{base}{path}"));
+        if let Some(c) = cookie {
+            req = req.header("cookie", c);
+        }
+        req.send()
+    };
+    // A burst of reads: the allowance (5) is spent within a few, then 429.
+    let mut answered = 0;
+    let refused = loop {
+        let r = get("/approvals", Some(&cookie)).await.unwrap();
+        if r.status() == 429 {
+            break r;
+        }
+        assert_eq!(r.status(), 200);
+        answered += 1;
+        assert!(answered <= 5, "more reads answered than the limit allows");
+    };
+    let wait: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=12).contains(&wait), "Retry-After: {wait}");
+    assert!(refused.headers().get("content-security-policy").is_some());
+    let text = refused.text().await.unwrap();
+    assert!(text.contains("web.reads_per_minute = 5"), "{text}");
+    assert_eq!(get("/audit", Some(&cookie)).await.unwrap().status(), 429);
+
+    // The kill switch still works for the login that spent its reads, again and again.
+    for _ in 0..3 {
+        let r = http()
+            .post(format!("{base}/kill"))
+            .header("cookie", &cookie)
+            .header("origin", &base)
+            .form(&[("all", "true"), ("csrf", csrf.as_str())])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let text = r.text().await.unwrap();
+        assert!(text.contains("Stopped everything"), "{text}");
+    }
+
+    // Before a login, reads count against the address, apart from the login's.
+    let mut answered = 0;
+    loop {
+        let r = get("/welcome", None).await.unwrap();
+        if r.status() == 429 {
+            assert!(r.headers().get("retry-after").is_some());
+            break;
+        }
+        answered += 1;
+        assert!(answered <= 5, "more reads answered than the limit allows");
+    }
+    assert!(answered >= 1, "the address shared the login's allowance");
+    // A login link still logs in: any page in the browser could spend the loopback
+    // address's allowance, and must not keep the owner out.
+    let r = http().get(login_link(&f)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("set-cookie").is_some());
+
+    // Logging out is never refused either, and it ends the login.
+    let r = http()
+        .post(format!("{base}/logout"))
+        .header("cookie", &cookie)
+        .header("origin", &base)
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(verify(&f.home).status.success());
+}
+
+/// What the scripted model answers the terminal: markup, a terminal escape and a bidi
+/// override, all of which the page must show as text.
+const TERMINAL_REPLY: &str =
+    "Terminal <img src=x onerror=\"window.__pwned='live'\"> reply \u{1b}[31mred\u{202e}txt.";
+
+/// The text of the live pane of a session's page, read in one script.
+async fn live_text(b: &Browser) -> String {
+    b.client
+        .execute(
+            "const e = document.getElementById('live-text'); return e ? e.textContent : '';",
+            vec![],
+        )
+        .await
+        .unwrap()
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Wait until the live pane shows `text`.
+async fn live_shows(b: &Browser, text: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !live_text(b).await.contains(text) {
+        assert!(
+            Instant::now() < deadline,
+            "the live pane never showed {text:?}; it shows {:?}",
+            live_text(b).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A terminal's `airlock chat` through the host, attached to from the session's page:
+/// the reply streams to the page as it comes (no reload), as inert text with its escape
+/// and bidi override visible; the page cannot send while the terminal holds the input;
+/// once the terminal detached, the page sends the next message into the same session (the
+/// model sees both), its reply streams to the page, and a message sent while that turn
+/// runs is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_a_terminal_chat_streams_to_its_page_which_sends_the_next_message_once_it_detached() {
+    use super::sessions::{live, session_in, ChatClient};
+    use airlock_agent::scripted::Fault;
+    let f = fixture();
+    init(&f, WEB);
+    let host = Host::start(&f.home);
+    let model = ScriptedModel::start([
+        Step::text(TERMINAL_REPLY),
+        // Slow, so that a second message arrives while this turn runs.
+        Step::Fault(Fault::Slow {
+            delay: Duration::from_secs(8),
+            then: Box::new(Step::text("Answer to the page.")),
+        }),
+    ])
+    .await
+    .unwrap();
+    let mut term = ChatClient::start(&f, &model, &[]);
+    term.wait_for_out(" with model ");
+    let id = session_in(&term.out());
+
+    // The page attaches to the live session before the turn.
+    let b = Browser::start(1280, 900).await;
+    browser_login(&b, &f).await;
+    b.client
+        .goto(&format!("{}/sessions/{id}", base_of(&login_link(&f))))
+        .await
+        .unwrap();
+    b.client
+        .wait()
+        .for_element(Locator::Css("#live-text"))
+        .await
+        .expect("the live pane of a session live in the host");
+    let state = b.text().await;
+    assert!(state.contains("A terminal is attached"), "{state}");
+    b.client
+        .execute("window.__still_here = true; return null;", vec![])
+        .await
+        .unwrap();
+
+    // The terminal's turn: its reply arrives on the page as it is said.
+    term.send("hello from the terminal");
+    term.wait_for_out("Terminal <img");
+    live_shows(&b, "Terminal <img src=x").await;
+    let shown = live_text(&b).await;
+    assert!(shown.contains("you> "), "{shown}");
+    assert!(shown.contains("\\u{1b}[31mred\\u{202e}txt."), "{shown}");
+    assert!(
+        !shown.contains('\u{1b}') && !shown.contains('\u{202e}'),
+        "{shown}"
+    );
+    assert_eq!(
+        b.client
+            .execute("return window.__still_here === true;", vec![])
+            .await
+            .unwrap(),
+        serde_json::Value::Bool(true),
+        "the page was reloaded instead of streaming"
+    );
+    assert_eq!(
+        b.client
+            .find_all(Locator::Css("#live img"))
+            .await
+            .unwrap()
+            .len(),
+        0,
+        "the model's markup became an element"
+    );
+    assert!(!b.pwned().await);
+
+    // While the terminal is attached, the page cannot send: the terminal holds the input.
+    let (base, cookie, csrf) = http_login(&f).await;
+    let say = |prompt: &'static str| {
+        let (base, cookie, csrf, id) = (base.clone(), cookie.clone(), csrf.clone(), id.clone());
+        async move {
+            http()
+                .post(format!("{base}/sessions/{id}/say"))
+                .header("cookie", &cookie)
+                .header("origin", &base)
+                .form(&[("csrf", csrf.as_str()), ("prompt", prompt)])
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let r = say("not while attached").await;
+    assert_eq!(r.status(), 409);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("attached to a terminal"), "{text}");
+    assert_eq!(model.requests().len(), 1);
+
+    // The terminal detaches; the page sends the next message into the same session.
+    term.send("/quit");
+    let (code, out, err) = tokio::task::spawn_blocking(move || term.finish())
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    {
+        let f = &f;
+        tokio::task::block_in_place(|| {
+            wait_for("the terminal to detach", || live(f)[0]["attached"] == false)
+        });
+    }
+    b.client.refresh().await.unwrap();
+    b.client
+        .wait()
+        .for_element(Locator::Css("#live-prompt"))
+        .await
+        .unwrap()
+        .send_keys("now from the page")
+        .await
+        .unwrap();
+    b.client
+        .find(Locator::Css("#live-send"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    // Its turn runs (the model is slow to answer): another message is refused, not queued
+    // behind it or run beside it.
+    live_shows(&b, "page> now from the page").await;
+    let r = say("a second one at once").await;
+    assert_eq!(r.status(), 409);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("a turn is running"), "{text}");
+    live_shows(&b, "Answer to the page.").await;
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2, "the refused messages reached the model");
+    let last = requests.last().unwrap().json().unwrap().to_string();
+    assert!(last.contains("hello from the terminal"), "{last}");
+    assert!(last.contains("Terminal <img"), "{last}");
+    assert!(last.contains("now from the page"), "{last}");
+    assert!(!last.contains("a second one"), "{last}");
+    assert!(!b.pwned().await);
+    // A terminal that attaches again is shown what the page's turn said meanwhile.
+    let mut again = ChatClient::start(&f, &model, &["--session", &id]);
+    again.wait_for_out(&format!("attached to session {id}"));
+    again.wait_for_out("page> now from the page");
+    again.wait_for_out("Answer to the page.");
+    again.send("/quit");
+    let (code, out, err) = tokio::task::spawn_blocking(move || again.finish())
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let sent = audit_records(&f.home)
+        .into_iter()
+        .find(|r| r["kind"] == "web-message")
+        .expect("a web-message record");
+    assert_eq!(sent["via"], "web", "{sent}");
+    assert_eq!(sent["detail"]["session"], id.as_str(), "{sent}");
+    b.close().await;
+    drop(host);
+    assert!(verify(&f.home).status.success());
+}

@@ -1047,3 +1047,181 @@ fn web_remote_without_a_dns_name_or_tls_for_it_the_host_refuses_to_start() {
         "{err}"
     );
 }
+
+/// A free loopback port (bound, then let go).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// With `[web] public_port` (a router forwards it to the listening port), the page's
+/// origin, `Host` check and passkey origin name the public port: a request naming it is
+/// answered at the listening port, and one naming the listening port is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_remote_a_public_port_other_than_the_listening_one_is_the_page_s_origin() {
+    let tls = test_tls(&[NAME]);
+    let f = fixture();
+    let listen = free_port();
+    let public = loop {
+        let p = free_port();
+        if p != listen {
+            break p;
+        }
+    };
+    init(
+        &f,
+        &format!(
+            "\n[web]\nlisten = \"127.0.0.1:{listen}\"\npublic_name = \"{NAME}\"\npublic_port = {public}\ntls_cert = \"{}\"\ntls_key = \"{}\"\n",
+            tls.cert.display(),
+            tls.key.display()
+        ),
+    );
+    let _host = Host::start(&f.home);
+    // The enrolment link (and so the passkeys' origin) names the public port.
+    let link = enrol_link(&f);
+    let public_base = format!("https://{NAME}:{public}");
+    assert!(
+        link.starts_with(&format!("{public_base}/enroll?token=")),
+        "{link}"
+    );
+    // Reached at the listening port, as a router would forward it.
+    let listening_base = format!("https://{NAME}:{listen}");
+    let http = https(&tls, &listening_base);
+    let welcome = |host: String, origin: Option<String>| {
+        let mut req = http
+            .get(format!("{listening_base}/welcome"))
+            .header("host", host);
+        if let Some(o) = origin {
+            req = req.header("origin", o);
+        }
+        req.send()
+    };
+    let r = welcome(format!("{NAME}:{public}"), Some(public_base.clone()))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401, "the public Host and Origin are the page's");
+    // The enrolment page is for the public origin.
+    let path = link.strip_prefix(&public_base).unwrap();
+    let r = http
+        .get(format!("{listening_base}{path}"))
+        .header("host", format!("{NAME}:{public}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert!(
+        text.contains(&format!("<code>{public_base}</code>")),
+        "{text}"
+    );
+    // The listening port is not the page's address, in the Host or in the Origin.
+    let r = welcome(format!("{NAME}:{listen}"), None).await.unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .contains(&format!("{NAME}:{public}")));
+    let r = welcome(format!("{NAME}:{public}"), Some(listening_base.clone()))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    // The enrolment page's passkey ceremony is for the public origin too.
+    let r = http
+        .post(format!("{listening_base}/enroll/finish"))
+        .header("host", format!("{NAME}:{listen}"))
+        .header("origin", &listening_base)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403, "a change naming the listening port");
+}
+
+/// Replace `tls`'s files with `with`'s as a renewal tool would: each written aside, then
+/// renamed over the one in use.
+fn renew(tls: &TestTls, cert: &std::path::Path, key: &std::path::Path) {
+    for (from, to) in [(key, &tls.key), (cert, &tls.cert)] {
+        let aside = to.with_extension("new");
+        std::fs::copy(from, &aside).unwrap();
+        std::fs::rename(&aside, to).unwrap();
+    }
+}
+
+/// Whether a new TLS connection trusting only `ca` of `tls` is answered (by the page's
+/// certificate of that CA).
+async fn answers_with(tls: &TestTls, base: &str) -> bool {
+    https(tls, base)
+        .get(format!("{base}/welcome"))
+        .send()
+        .await
+        .is_ok()
+}
+
+/// The certificate and key are read again when their files change: new connections get
+/// the new certificate (for the same name, with another key), a connection made before
+/// goes on, and a new pair that fails the checks (a certificate for another name) is
+/// refused with an error in the log while the one in use is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_remote_a_renewed_certificate_is_served_without_a_restart() {
+    let tls = test_tls(&[NAME]);
+    let renewed = test_tls(&[NAME]);
+    let elsewhere = test_tls(&["elsewhere.test"]);
+    assert_ne!(tls.spki, renewed.spki, "the renewal has another key");
+    let f = fixture();
+    init(&f, &remote_web(&tls, NAME));
+    let host = Host::start(&f.home);
+    let base = base_of(&enrol_link(&f));
+    // A client that keeps its connection open across the renewal.
+    let kept = https(&tls, &base);
+    let r = kept.get(format!("{base}/welcome")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(answers_with(&tls, &base).await);
+    assert!(
+        !answers_with(&renewed, &base).await,
+        "the renewed certificate was served before the renewal"
+    );
+
+    renew(&tls, &renewed.cert, &renewed.key);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !answers_with(&renewed, &base).await {
+        assert!(
+            Instant::now() < deadline,
+            "the renewed certificate is never served: {}",
+            host.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        !answers_with(&tls, &base).await,
+        "a new connection still gets the old certificate"
+    );
+    // The connection made before the renewal was not dropped.
+    let r = kept.get(format!("{base}/welcome")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+
+    // A pair for another name: refused, said in the log, the renewed one kept.
+    renew(&tls, &elsewhere.cert, &elsewhere.key);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !host
+        .log_text()
+        .contains("is not a certificate for web.public_name = airlock.test")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the bad pair was not refused in the log: {}",
+            host.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(host.log_text().contains("the one in use is kept"));
+    assert!(
+        answers_with(&renewed, &base).await,
+        "the pair in use was dropped"
+    );
+    assert!(!answers_with(&elsewhere, &base).await);
+    drop(host);
+    assert!(verify(&f.home).status.success());
+}

@@ -27,7 +27,10 @@ if (badge) {
 // A session's page follows its transcript: when the session has said more, the page is
 // drawn again, unless a message is being typed.
 const transcript = document.getElementById("transcript");
-if (transcript) {
+// A session live in the host streams what it says instead (below): the page is not drawn
+// again under it.
+const liveText = document.getElementById("live-text");
+if (transcript && !liveText) {
   const id = transcript.dataset.session;
   const shown = transcript.dataset.length;
   const typing = () => {
@@ -64,6 +67,22 @@ if (transcript) {
   events.addEventListener("done", () => {
     events.close();
     if (shown !== null) shown.classList.add("done");
+  });
+}
+
+// A session live in the host, attached to: what it said lately, then what it says as it
+// says it, whoever runs its turn. Shown as text only (textContent); the host has made its
+// hidden characters visible already.
+if (liveText) {
+  const id = document.getElementById("live").dataset.session;
+  const events = new EventSource("/sessions/" + encodeURIComponent(id) + "/live");
+  events.addEventListener("text", (e) => {
+    liveText.textContent += JSON.parse(e.data);
+    liveText.scrollTop = liveText.scrollHeight;
+  });
+  events.addEventListener("done", () => {
+    events.close();
+    liveText.classList.add("done");
   });
 }
 

@@ -47,7 +47,9 @@ impl RecordLog {
                 }
             }
         }
-        Ok(RecordLog::Own(Box::new(crate::runtime::open_audit(home, cfg)?)))
+        Ok(RecordLog::Own(Box::new(crate::runtime::open_audit(
+            home, cfg,
+        )?)))
     }
 
     /// Work with the log itself, for helpers that take `&mut AuditLog` (the host's writer

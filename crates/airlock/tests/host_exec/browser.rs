@@ -13,7 +13,7 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fantoccini::{Client, ClientBuilder};
+use fantoccini::{Client, ClientBuilder, Locator};
 
 /// A browser and the driver that runs it; both end when it is dropped.
 pub struct Browser {
@@ -175,6 +175,29 @@ impl Browser {
             .await
             .unwrap();
         text.as_str().unwrap_or_default().to_string()
+    }
+
+    /// Click the element `css` finds.
+    pub async fn click(&self, css: &str) {
+        self.client
+            .find(Locator::Css(css))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+    }
+
+    /// Type `text` into the element `css` finds, once it is there.
+    pub async fn type_into(&self, css: &str, text: &str) {
+        self.client
+            .wait()
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap()
+            .send_keys(text)
+            .await
+            .unwrap();
     }
 
     /// Whether any script of the page set `window.__pwned` (what every XSS payload in

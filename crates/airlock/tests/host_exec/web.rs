@@ -127,13 +127,7 @@ async fn web_login_link_works_once_and_its_cookie_is_strict() {
     assert!(other.client.find(Locator::Css("#kill-all")).await.is_err());
     other.close().await;
     // Logging out ends the login: the page asks for a link again.
-    b.client
-        .find(Locator::Css("form[action='/logout'] button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click("form[action='/logout'] button").await;
     if b.client
         .wait()
         .for_element(Locator::Css("#logged-out"))
@@ -723,13 +717,7 @@ async fn web_a_fetched_page_stays_inert_and_a_held_post_is_sent_as_approved() {
     assert!(!b.pwned().await, "a script of the fetched page ran");
     // The data flow: two sources (the page, and what the POST's answer said, which is
     // the page again), two actions, and one line: from the page to the POST.
-    b.client
-        .find(Locator::Css("#flow-link"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click("#flow-link").await;
     b.client
         .wait()
         .for_element(Locator::Css("svg.flow"))
@@ -825,13 +813,7 @@ async fn web_a_held_memory_change_is_shown_and_rejected_from_the_page() {
     assert!(shown.contains("(new record)"), "{shown}");
     assert!(!b.pwned().await);
     b.screenshot("memory").await;
-    b.client
-        .find(Locator::Css("section.memory-change button.deny"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click("section.memory-change button.deny").await;
     b.client
         .wait()
         .for_element(Locator::Css("#outcome.ok"))
@@ -997,13 +979,7 @@ async fn web_memory_history_shows_each_version_and_rolls_back_from_the_page() {
     assert_eq!(r.status(), 403);
     assert!(show(&f).contains("Dentist cancelled"));
 
-    b.client
-        .find(Locator::Css("#version-1 button.rollback"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click("#version-1 button.rollback").await;
     b.client
         .wait()
         .for_element(Locator::Css("#outcome.ok"))
@@ -1179,20 +1155,8 @@ async fn web_a_task_started_from_the_page_is_answered_and_takes_a_next_message()
     let host = Host::start(&f.home);
     let b = Browser::start(1280, 900).await;
     let base = base_of(&browser_login(&b, &f).await);
-    b.client
-        .find(Locator::Css("#new-prompt"))
-        .await
-        .unwrap()
-        .send_keys("Say hello")
-        .await
-        .unwrap();
-    b.client
-        .find(Locator::Css("#start"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.type_into("#new-prompt", "Say hello").await;
+    b.click("#start").await;
     b.client
         .wait()
         .for_element(Locator::Css("#outcome.ok"))
@@ -1249,20 +1213,8 @@ async fn web_a_task_started_from_the_page_is_answered_and_takes_a_next_message()
     assert!(page.contains("Say hello"), "{page}");
     // The next message, from the session's page; the page follows the transcript (its
     // script redraws it when the session has said more).
-    b.client
-        .find(Locator::Css("#next-prompt"))
-        .await
-        .unwrap()
-        .send_keys("And again")
-        .await
-        .unwrap();
-    b.client
-        .find(Locator::Css("#send"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.type_into("#next-prompt", "And again").await;
+    b.click("#send").await;
     b.client
         .wait()
         .for_element(Locator::Css("#outcome.ok"))
@@ -1558,13 +1510,7 @@ async fn web_the_kill_button_stops_a_running_session_within_a_second_on_a_phone(
     let select = b.client.find(Locator::Css("#kill-session")).await.unwrap();
     select.select_by_value(&session).await.unwrap();
     let pressed = Instant::now();
-    b.client
-        .find(Locator::Css("#kill-one"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click("#kill-one").await;
     let m = marker.clone();
     let gone = tokio::task::spawn_blocking(move || {
         while sandboxed(&m) {
@@ -1878,21 +1824,8 @@ async fn web_a_terminal_chat_streams_to_its_page_which_sends_the_next_message_on
         });
     }
     b.client.refresh().await.unwrap();
-    b.client
-        .wait()
-        .for_element(Locator::Css("#live-prompt"))
-        .await
-        .unwrap()
-        .send_keys("now from the page")
-        .await
-        .unwrap();
-    b.client
-        .find(Locator::Css("#live-send"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.type_into("#live-prompt", "now from the page").await;
+    b.click("#live-send").await;
     // Its turn runs (the model is slow to answer): another message is refused, not queued
     // behind it or run beside it.
     live_shows(&b, "page> now from the page").await;

@@ -139,13 +139,7 @@ async fn start_browser(tls: &TestTls) -> Browser {
 async fn enrol(b: &Browser, f: &Fixture) -> String {
     let link = enrol_link(f);
     b.client.goto(&link).await.unwrap();
-    b.client
-        .find(Locator::Css("#passkey-enrol"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click("#passkey-enrol").await;
     if b.client
         .wait()
         .at_most(Duration::from_secs(20))
@@ -161,13 +155,7 @@ async fn enrol(b: &Browser, f: &Fixture) -> String {
 /// Log in with the browser's passkey.
 async fn passkey_login(b: &Browser, base: &str) {
     b.client.goto(&format!("{base}/welcome")).await.unwrap();
-    b.client
-        .find(Locator::Css("#passkey-login"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click("#passkey-login").await;
     if b.client
         .wait()
         .at_most(Duration::from_secs(20))
@@ -236,13 +224,7 @@ async fn web_remote_serves_only_enrolment_until_a_passkey_is_enrolled_and_logs_i
     // Enrol: the link works once.
     b.add_virtual_authenticator().await;
     b.client.goto(&link).await.unwrap();
-    b.client
-        .find(Locator::Css("#passkey-enrol"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click("#passkey-enrol").await;
     if b.client
         .wait()
         .at_most(Duration::from_secs(20))
@@ -708,13 +690,7 @@ fn listed_passkeys(f: &Fixture) -> Vec<String> {
 /// Press "Log in with a passkey" and wait for the refusal; what the page said.
 async fn login_refused(b: &Browser, base: &str) -> String {
     b.client.goto(&format!("{base}/welcome")).await.unwrap();
-    b.client
-        .find(Locator::Css("#passkey-login"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click("#passkey-login").await;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let status = b

@@ -239,6 +239,11 @@ impl LiveSessions {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether session `id` lives in the host now.
+    pub fn is_live(&self, id: &str) -> bool {
+        self.map().contains_key(id)
+    }
+
     pub fn status(&self) -> Vec<LiveSessionStatus> {
         let now = Instant::now();
         let mut out: Vec<_> = self

@@ -167,13 +167,21 @@ impl WebState {
     ) -> bool {
         let home = self.host.home.clone();
         let who = Decider::web(login.unwrap_or("-"));
+        // A record about one session (a message sent to it) is that session's, so the
+        // timeline's session filter finds it; the rest belong to no session.
+        let session = detail
+            .get("session")
+            .and_then(|s| s.as_str())
+            .unwrap_or("-")
+            .to_string();
         let done = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
             let cfg = crate::config::load(&home.config_file())?;
             let mut log = crate::service::record_log::RecordLog::open(&home, &cfg)?;
             let mut detail = detail;
             detail["decided_by"] = who.detail();
             log.append(
-                airlock_audit::AuditEvent::by(kind, "-", &who.attribution()).with_detail(detail),
+                airlock_audit::AuditEvent::by(kind, &session, &who.attribution())
+                    .with_detail(detail),
             )
             .map_err(|e| anyhow::anyhow!("{e}"))?;
             log.close().map_err(|e| anyhow::anyhow!("{e}"))?;

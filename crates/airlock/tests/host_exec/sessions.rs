@@ -154,6 +154,15 @@ async fn a_chat_in_the_host_outlives_its_client_and_is_attached_again() {
         err3.contains(&format!("session {id} is attached to another client")),
         "{err3}"
     );
+    // Nor does `airlock run` get a turn of it beside the chat's.
+    let run = airlock(&f.home, &["run", "--session", &id, "what was the word?"]);
+    assert!(!run.status.success(), "{run:?}");
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        said.contains(&format!("session {id} is live in the host as a chat"))
+            && said.contains("airlock chat --session"),
+        "{said}"
+    );
     second.send("what was the word?");
     second.wait_for_out("Second answer.");
     let requests = model.requests();

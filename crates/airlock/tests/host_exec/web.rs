@@ -1858,6 +1858,8 @@ async fn web_a_terminal_chat_streams_to_its_page_which_sends_the_next_message_on
         .expect("a web-message record");
     assert_eq!(sent["via"], "web", "{sent}");
     assert_eq!(sent["detail"]["session"], id.as_str(), "{sent}");
+    // The record is the session's, so the timeline's session filter finds it.
+    assert_eq!(sent["session"], id.as_str(), "{sent}");
     b.close().await;
     drop(host);
     assert!(verify(&f.home).status.success());

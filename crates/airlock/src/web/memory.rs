@@ -33,6 +33,20 @@ pub fn approval_subject(change: &str) -> String {
     format!("memory-change:{change}")
 }
 
+/// What a remote rollback's passkey signs: the record and the version it restores
+/// (versions never change once written, so these two say exactly what comes back).
+pub fn rollback_subject(id: &str, to: i64) -> String {
+    format!("memory-rollback:{id}:{to}")
+}
+
+/// The payload hash a rollback form carries, over what it restores.
+fn rollback_hash(id: &str, to: i64) -> String {
+    format!(
+        "sha256:{}",
+        airlock_core::canonical::sha256_hex(rollback_subject(id, to).as_bytes())
+    )
+}
+
 pub async fn page(State(web): State<Arc<WebState>>, LoggedIn(login): LoggedIn) -> Response {
     let home = web.host.home.clone();
     let read = tokio::task::spawn_blocking(move || {
@@ -133,7 +147,9 @@ pub async fn record(
     let read = tokio::task::spawn_blocking(move || service::history(&home, &wanted)).await;
     let chrome = web.chrome().await;
     let body = match read {
-        Ok(Ok((versions, corrupt))) => history_view(&login, &id, &versions, corrupt),
+        Ok(Ok((versions, corrupt))) => {
+            history_view(&login, &id, &versions, corrupt, web.bound.is_remote())
+        }
         Ok(Err(e)) => html! { p class="error" { (untrusted::block(&format!("{e:#}"))) } },
         Err(e) => html! { p class="error" { (e.to_string()) } },
     };
@@ -141,7 +157,13 @@ pub async fn record(
     Html(layout::page(&title, &login, &chrome, body).into_string()).into_response()
 }
 
-fn history_view(login: &WebLogin, id: &str, versions: &[VersionView], corrupt: usize) -> Markup {
+fn history_view(
+    login: &WebLogin,
+    id: &str,
+    versions: &[VersionView],
+    corrupt: usize,
+    passkey: bool,
+) -> Markup {
     let current = versions.last().map(|v| v.version);
     html! {
         p { a href="/memory" { "All records and held changes" } }
@@ -162,11 +184,20 @@ fn history_view(login: &WebLogin, id: &str, versions: &[VersionView], corrupt: u
                 }
                 (version_diff(i.checked_sub(1).map(|p| &versions[p]), v))
                 @if Some(v.version) != current {
-                    form method="post" action="/memory/rollback" class="rollback" {
+                    // Served remotely, a rollback is signed by the passkey as an
+                    // approval is: what it restores is bound into the challenge.
+                    form method="post" action="/memory/rollback" class="rollback decide"
+                        data-passkey=[passkey.then_some("required")]
+                        data-subject=(rollback_subject(id, v.version)) {
                         (csrf(login))
                         input type="hidden" name="id" value=(id);
                         input type="hidden" name="to" value=(v.version);
-                        button type="submit" class="rollback" { "Roll back to version " (v.version) }
+                        input type="hidden" name="hash" value=(rollback_hash(id, v.version));
+                        @if passkey {
+                            input type="hidden" name="ceremony" value="";
+                            input type="hidden" name="assertion" value="";
+                        }
+                        button type="submit" name="decision" value="rollback" class="rollback" { "Roll back to version " (v.version) }
                     }
                 }
             }
@@ -310,6 +341,13 @@ pub struct RollbackForm {
     id: String,
     /// The version to restore.
     to: i64,
+    #[serde(default)]
+    hash: String,
+    /// Served remotely: the passkey ceremony and its assertion (JSON) for the rollback.
+    #[serde(default)]
+    ceremony: String,
+    #[serde(default)]
+    assertion: String,
 }
 
 impl HasCsrf for RollbackForm {
@@ -327,6 +365,34 @@ pub async fn rollback(
     let who = Decider::web(&login.id);
     let home = web.host.home.clone();
     let back = format!("/memory/records/{}", form.id);
+    // Served remotely, a rollback is a passkey assertion over the record and the version
+    // it restores (nothing to check on loopback). The form's hash must be that one.
+    if form.hash != rollback_hash(&form.id, form.to) {
+        return web
+            .outcome_page(
+                &login,
+                "Refused",
+                false,
+                "the form's hash is not the one of this rollback\nhelp: reload the record's page",
+                &back,
+            )
+            .await;
+    }
+    if let Err(why) = super::remote::check_approval(
+        &web,
+        &login.id,
+        &rollback_subject(&form.id, form.to),
+        &form.hash,
+        &form.ceremony,
+        &form.assertion,
+    )
+    .await
+    {
+        tracing::warn!(login = %login.id, record = %form.id, why = %why, "web: a memory rollback without a valid passkey assertion was refused");
+        return web
+            .outcome_page(&login, "Refused", false, &why, &back)
+            .await;
+    }
     let done = tokio::task::spawn_blocking(move || {
         service::act_as(
             &home,

@@ -659,6 +659,49 @@ async fn web_remote_memory_approval_is_a_passkey_assertion_bound_to_the_change_s
     let outcome = outcome_of(&b, true).await;
     assert!(outcome.contains(&format!("Applied {a}")), "{outcome}");
     assert!(!change_held(&f, &a));
+
+    // A rollback is signed too: with the right hash and the CSRF token but no
+    // assertion it is refused, and the record stays as it is.
+    let shown_now = |f: &Fixture| {
+        let o = airlock(&f.home, &["memory", "show", &pinned]);
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let before = shown_now(&f);
+    let rollback_hash = format!(
+        "sha256:{}",
+        airlock_core::canonical::sha256_hex(format!("memory-rollback:{pinned}:1").as_bytes())
+    );
+    let r = https(&tls, &base)
+        .post(format!("{base}/memory/rollback"))
+        .header("origin", &base)
+        .header("cookie", format!("{}={}", cookie.name(), cookie.value()))
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("id", pinned.as_str()),
+            ("to", "1"),
+            ("hash", rollback_hash.as_str()),
+            ("decision", "rollback"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("is a passkey assertion"), "{text}");
+    assert_eq!(shown_now(&f), before);
+    // Through the page, the passkey signs it and version 1 comes back.
+    b.client
+        .goto(&format!("{base}/memory/records/{pinned}"))
+        .await
+        .unwrap();
+    b.click("#version-1 button.rollback").await;
+    let outcome = outcome_of(&b, true).await;
+    assert!(outcome.contains("Rolled back"), "{outcome}");
+    assert!(
+        shown_now(&f).contains("Reply in English"),
+        "{}",
+        shown_now(&f)
+    );
     b.close().await;
     let approved: Vec<serde_json::Value> = audit_records(&f.home)
         .into_iter()

@@ -165,8 +165,8 @@ if (login) {
 // passkey signs it; the form then carries the assertion. A denial needs no passkey.
 for (const form of document.querySelectorAll("form.decide[data-passkey]")) {
   form.addEventListener("submit", async (event) => {
-    // Approving, or revoking a passkey: each needs the passkey's assertion.
-    const approving = event.submitter && ["approve", "revoke"].includes(event.submitter.value);
+    // Approving, revoking a passkey, rolling memory back: each needs the passkey's assertion.
+    const approving = event.submitter && ["approve", "revoke", "rollback"].includes(event.submitter.value);
     if (!approving || form.elements.assertion.value !== "") return;
     event.preventDefault();
     const button = event.submitter;

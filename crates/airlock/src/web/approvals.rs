@@ -286,20 +286,17 @@ pub async fn decide(
             .await;
     }
     if form.decision == "approve" {
-        if let Err(why) = super::remote::check_approval(
-            &web,
-            &login.id,
-            &form.id,
-            &form.hash,
-            &form.ceremony,
-            &form.assertion,
-        )
-        .await
+        let signed = super::remote::Signed {
+            subject: &form.id,
+            hash: &form.hash,
+            ceremony: &form.ceremony,
+            assertion: &form.assertion,
+        };
+        if let Some(refused) =
+            super::remote::signed_or_refused(&web, &login, signed, "an approval", "/approvals")
+                .await
         {
-            tracing::warn!(login = %login.id, request = %form.id, why = %why, "web: an approval without a valid passkey assertion was refused");
-            return web
-                .outcome_page(&login, "Refused", false, &why, "/approvals")
-                .await;
+            return refused;
         }
     }
     let done = tokio::task::spawn_blocking(move || -> anyhow::Result<String> {

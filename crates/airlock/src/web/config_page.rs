@@ -169,20 +169,18 @@ pub async fn revoke_passkey(
             .await;
     }
     // The challenge is bound to the id revoked, as subject and as payload.
-    if let Err(why) = super::remote::check_approval(
-        &web,
-        &login.id,
-        &revoke_subject(&form.id),
-        &form.id,
-        &form.ceremony,
-        &form.assertion,
-    )
-    .await
+    let subject = revoke_subject(&form.id);
+    let signed = super::remote::Signed {
+        subject: &subject,
+        hash: &form.id,
+        ceremony: &form.ceremony,
+        assertion: &form.assertion,
+    };
+    if let Some(refused) =
+        super::remote::signed_or_refused(&web, &login, signed, "a passkey revocation", "/settings")
+            .await
     {
-        tracing::warn!(login = %login.id, passkey = %form.id, why = %why, "web: a passkey revocation without a valid assertion was refused");
-        return web
-            .outcome_page(&login, "Refused", false, &why, "/settings")
-            .await;
+        return refused;
     }
     let host = web.host.clone();
     let who = crate::service::decider::Decider::web(&login.id);

@@ -279,20 +279,23 @@ pub async fn decide(
         }
         // Served remotely, applying is a passkey assertion bound to this change and the
         // hash of what the page drew (nothing to check on loopback).
-        if let Err(why) = super::remote::check_approval(
+        let subject = approval_subject(&form.change);
+        let signed = super::remote::Signed {
+            subject: &subject,
+            hash: &form.hash,
+            ceremony: &form.ceremony,
+            assertion: &form.assertion,
+        };
+        if let Some(refused) = super::remote::signed_or_refused(
             &web,
-            &login.id,
-            &approval_subject(&form.change),
-            &form.hash,
-            &form.ceremony,
-            &form.assertion,
+            &login,
+            signed,
+            "applying a memory change",
+            "/memory",
         )
         .await
         {
-            tracing::warn!(login = %login.id, change = %form.change, why = %why, "web: applying a memory change without a valid passkey assertion was refused");
-            return web
-                .outcome_page(&login, "Refused", false, &why, "/memory")
-                .await;
+            return refused;
         }
     }
     let who = Decider::web(&login.id);
@@ -378,20 +381,17 @@ pub async fn rollback(
             )
             .await;
     }
-    if let Err(why) = super::remote::check_approval(
-        &web,
-        &login.id,
-        &rollback_subject(&form.id, form.to),
-        &form.hash,
-        &form.ceremony,
-        &form.assertion,
-    )
-    .await
+    let subject = rollback_subject(&form.id, form.to);
+    let signed = super::remote::Signed {
+        subject: &subject,
+        hash: &form.hash,
+        ceremony: &form.ceremony,
+        assertion: &form.assertion,
+    };
+    if let Some(refused) =
+        super::remote::signed_or_refused(&web, &login, signed, "a memory rollback", &back).await
     {
-        tracing::warn!(login = %login.id, record = %form.id, why = %why, "web: a memory rollback without a valid passkey assertion was refused");
-        return web
-            .outcome_page(&login, "Refused", false, &why, &back)
-            .await;
+        return refused;
     }
     let done = tokio::task::spawn_blocking(move || {
         service::act_as(

@@ -288,6 +288,38 @@ pub async fn approval_challenge(
     }
 }
 
+/// What a signed form names: its subject, the payload hash the page drew, and the
+/// passkey's ceremony and assertion.
+pub struct Signed<'a> {
+    pub subject: &'a str,
+    pub hash: &'a str,
+    pub ceremony: &'a str,
+    pub assertion: &'a str,
+}
+
+/// [`check_approval`] for a form of `login`'s, answered by the refusal page (back to
+/// `back`) when it does not hold; `what` says in the log what was refused.
+pub async fn signed_or_refused(
+    web: &WebState,
+    login: &super::auth::WebLogin,
+    form: Signed<'_>,
+    what: &str,
+    back: &str,
+) -> Option<axum::response::Response> {
+    let why = check_approval(
+        web,
+        &login.id,
+        form.subject,
+        form.hash,
+        form.ceremony,
+        form.assertion,
+    )
+    .await
+    .err()?;
+    tracing::warn!(login = %login.id, subject = %form.subject, why = %why, "web: {what} without a valid passkey assertion was refused");
+    Some(web.outcome_page(login, "Refused", false, &why, back).await)
+}
+
 /// Check an approval's assertion (the form's `ceremony` and `assertion`) against the
 /// request and payload hash the form names; `Err` with why when it does not hold.
 pub async fn check_approval(

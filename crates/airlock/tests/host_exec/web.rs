@@ -1176,7 +1176,9 @@ async fn web_a_task_started_from_the_page_is_answered_and_takes_a_next_message()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let answered = |text: &'static str| {
+    // Every one of `texts` on the session's page: the streamed reply can come before the
+    // transcript under it is drawn, so a test that wants both waits for both.
+    let answered = |texts: &'static [&'static str]| {
         let b = &b;
         let base = base.clone();
         let session = session.clone();
@@ -1184,10 +1186,13 @@ async fn web_a_task_started_from_the_page_is_answered_and_takes_a_next_message()
             let deadline = Instant::now() + Duration::from_secs(60);
             loop {
                 let page = b.text().await;
-                if page.contains(text) {
+                if texts.iter().all(|t| page.contains(t)) {
                     return page;
                 }
-                assert!(Instant::now() < deadline, "no {text:?} on the page: {page}");
+                assert!(
+                    Instant::now() < deadline,
+                    "not all of {texts:?} on the page: {page}"
+                );
                 if !b
                     .client
                     .current_url()
@@ -1209,8 +1214,7 @@ async fn web_a_task_started_from_the_page_is_answered_and_takes_a_next_message()
         .goto(&format!("{base}/sessions/{session}"))
         .await
         .unwrap();
-    let page = answered("Hello from the model, <b>not bold</b>.").await;
-    assert!(page.contains("Say hello"), "{page}");
+    answered(&["Hello from the model, <b>not bold</b>.", "Say hello"]).await;
     // The next message, from the session's page; the page follows the transcript (its
     // script redraws it when the session has said more).
     b.type_into("#next-prompt", "And again").await;
@@ -1224,7 +1228,7 @@ async fn web_a_task_started_from_the_page_is_answered_and_takes_a_next_message()
         .goto(&format!("{base}/sessions/{session}"))
         .await
         .unwrap();
-    answered("Second answer.").await;
+    answered(&["Second answer.", "And again"]).await;
     assert!(!b.pwned().await);
     b.close().await;
     drop(host);

@@ -529,8 +529,10 @@ fn wait_for_sleeps(run_dir: &Path) -> (u32, BTreeMap<u32, u64>) {
     panic!("the long command never started under {}", run_dir.display());
 }
 
-/// A parent that starts child `k`, whose shell call runs two long `sleep`s, and waits.
-async fn family_with_a_long_child() -> ScriptedModel {
+/// A parent that starts child `k`, whose shell call runs two `sleep secs`, and waits. Each
+/// test gives its own `secs`, so that tests running side by side cannot see each other's
+/// sleeps in `ps`.
+async fn family_with_a_long_child(secs: u32) -> ScriptedModel {
     let model = ScriptedModel::start([
         Step::tool_call(
             "p1",
@@ -548,7 +550,7 @@ async fn family_with_a_long_child() -> ScriptedModel {
             Step::tool_call(
                 "k1",
                 "shell",
-                r#"{"command":"sleep 313 & sleep 313 & wait"}"#,
+                &format!(r#"{{"command":"sleep {secs} & sleep {secs} & wait"}}"#),
             ),
             Step::text("never reached"),
         ],
@@ -569,8 +571,8 @@ fn first_child(store: &SqliteStore, parent: &str) -> String {
 }
 
 /// Within a second of a kill, nothing of `tree` (the child's sandbox) is alive: `ps`'s
-/// view, /proc by pid and start time, and no `sleep 313` in `ps` itself.
-fn assert_gone_within_a_second(tree: &BTreeMap<u32, u64>, helper: u32) {
+/// view, /proc by pid and start time, and no `sleep secs` in `ps` itself.
+fn assert_gone_within_a_second(tree: &BTreeMap<u32, u64>, helper: u32, secs: u32) {
     let deadline = Instant::now() + Duration::from_secs(1);
     let mut left: Vec<(u32, String)>;
     loop {
@@ -594,7 +596,7 @@ fn assert_gone_within_a_second(tree: &BTreeMap<u32, u64>, helper: u32) {
         .unwrap();
     let ps = String::from_utf8_lossy(&ps.stdout);
     assert!(
-        !ps.lines().any(|l| l.contains("sleep 313")),
+        !ps.lines().any(|l| l.contains(&format!("sleep {secs}"))),
         "a sandboxed sleep is still in ps:\n{ps}"
     );
 }
@@ -602,7 +604,7 @@ fn assert_gone_within_a_second(tree: &BTreeMap<u32, u64>, helper: u32) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn i7_killing_the_parent_ends_its_children_and_their_sandboxes() {
     let (f, store, parent, _ws) = setup("", &[]);
-    let model = family_with_a_long_child().await;
+    let model = family_with_a_long_child(313).await;
     let run = start_run(&f.home, &model, &parent, &[]);
     let child = first_child(&store, &parent);
     let (helper, tree) = wait_for_sleeps(&f.home.join("state/run").join(&child));
@@ -611,7 +613,7 @@ async fn i7_killing_the_parent_ends_its_children_and_their_sandboxes() {
     assert!(k.status.success(), "{}", String::from_utf8_lossy(&k.stderr));
     let said = String::from_utf8_lossy(&k.stdout);
     assert!(said.contains(&format!("killed {child}")), "{said}");
-    assert_gone_within_a_second(&tree, helper);
+    assert_gone_within_a_second(&tree, helper, 313);
 
     let out = tokio::task::spawn_blocking(move || finish(run, Duration::from_secs(15)))
         .await
@@ -633,7 +635,7 @@ async fn i7_killing_the_parent_ends_its_children_and_their_sandboxes() {
 async fn i7_kill_all_through_the_host_ends_a_family_running_in_it() {
     let (f, store, parent, _ws) = setup("", &[]);
     let host = host_fixture::Host::start(&f.home);
-    let model = family_with_a_long_child().await;
+    let model = family_with_a_long_child(317).await;
     // With a host holding the state dir, `airlock run` is its client: the family runs in
     // the host, and `airlock kill --all` asks the host.
     let run = start_run(&f.home, &model, &parent, &[]);
@@ -652,7 +654,7 @@ async fn i7_kill_all_through_the_host_ends_a_family_running_in_it() {
         said.contains(&child) && said.contains(&parent),
         "the kill did not name the family: {said}"
     );
-    assert_gone_within_a_second(&tree, helper);
+    assert_gone_within_a_second(&tree, helper, 317);
 
     let out = tokio::task::spawn_blocking(move || finish(run, Duration::from_secs(15)))
         .await

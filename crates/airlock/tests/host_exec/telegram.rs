@@ -1262,19 +1262,19 @@ async fn a_turn_past_the_hosts_session_limit_is_dropped_with_a_record() {
     assert!(verify(&f.home).status.success());
 }
 
-/// Whether a sandboxed `sleep 313` runs (as `ps` sees it).
+/// Whether a sandboxed `sleep 319` runs (as `ps` sees it).
 fn long_sleep_runs() -> bool {
     let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
     String::from_utf8_lossy(&ps.stdout)
         .lines()
-        .any(|l| l.trim() == "sleep 313")
+        .any(|l| l.trim() == "sleep 319")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_owners_kill_in_chat_stops_the_running_turn_and_pauses_every_task() {
     let f = fixture();
     let model = ScriptedModel::start([
-        Step::tool_call("k1", "shell", r#"{"command":"sleep 313"}"#),
+        Step::tool_call("k1", "shell", r#"{"command":"sleep 319"}"#),
         Step::text("never reached"),
     ])
     .await

@@ -550,7 +550,7 @@ async fn family_with_a_long_child(secs: u32) -> ScriptedModel {
             Step::tool_call(
                 "k1",
                 "shell",
-                &format!(r#"{{"command":"sleep {secs} & sleep {secs} & wait"}}"#),
+                format!(r#"{{"command":"sleep {secs} & sleep {secs} & wait"}}"#),
             ),
             Step::text("never reached"),
         ],

@@ -75,7 +75,8 @@ impl Usage {
         }
     }
 
-    pub(crate) fn set(&mut self, c: Counter, v: u64) {
+    /// Set one counter.
+    pub fn set(&mut self, c: Counter, v: u64) {
         match c {
             Counter::Turns => self.turns = v,
             Counter::InputTokens => self.input_tokens = v,
@@ -135,6 +136,18 @@ impl Limits {
             Counter::CostMicros => self.cost_micros,
             Counter::WallMs => self.wall_ms,
             Counter::ToolCalls => self.tool_calls,
+        }
+    }
+
+    /// Set the limit of one counter (`None`: unlimited).
+    pub fn set(&mut self, c: Counter, v: Option<u64>) {
+        match c {
+            Counter::Turns => self.turns = v,
+            Counter::InputTokens => self.input_tokens = v,
+            Counter::OutputTokens => self.output_tokens = v,
+            Counter::CostMicros => self.cost_micros = v,
+            Counter::WallMs => self.wall_ms = v,
+            Counter::ToolCalls => self.tool_calls = v,
         }
     }
 }

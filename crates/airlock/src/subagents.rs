@@ -230,7 +230,7 @@ impl SubAgents {
             let left = limit.saturating_sub(state.session.get(c));
             let share = (limit.saturating_mul(percent)).div_ceil(100).min(left);
             if c == Counter::WallMs {
-                set_limit(&mut child, c, left);
+                child.set(c, Some(left));
                 continue;
             }
             if share == 0 {
@@ -241,8 +241,8 @@ impl SubAgents {
                     c.as_str()
                 );
             }
-            set_usage(&mut cap, c, share);
-            set_limit(&mut child, c, share);
+            cap.set(c, share);
+            child.set(c, Some(share));
         }
         match self
             .store
@@ -433,28 +433,6 @@ fn child_workspace(parent: &Path, sub: Option<&str>) -> anyhow::Result<PathBuf> 
         );
     }
     Ok(real)
-}
-
-fn set_usage(u: &mut Usage, c: Counter, v: u64) {
-    match c {
-        Counter::Turns => u.turns = v,
-        Counter::InputTokens => u.input_tokens = v,
-        Counter::OutputTokens => u.output_tokens = v,
-        Counter::CostMicros => u.cost_micros = v,
-        Counter::WallMs => u.wall_ms = v,
-        Counter::ToolCalls => u.tool_calls = v,
-    }
-}
-
-fn set_limit(l: &mut Limits, c: Counter, v: u64) {
-    match c {
-        Counter::Turns => l.turns = Some(v),
-        Counter::InputTokens => l.input_tokens = Some(v),
-        Counter::OutputTokens => l.output_tokens = Some(v),
-        Counter::CostMicros => l.cost_micros = Some(v),
-        Counter::WallMs => l.wall_ms = Some(v),
-        Counter::ToolCalls => l.tool_calls = Some(v),
-    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -7,31 +7,18 @@
 //! every session; this one keeps one task from eating the owner's whole day.
 
 use airlock_core::schedule::Schedule;
-use airlock_store::Limits;
+use airlock_store::{Counter, Limits, Usage};
 
 use super::store::Task;
 
-/// What a task's runs of one day spent.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DayUse {
-    /// Runs in which the model was woken (each is one turn).
-    pub turns: u64,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub tool_calls: u64,
-    pub cost_micros: u64,
-    pub wall_ms: u64,
-}
-
-/// What `task`'s runs started on the day of `now` (in its zone) spent.
-pub fn used_today(task: &Task, schedule: &Schedule, now: i64) -> DayUse {
+/// What `task`'s runs started on the day of `now` (in its zone) spent, as the budget's
+/// counters: `turns` counts the runs in which the model was woken (each is one turn).
+pub fn used_today(task: &Task, schedule: &Schedule, now: i64) -> Usage {
     let since = schedule.day_start(now);
-    let mut used = DayUse::default();
+    let mut used = Usage::default();
     for run in task.runs.iter().filter(|r| r.started_at >= since) {
         let u = &run.usage;
-        if u.model_calls > 0 {
-            used.turns += 1;
-        }
+        used.turns += u64::from(u.model_calls > 0);
         used.input_tokens += u.input_tokens;
         used.output_tokens += u.output_tokens;
         used.tool_calls += u.tool_calls;
@@ -49,68 +36,28 @@ pub fn next_run_limits(
     per_run: &Limits,
     fallback: &Limits,
     per_day: &Limits,
-    used: &DayUse,
+    used: &Usage,
 ) -> Result<Limits, String> {
-    let counter = |name: &str,
-                   run: Option<u64>,
-                   fallback: Option<u64>,
-                   day: Option<u64>,
-                   spent: u64|
-     -> Result<Option<u64>, String> {
-        let run = run.or(fallback);
-        let Some(day) = day else { return Ok(run) };
-        let left = day.saturating_sub(spent);
-        if left == 0 {
-            return Err(format!(
-                "the task's per-day budget of {name} is used up ({spent} of {day} today)"
-            ));
-        }
-        Ok(Some(run.map_or(left, |r| r.min(left))))
-    };
-    Ok(Limits {
-        turns: counter(
-            "turns",
-            per_run.turns,
-            fallback.turns,
-            per_day.turns,
-            used.turns,
-        )?,
-        input_tokens: counter(
-            "input_tokens",
-            per_run.input_tokens,
-            fallback.input_tokens,
-            per_day.input_tokens,
-            used.input_tokens,
-        )?,
-        output_tokens: counter(
-            "output_tokens",
-            per_run.output_tokens,
-            fallback.output_tokens,
-            per_day.output_tokens,
-            used.output_tokens,
-        )?,
-        tool_calls: counter(
-            "tool_calls",
-            per_run.tool_calls,
-            fallback.tool_calls,
-            per_day.tool_calls,
-            used.tool_calls,
-        )?,
-        wall_ms: counter(
-            "wall time (ms)",
-            per_run.wall_ms,
-            fallback.wall_ms,
-            per_day.wall_ms,
-            used.wall_ms,
-        )?,
-        cost_micros: counter(
-            "cost (micro-dollars)",
-            per_run.cost_micros,
-            fallback.cost_micros,
-            per_day.cost_micros,
-            used.cost_micros,
-        )?,
-    })
+    let mut limits = Limits::default();
+    for c in Counter::ALL {
+        let run = per_run.get(c).or(fallback.get(c));
+        let limit = match per_day.get(c) {
+            None => run,
+            Some(day) => {
+                let spent = used.get(c);
+                let left = day.saturating_sub(spent);
+                if left == 0 {
+                    return Err(format!(
+                        "the task's per-day budget of {} is used up ({spent} of {day} today)",
+                        c.as_str()
+                    ));
+                }
+                Some(run.map_or(left, |r| r.min(left)))
+            }
+        };
+        limits.set(c, limit);
+    }
+    Ok(limits)
 }
 
 #[cfg(test)]
@@ -168,7 +115,7 @@ mod tests {
             turns: Some(3),
             ..Default::default()
         };
-        let mut used = DayUse {
+        let mut used = Usage {
             turns: 1,
             tool_calls: 8,
             ..Default::default()

@@ -605,15 +605,6 @@ async fn strangers_and_members_are_answered_as_untrusted_content_and_cannot_appr
     assert!(verify(&f.home).status.success());
 }
 
-/// A field of `/proc/<pid>/status`, such as `VmRSS` (kB) or `Threads`.
-/// The signed checkpoints in the log so far.
-fn checkpoints(f: &Fixture) -> usize {
-    std::fs::read_to_string(f.home.join("state/audit/checkpoints.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .count()
-}
-
 /// A model that writes a note, reads it back (which taints the session) and then wants
 /// to send the minutes to bob: held after taint, so the turn waits on a card.
 fn note_then_send() -> Vec<Step> {
@@ -633,6 +624,7 @@ fn note_then_send() -> Vec<Step> {
     ]
 }
 
+/// A field of `/proc/<pid>/status`, such as `VmRSS` (kB) or `Threads`.
 fn proc_status(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap()
@@ -658,7 +650,7 @@ async fn a_flood_of_a_thousand_messages_is_cut_at_the_rate_limit_without_growing
     let pid = host.child.id();
     pair_owner(&fake, &code);
     let (rss_before, threads_before) = (proc_status(pid, "VmRSS"), proc_status(pid, "Threads"));
-    let signed_before = checkpoints(&f);
+    let signed_before = super::audit_writer::checkpoints(&f.home);
     for i in 0..1000 {
         fake.push_message(OWNER, OWNER, "owner", &format!("flood message {i}"));
     }
@@ -702,7 +694,7 @@ async fn a_flood_of_a_thousand_messages_is_cut_at_the_rate_limit_without_growing
     // The channel's admissions and drops, and its turns, go through the host's one
     // writer: no checkpoint of their own (a turn with its own logs signed them as it
     // closed). The writer signs every 256 records, which the flood may reach once.
-    let signed = checkpoints(&f) - signed_before;
+    let signed = super::audit_writer::checkpoints(&f.home) - signed_before;
     assert!(signed <= 1, "{signed} checkpoints for {} turns", answers());
     // Nothing of the flood stays behind in the host.
     let (rss_after, threads_after) = (proc_status(pid, "VmRSS"), proc_status(pid, "Threads"));

@@ -302,6 +302,13 @@ impl AgentHost {
         self
     }
 
+    /// End the turn (as a kill would, without marking the session killed) once `flag`
+    /// is set: the host's client that waits for the turn went away.
+    pub fn abandoned_when(mut self, flag: Arc<std::sync::atomic::AtomicBool>) -> AgentHost {
+        self.agent_cfg.abandoned = Some(flag);
+        self
+    }
+
     /// Messages delivered to the conversation's own channel so far.
     pub fn delivered(&self) -> Vec<String> {
         self.executors.delivered()

@@ -128,6 +128,28 @@ impl Agent<'_> {
         let mut watch = self.store.approval_watch().map(std::sync::Arc::new);
         loop {
             if self.is_killed(&id)? {
+                if self.is_abandoned() {
+                    // Nobody waits for the answer any more: the request leaves the queue
+                    // rather than wait there, answerable, for its timeout.
+                    const WHY: &str = "the client that waited for it went away";
+                    match self
+                        .store
+                        .withdraw_approval(&request.id, WHY, Timestamp::now())
+                    {
+                        Ok(_) => {
+                            self.refuse::<A>(
+                                run,
+                                request_id.clone(),
+                                "withdrawn",
+                                HOST_DECIDER,
+                                Some(WHY),
+                            )?;
+                        }
+                        Err(ApprovalError::Store(e)) => return Err(e.into()),
+                        // Answered, expired or gone meanwhile: nothing waits in the queue.
+                        Err(_) => {}
+                    }
+                }
                 return Ok(ApprovalAnswer::stop(request_id, Outcome::Killed));
             }
             let current = self.store.get_approval(&request.id)?;

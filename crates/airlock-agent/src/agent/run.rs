@@ -485,7 +485,15 @@ impl Agent<'_> {
     }
 
     pub(crate) fn is_killed(&self, id: &str) -> Result<bool, AgentError> {
-        Ok(self.store.get_session(id)?.status == SessionStatus::Killed)
+        Ok(self.is_abandoned() || self.store.get_session(id)?.status == SessionStatus::Killed)
+    }
+
+    /// The caller that waits for the turn went away ([`AgentConfig::abandoned`]).
+    pub(crate) fn is_abandoned(&self) -> bool {
+        self.config
+            .abandoned
+            .as_ref()
+            .is_some_and(|a| a.load(std::sync::atomic::Ordering::Acquire))
     }
 
     /// Drive `fut` while watching for a kill and, if given, a timeout. Dropping `fut` is how
@@ -501,6 +509,9 @@ impl Agent<'_> {
         let watch = async {
             loop {
                 tokio::time::sleep(poll).await;
+                if self.is_abandoned() {
+                    return Ok(());
+                }
                 match store.get_session(id) {
                     Ok(s) if s.status == SessionStatus::Killed => return Ok(()),
                     Ok(_) => {}

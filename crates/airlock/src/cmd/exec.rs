@@ -36,13 +36,10 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         profile: args.profile,
         secrets: args.secrets,
     };
-    // A host serving this state dir runs the command, admitted under its limits; only its
-    // own children (agent sessions) run embedded beside it.
-    if std::env::var_os(crate::host::exec::RUN_EMBEDDED_ENV).is_none() {
-        if let Some(host) = crate::host::client::find(&home) {
-            let request = crate::host::exec_wire::HostRequest::Exec(request);
-            return crate::host::exec_client::run(&home, host.pid, &request);
-        }
+    // A host serving this state dir runs the command, admitted under its limits.
+    if let Some(host) = crate::host::client::find(&home) {
+        let request = crate::host::exec_wire::HostRequest::Exec(request);
+        return crate::host::exec_client::run(&home, host.pid, &request);
     }
     crate::service::exec::exec(&home, Loaded::Cold, &request, &Caller::this_process())
 }

@@ -9,18 +9,15 @@
 //! process tree is killed, and the record says the client went away).
 //!
 //! A `chat` is a session that lives in the host's process and outlasts its clients
-//! ([`super::sessions`]). A `run` is a session too, for one task: it runs as the command
-//! embedded (`airlock run` with `AIRLOCK_RUN_EMBEDDED=1`) in a child process of the host
-//! whose standard streams are the client's own descriptors, so it gets the same decisions,
-//! records and terminal as embedded, and a client that goes away takes it with it. Live
-//! chats and runs together are at most `[host] max_sessions`, and past that a refusal names
-//! it (a session does not queue).
+//! ([`super::sessions`]). A `run` is a session too, for one task, and a task of the host's
+//! process as well ([`super::run`]): the same service as embedded ([`crate::service::run`])
+//! with the host's one audit writer, speaking on the client's descriptors; a client that
+//! goes away ends its turn as a kill would (the session stays resumable). Live chats and
+//! runs together are at most `[host] max_sessions`, and past that a refusal names it (a
+//! session does not queue).
 //!
 //! No run outlives the host. A sandbox's helper ends its sandbox when its control socket
-//! to the process that started it closes, which the kernel does when the host dies. The
-//! session children are started by one thread that lives as long as the host
-//! ([`Spawner`]) with a parent-death signal (`SIGKILL`), which the kernel ties to the
-//! thread that forked: a pool thread could retire and kill its children with it.
+//! to the process that started it closes, which the kernel does when the host dies.
 
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -28,15 +25,8 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 
-use super::exec_wire::{
-    AgentRequest, ExecAnswer, ExecRequest, HostRequest, AGENT_ENV, MAX_REQUEST_BYTES,
-};
+use super::exec_wire::{AgentRequest, ExecAnswer, ExecRequest, HostRequest, MAX_REQUEST_BYTES};
 use crate::service::caller::{Caller, HangUp};
-use crate::service::exec::absolute;
-
-/// The variable that makes a command run embedded even while a host serves (set only for
-/// the host's own children, which must not ask the host again).
-pub const RUN_EMBEDDED_ENV: &str = "AIRLOCK_RUN_EMBEDDED";
 
 pub fn socket_path(home: &crate::home::Home) -> PathBuf {
     super::socket::socket_dir(home).join("exec.sock")
@@ -130,67 +120,6 @@ impl SessionSlots {
     }
 }
 
-type SpawnJob = (
-    std::process::Command,
-    std::sync::mpsc::Sender<std::io::Result<std::process::Child>>,
-);
-
-/// The one thread that starts the host's children (see the module documentation).
-pub struct Spawner {
-    jobs: Mutex<std::sync::mpsc::Sender<SpawnJob>>,
-}
-
-impl Spawner {
-    pub fn start() -> std::io::Result<Spawner> {
-        let (tx, rx) = std::sync::mpsc::channel::<SpawnJob>();
-        std::thread::Builder::new()
-            .name("airlock-spawner".into())
-            .spawn(move || {
-                for (mut cmd, reply) in rx {
-                    let _ = reply.send(cmd.spawn());
-                }
-            })?;
-        Ok(Spawner {
-            jobs: Mutex::new(tx),
-        })
-    }
-
-    pub fn spawn(&self, mut cmd: std::process::Command) -> std::io::Result<std::process::Child> {
-        use std::os::unix::process::CommandExt;
-        let host = std::process::id() as i32;
-        // SAFETY: only async-signal-safe calls (prctl, getppid, setsid, _exit) between
-        // fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                if nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // The host died before the signal was armed: nothing would kill us later.
-                if nix::libc::getppid() != host {
-                    nix::libc::_exit(1);
-                }
-                // A session of its own, without a controlling terminal. A host started in
-                // the background of a terminal (`airlock serve &`) has that terminal as
-                // its own; a child in the host's background group that read the client's
-                // terminal (a chat, an inline approval) would be stopped by SIGTTIN. Out
-                // of every session, the client's descriptors are plain files to it.
-                if nix::libc::setsid() < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let (tx, rx) = std::sync::mpsc::channel();
-        self.jobs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .send((cmd, tx))
-            .map_err(|_| std::io::Error::other("the spawner thread is gone"))?;
-        rx.recv()
-            .map_err(|_| std::io::Error::other("the spawner thread is gone"))?
-    }
-}
-
 /// Read the request and the three descriptors sent with it.
 fn receive(stream: &UnixStream) -> anyhow::Result<(HostRequest, [OwnedFd; 3])> {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
@@ -244,77 +173,6 @@ fn receive(stream: &UnixStream) -> anyhow::Result<(HostRequest, [OwnedFd; 3])> {
         anyhow::anyhow!("the request is not a valid exec, run or chat request: {e}")
     })?;
     Ok((req, fds))
-}
-
-/// The child that runs an agent session embedded.
-fn command_for(req: &AgentRequest, fds: [OwnedFd; 3]) -> anyhow::Result<std::process::Command> {
-    let mut cmd = agent_command(req)?;
-    let [stdin, stdout, stderr] = fds;
-    cmd.stdin(stdin).stdout(stdout).stderr(stderr);
-    Ok(cmd)
-}
-
-fn embedded(subcommand: &str) -> anyhow::Result<std::process::Command> {
-    let mut cmd = std::process::Command::new(std::env::current_exe()?);
-    cmd.env(RUN_EMBEDDED_ENV, "1").arg(subcommand);
-    Ok(cmd)
-}
-
-/// The embedded `run` or `chat` a request asks for (the web page starts its runs with it).
-pub(crate) fn agent_command(req: &AgentRequest) -> anyhow::Result<std::process::Command> {
-    absolute("cwd", &req.cwd)?;
-    let mut cmd = embedded(if req.chat { "chat" } else { "run" })?;
-    // The host's own model overrides never leak into a client's session: only the
-    // client's values of these variables count.
-    for name in AGENT_ENV {
-        cmd.env_remove(name);
-    }
-    for (name, value) in &req.env {
-        anyhow::ensure!(
-            AGENT_ENV.contains(&name.as_str()),
-            "the request passes the variable {name:?}, which the host does not take from a client"
-        );
-        cmd.env(name, value);
-    }
-    if let Some(id) = &req.session {
-        cmd.arg("--session").arg(id);
-    }
-    if let Some(t) = req.approval_timeout {
-        cmd.arg("--approval-timeout").arg(t.to_string());
-    }
-    if let Some(p) = &req.profile {
-        cmd.arg("--profile").arg(p);
-    }
-    if let Some(w) = &req.workspace {
-        absolute("workspace", w)?;
-        cmd.arg("--workspace").arg(w);
-    }
-    match (&req.prompt, req.chat) {
-        (Some(prompt), false) => {
-            if req.json {
-                cmd.arg("--json");
-                if req.stream_events {
-                    cmd.arg("--stream-events");
-                }
-            }
-            cmd.arg("--").arg(prompt);
-        }
-        (None, true) => {}
-        (Some(_), true) => anyhow::bail!("a chat request takes no prompt"),
-        (None, false) => anyhow::bail!("a run request needs its prompt"),
-    }
-    cmd.current_dir(&req.cwd);
-    Ok(cmd)
-}
-
-fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
-    // SAFETY: plain integer arguments; a new descriptor on success.
-    let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid as i32, 0u32) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just returned `fd`, owned by nothing else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 /// Do `work` while watching `client`: if it hangs up first, `on_hang_up` runs (once) and
@@ -429,7 +287,7 @@ pub fn serve_connection(host: Arc<super::Host>, stream: UnixStream) {
     }
 }
 
-/// Run an `airlock run` session in a child of the host, if the session limit allows one
+/// Run an `airlock run` session in the host's process, if the session limit allows one
 /// more.
 fn serve_session(host: &super::Host, req: &AgentRequest, fds: [OwnedFd; 3], stream: &UnixStream) {
     // A session that lives in the host as a chat takes its turns there, one at a time: a
@@ -460,7 +318,7 @@ fn serve_session(host: &super::Host, req: &AgentRequest, fds: [OwnedFd; 3], stre
         sessions = host.sessions.running(),
         "an agent session through the host"
     );
-    let result = run_child(host, req, fds, stream);
+    let result = super::run::serve_run(host, req, fds, stream);
     drop(slot);
     finish(stream, result);
 }
@@ -522,36 +380,6 @@ fn run_here(
             "the run failed unexpectedly (see the host's log)"
         ))
     })
-}
-
-/// Start the request's child and wait for it (or for the client to hang up).
-fn run_child(
-    host: &super::Host,
-    req: &AgentRequest,
-    fds: [OwnedFd; 3],
-    stream: &UnixStream,
-) -> anyhow::Result<i32> {
-    use std::os::unix::process::ExitStatusExt;
-    let cmd = command_for(req, fds)?;
-    let mut child = host.spawner.spawn(cmd)?;
-    // Signals go through a pidfd, so a pid the kernel reused is never hit.
-    let pidfd = pidfd_open(child.id())?;
-    let kill = || {
-        // SAFETY: a live pidfd and a signal number.
-        unsafe {
-            nix::libc::syscall(
-                nix::libc::SYS_pidfd_send_signal,
-                pidfd.as_raw_fd(),
-                nix::libc::SIGKILL,
-                std::ptr::null::<u8>(),
-                0u32,
-            );
-        }
-    };
-    let status = while_connected(stream, kill, || child.wait())??;
-    Ok(status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
 }
 
 /// Answer the run's exit status, or why it did not run.

@@ -66,15 +66,12 @@ pub struct AgentCall {
     pub prompt: Option<String>,
 }
 
-/// `airlock run` or `airlock chat` through the host serving `home`, if one does (and this
-/// process is not one of the host's own children): `Some` with the session's exit status.
+/// `airlock run` or `airlock chat` through the host serving `home`, if one does: `Some`
+/// with the session's exit status.
 /// The request carries the client's working directory and its values of the variables
 /// the front ends read ([`super::exec_wire::AGENT_ENV`]); call this before those
 /// variables are taken out of the environment.
 pub fn agent_through_host(home: &Home, call: AgentCall) -> anyhow::Result<Option<i32>> {
-    if std::env::var_os(super::exec::RUN_EMBEDDED_ENV).is_some() {
-        return Ok(None);
-    }
     let Some(host) = super::client::find(home) else {
         return Ok(None);
     };

@@ -22,6 +22,7 @@ pub mod lock;
 pub mod pool;
 pub mod rate;
 pub mod recovery;
+pub mod run;
 pub mod scheduler;
 pub mod sessions;
 pub mod socket;
@@ -46,7 +47,6 @@ pub struct Host {
     pub sessions: Arc<exec::SessionSlots>,
     /// The chat sessions that live in the host, attached to a client or not.
     pub live: sessions::LiveSessions,
-    pub spawner: exec::Spawner,
     /// The store connection for the sessions of the `exec` runs the host makes.
     pub run_store: airlock_store::SqliteStore,
     /// Requests per principal (`[host] requests_per_minute`).
@@ -112,7 +112,6 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
         admission: exec::Admission::new(limits.max_sandboxes, limits.max_queued),
         sessions: Arc::new(exec::SessionSlots::new(limits.max_sessions)),
         live: sessions::LiveSessions::new(Duration::from_secs(limits.session_idle_secs)),
-        spawner: exec::Spawner::start()?,
         run_store: crate::service::exec::open_run_store(&home)?,
         rate: rate::RateLimits::new(limits.requests_per_minute),
         stopping: std::sync::atomic::AtomicBool::new(false),

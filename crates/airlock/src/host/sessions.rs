@@ -37,12 +37,10 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use airlock_agent::provider::EnvOverrides;
-
 use super::exec::{finish, refuse, while_connected, SessionSlot};
-use super::exec_wire::{AgentRequest, AGENT_ENV};
+use super::exec_wire::AgentRequest;
 use super::Host;
-use crate::agent_host::{provider_config, AgentHost, HostOptions};
+use crate::agent_host::{AgentHost, HostOptions};
 use crate::service::caller::{Attachable, ClientLines, HangUp, Line, Notices};
 use crate::service::conversation::{
     said, AfterTurn, Conversation, Said, CHANNEL, EXIT_KILLED, HELP,
@@ -524,28 +522,14 @@ pub fn serve_chat(host: &Host, req: &AgentRequest, fds: [OwnedFd; 3], stream: &U
 
 /// Open a session for `req` in the host's process, speaking to nobody yet.
 fn open(host: &Host, req: &AgentRequest, slot: SessionSlot) -> anyhow::Result<Arc<LiveSession>> {
-    crate::service::exec::absolute("cwd", &req.cwd)?;
-    if let Some(w) = &req.workspace {
-        crate::service::exec::absolute("workspace", w)?;
-    }
     if req.prompt.is_some() {
         anyhow::bail!("a chat request takes no prompt");
     }
-    for (name, _) in &req.env {
-        anyhow::ensure!(
-            AGENT_ENV.contains(&name.as_str()),
-            "the request passes the variable {name:?}, which the host does not take from a client"
-        );
-    }
-    // Only the client's values of the model's variables count, never the host's own.
-    let env = EnvOverrides::from_lookup(|name| {
-        req.env
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.clone())
-    });
-    let cfg = (*host.warm.current_config()).clone();
-    let provider_cfg = provider_config(&host.home, &cfg, env)?;
+    let super::run::ClientSetup {
+        cfg,
+        provider_cfg,
+        egress,
+    } = super::run::ClientSetup::of(host, req)?;
     let out = Attachable::new();
     let err = Attachable::new();
     crate::agent_host::warn_if_cost_is_not_counted(
@@ -557,7 +541,7 @@ fn open(host: &Host, req: &AgentRequest, slot: SessionSlot) -> anyhow::Result<Ar
         provider_cfg,
         approval_timeout: req.approval_timeout,
         profile: req.profile.clone(),
-        egress: crate::agent_executors::client_egress(&req.env)?,
+        egress,
     };
     let audit = host.audit.log(&cfg)?;
     let agent = AgentHost::open(

@@ -16,6 +16,7 @@ pub mod kill;
 pub mod memory;
 pub mod record_log;
 pub mod replay;
+pub mod run;
 pub mod status;
 pub mod tasks;
 

@@ -1,11 +1,11 @@
 //! Starting work from the page: a new task, or the next message of a session. Each is an
-//! `airlock run` that the host starts as its child, exactly as it starts one for
-//! `airlock run` through its socket (`host::exec::agent_command`, the host's spawner, a
-//! place under `[host] max_sessions`), with the model of `airlock.toml` and the
+//! `airlock run` that the host runs as a task of its own process, exactly as it runs one
+//! for `airlock run` through its socket (`host::run::run_task`, a place under `[host]
+//! max_sessions`, the host's one audit writer), with the model of `airlock.toml` and the
 //! approval timeout of `[agent]`. What it holds waits in the approvals queue; the session's
-//! page follows its transcript as it grows.
+//! page follows its transcript as it grows, and its reply as it streams.
 
-use std::process::Stdio;
+use std::fs::File;
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -127,24 +127,29 @@ fn start_run(
         cwd: host.home.state.clone(),
         env: Vec::new(),
     };
-    let mut cmd = crate::host::exec::agent_command(&req)?;
-    // What it says about itself goes to the host's log.
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    let mut child = host.spawner.spawn(cmd)?;
-    let out = child.stdout.take();
-    let streams = streams.clone();
+    // Its events come back through a pipe, as a client's would through its stdout; what
+    // it says about itself goes to the host's log.
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let expected = req_session.as_deref().map(|s| streams.expect(s));
+    let run_host = host.clone();
     std::thread::Builder::new()
         .name("airlock-web-run".into())
         .spawn(move || {
-            if let Some(out) = out {
-                streams.follow(out, expected);
-            }
-            let status = child.wait();
-            tracing::info!(status = ?status, "web: a run ended");
+            let out = crate::service::caller::Notices::Client(Arc::new(File::from(write)));
+            let result = crate::host::run::run_task(
+                &run_host,
+                &req,
+                out,
+                crate::service::caller::Notices::Stderr,
+                None,
+            );
+            // `out` went with the run: the reader sees the end of the pipe.
+            tracing::info!(result = ?result.map_err(|e| format!("{e:#}")), "web: a run ended");
             drop(slot);
         })?;
+    let streams = streams.clone();
+    std::thread::Builder::new()
+        .name("airlock-web-reply".into())
+        .spawn(move || streams.follow(File::from(read), expected))?;
     Ok(())
 }

@@ -13,6 +13,7 @@ mod audit_writer;
 mod browser;
 mod chat_platforms;
 mod pool;
+mod runs;
 mod sessions;
 mod tasks;
 mod telegram;
@@ -866,7 +867,7 @@ fn comparable(report: &serde_json::Value) -> serde_json::Value {
 
 /// `airlock run` through a running host: the same report, the same kinds of records and
 /// the same exit status as embedded, with the caller's terminal; and the session ran in
-/// the host's child (its log says so).
+/// the host (its log says so).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_through_the_host_gives_the_same_report_and_records_as_embedded() {
     use airlock_agent::scripted::{ScriptedModel, Step};

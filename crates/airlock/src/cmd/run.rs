@@ -74,6 +74,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             audit: None,
             abandoned: None,
             egress: Default::default(),
+            driven: None,
         },
     )
 }

@@ -288,19 +288,8 @@ pub fn serve_connection(host: Arc<super::Host>, stream: UnixStream) {
 }
 
 /// Run an `airlock run` session in the host's process, if the session limit allows one
-/// more.
+/// more (and nothing else drives its session: see [`crate::service::driven`]).
 fn serve_session(host: &super::Host, req: &AgentRequest, fds: [OwnedFd; 3], stream: &UnixStream) {
-    // A session that lives in the host as a chat takes its turns there, one at a time: a
-    // run beside it would be a second turn of the same session at once.
-    if let Some(id) = req.session.as_deref().filter(|id| host.live.is_live(id)) {
-        refuse(
-            stream,
-            format!("session {id} is live in the host as a chat"),
-            &format!("attach to it with `airlock chat --session {id}` (or send its next message from its web page once no terminal is attached)"),
-            None,
-        );
-        return;
-    }
     let Some(slot) = host.sessions.enter() else {
         refuse(
             stream,

@@ -47,6 +47,8 @@ pub struct Host {
     pub sessions: Arc<exec::SessionSlots>,
     /// The chat sessions that live in the host, attached to a client or not.
     pub live: sessions::LiveSessions,
+    /// The sessions a live chat or a run drives now, one driver each.
+    pub driven: Arc<crate::service::driven::Driven>,
     /// The store connection for the sessions of the `exec` runs the host makes.
     pub run_store: airlock_store::SqliteStore,
     /// Requests per principal (`[host] requests_per_minute`).
@@ -112,6 +114,7 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
         admission: exec::Admission::new(limits.max_sandboxes, limits.max_queued),
         sessions: Arc::new(exec::SessionSlots::new(limits.max_sessions)),
         live: sessions::LiveSessions::new(Duration::from_secs(limits.session_idle_secs)),
+        driven: Default::default(),
         run_store: crate::service::exec::open_run_store(&home)?,
         rate: rate::RateLimits::new(limits.requests_per_minute),
         stopping: std::sync::atomic::AtomicBool::new(false),

@@ -89,6 +89,10 @@ pub(crate) fn run_task(
     abandoned: Option<Arc<AtomicBool>>,
 ) -> anyhow::Result<i32> {
     let task = task_of(req)?;
+    // A session something else drives is refused before the model is even looked at.
+    if let Some(id) = &task.session {
+        host.driven.check(id)?;
+    }
     let setup = ClientSetup::of(host, req)?;
     let place = RunPlace {
         out,
@@ -96,6 +100,7 @@ pub(crate) fn run_task(
         audit: Some(host.audit.log(&setup.cfg)?),
         abandoned,
         egress: setup.egress,
+        driven: Some(host.driven.clone()),
     };
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         crate::service::run::run(&host.home, setup.cfg, &setup.provider_cfg, &task, place)

@@ -88,6 +88,8 @@ pub struct LiveSession {
     idle_since: Mutex<Instant>,
     /// The session's place under `[host] max_sessions`, freed when it is closed.
     _slot: SessionSlot,
+    /// The session held as this chat's while it lives (no run drives it meanwhile).
+    _claim: crate::service::driven::Claim,
 }
 
 /// A live session's conversation. It is open (its store connections, audit handles,
@@ -235,11 +237,6 @@ impl LiveSessions {
 
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<LiveSession>>> {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Whether session `id` lives in the host now.
-    pub fn is_live(&self, id: &str) -> bool {
-        self.map().contains_key(id)
     }
 
     pub fn status(&self) -> Vec<LiveSessionStatus> {
@@ -525,11 +522,17 @@ fn open(host: &Host, req: &AgentRequest, slot: SessionSlot) -> anyhow::Result<Ar
     if req.prompt.is_some() {
         anyhow::bail!("a chat request takes no prompt");
     }
+    if let Some(id) = &req.session {
+        host.driven.check(id)?;
+    }
     let super::run::ClientSetup {
         cfg,
         provider_cfg,
         egress,
     } = super::run::ClientSetup::of(host, req)?;
+    // A session resumed is held before it is opened; a new one once it has its id.
+    let claim = |id: &str| host.driven.claim(id, crate::service::driven::Driver::Chat);
+    let mut hold = req.session.as_deref().map(claim).transpose()?;
     let out = Attachable::new();
     let err = Attachable::new();
     crate::agent_host::warn_if_cost_is_not_counted(
@@ -557,6 +560,10 @@ fn open(host: &Host, req: &AgentRequest, slot: SessionSlot) -> anyhow::Result<Ar
         ),
     )?;
     let (id, workspace) = (agent.session_id.clone(), agent.workspace.clone());
+    let hold = match hold.take() {
+        Some(h) => h,
+        None => claim(&id)?,
+    };
     // Opened to make (or find) the session in the store and check that it opens; each
     // turn opens it again.
     agent.close()?;
@@ -573,6 +580,7 @@ fn open(host: &Host, req: &AgentRequest, slot: SessionSlot) -> anyhow::Result<Ar
         killed: AtomicBool::new(false),
         idle_since: Mutex::new(Instant::now()),
         _slot: slot,
+        _claim: hold,
     }))
 }
 

@@ -9,6 +9,7 @@ pub mod caller;
 pub mod check;
 pub mod conversation;
 pub mod decider;
+pub mod driven;
 pub mod evidence;
 pub mod exec;
 pub mod grants;

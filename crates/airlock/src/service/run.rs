@@ -29,6 +29,7 @@ use crate::config::Config;
 use crate::home::Home;
 use crate::service::caller::Notices;
 use crate::service::conversation::{exit_code, CHANNEL};
+use crate::service::driven::{Claim, Driven, Driver};
 
 /// What to run, as `airlock run`'s options give it.
 #[derive(Debug, Clone)]
@@ -56,6 +57,9 @@ pub struct RunPlace {
     pub abandoned: Option<Arc<AtomicBool>>,
     /// Additions to the session's egress proxies (in the host: the client's own).
     pub egress: crate::agent_executors::EgressExtras,
+    /// The host's register of driven sessions: the run holds its session there while it
+    /// runs, and is refused one that a live chat or another run holds.
+    pub driven: Option<Arc<Driven>>,
 }
 
 /// Run `task` to its end and give its exit status ([`exit_code`]).
@@ -69,6 +73,19 @@ pub fn run(
     if task.prompt.trim().is_empty() {
         anyhow::bail!("the prompt is empty\nhelp: airlock run \"<what to do>\"");
     }
+    // A session resumed is held before it is opened (opening it may settle its
+    // workspace); a new one as soon as it has its id, before anyone can know it.
+    let claim = |id: &str| -> anyhow::Result<Option<Claim>> {
+        place
+            .driven
+            .as_ref()
+            .map(|d| d.claim(id, Driver::Run))
+            .transpose()
+    };
+    let mut held = match &task.session {
+        Some(id) => claim(id)?,
+        None => None,
+    };
     crate::agent_host::warn_if_cost_is_not_counted(&cfg, &provider_cfg.model, &place.notices);
     let out = place.out;
     let mut host = AgentHost::open(
@@ -92,6 +109,9 @@ pub fn run(
         host = host.abandoned_when(flag);
     }
     let session_id = host.session_id.clone();
+    if held.is_none() {
+        held = claim(&session_id)?;
+    }
     if !task.json {
         out.line(&format!(
             "session {session_id} (workspace {})",
@@ -126,6 +146,7 @@ pub fn run(
     );
     let messages = host.delivered();
     host.close()?;
+    drop(held);
     let report = report?;
     if task.json {
         out.line(&escape_json_text(&serde_json::to_string(&report_json(

@@ -22,8 +22,12 @@ mod web_remote;
 mod webhook;
 
 fn status(f: &Fixture) -> serde_json::Value {
+    status_of(&f.home)
+}
+
+fn status_of(home: &std::path::Path) -> serde_json::Value {
     let o = Command::new(airlock_bin())
-        .env("AIRLOCK_HOME", &f.home)
+        .env("AIRLOCK_HOME", home)
         .args(["status", "--json"])
         .output()
         .unwrap();

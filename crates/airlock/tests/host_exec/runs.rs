@@ -1,7 +1,8 @@
 //! `airlock run` through the host is a task of the host's own process: no child process
 //! runs it, its records go through the host's one writer (it signs no checkpoint of its
 //! own), and a client that goes away ends its turn (its sandbox with it, a held action
-//! withdrawn from the queue) while the session stays resumable.
+//! withdrawn from the queue) while the session stays resumable. No chat or second run
+//! takes a session while a run drives it.
 
 use std::process::Stdio;
 
@@ -92,6 +93,28 @@ async fn i1_a_run_through_the_host_is_its_task_and_ends_with_its_client_but_resu
         Vec::<u32>::new()
     );
     let id = session_deciding(&f.home, "exec", &marker).expect("the shell's decision");
+    // While the run drives its session, neither a chat nor a second run may take it.
+    for args in [
+        vec!["chat", "--session", id.as_str()],
+        vec!["run", "--json", "--session", id.as_str(), "Also this"],
+    ] {
+        let mut second = scripted_command(&f.home, &model);
+        second.args(&args);
+        let o = tokio::task::spawn_blocking(move || second.output().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {o:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&format!("session {id} is running a task")),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(
+        model.requests().len(),
+        1,
+        "a refused client reached the model"
+    );
     client.kill().unwrap();
     client.wait().unwrap();
     let gone = marker.clone();
@@ -118,6 +141,14 @@ async fn i1_a_run_through_the_host_is_its_task_and_ends_with_its_client_but_resu
         .find(|r| r["kind"] == "turn_end" && r["session"] == id.as_str())
         .unwrap();
     assert!(turn_end.to_string().contains("killed"), "{turn_end}");
+    let home = f.home.clone();
+    tokio::task::spawn_blocking(move || {
+        wait_for("the run to let its session go", || {
+            super::status_of(&home)["host"]["sessions_running"] == 0
+        })
+    })
+    .await
+    .unwrap();
     // The session was not killed: `--session` resumes it, through the host again.
     let model = ScriptedModel::start([Step::text("Resumed and done.")])
         .await

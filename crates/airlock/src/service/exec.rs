@@ -324,7 +324,10 @@ pub fn exec(
     };
 
     phase("session recorded");
-    let verdict = gate.gate().decide(&session, action, &mut *lock(&log));
+    // The policy in force now (a policy edited since the Gate was loaded is loaded here).
+    let current = gate.gate();
+    phase("policy in force");
+    let verdict = current.decide(&session, action, &mut *lock(&log));
     let token = match verdict {
         Verdict::Allow(token) => token,
         Verdict::Deny(d) => {

@@ -80,6 +80,9 @@ pub fn status(as_json: bool) -> anyhow::Result<i32> {
                     }
                 );
             }
+            for id in &h.runs {
+                crate::out!("  run {}: a task is running", escape_line(id));
+            }
             for p in &h.policies {
                 crate::out!(
                     "policy {}: {} (loaded {})",

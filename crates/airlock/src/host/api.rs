@@ -166,6 +166,7 @@ async fn status_route(
         sessions_running: host.sessions.running(),
         max_sessions: host.sessions.max,
         live_sessions: host.live.status(),
+        runs: host.driven.driven_by(crate::service::driven::Driver::Run),
         pool: host.pool.status(),
     };
     let home = host.home.clone();

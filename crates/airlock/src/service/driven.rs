@@ -75,6 +75,20 @@ impl Driven {
         }
     }
 
+    /// The sessions `by` drives now, sorted.
+    pub fn driven_by(&self, by: Driver) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, d)| **d == by)
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.sort();
+        ids
+    }
+
     /// What drives session `id` now, if anything.
     pub fn driver(&self, id: &str) -> Option<Driver> {
         self.ids
@@ -108,6 +122,8 @@ mod tests {
         let refused = driven.claim("s-1", Driver::Run).unwrap_err().to_string();
         assert!(refused.contains("live in the host as a chat"), "{refused}");
         let other = driven.claim("s-2", Driver::Run).unwrap();
+        assert_eq!(driven.driven_by(Driver::Run), ["s-2"]);
+        assert_eq!(driven.driven_by(Driver::Chat), ["s-1"]);
         let refused = driven.claim("s-2", Driver::Chat).unwrap_err().to_string();
         assert!(refused.contains("running a task"), "{refused}");
         assert_eq!(driven.driver("s-1"), Some(Driver::Chat));

@@ -101,6 +101,10 @@ pub struct HostStatus {
     /// The chats that live in the host, attached to a client or not.
     #[serde(default)]
     pub live_sessions: Vec<crate::host::sessions::LiveSessionStatus>,
+    /// The sessions an `airlock run` drives in the host now (a terminal's or the web
+    /// page's).
+    #[serde(default)]
+    pub runs: Vec<String>,
     /// The pool of sandboxes built ahead of runs.
     #[serde(default)]
     pub pool: crate::host::pool::PoolStatus,

@@ -93,6 +93,14 @@ async fn i1_a_run_through_the_host_is_its_task_and_ends_with_its_client_but_resu
         Vec::<u32>::new()
     );
     let id = session_deciding(&f.home, "exec", &marker).expect("the shell's decision");
+    // `airlock status` lists it among the host's runs.
+    let shown = super::status_of(&f.home);
+    assert_eq!(shown["host"]["runs"], serde_json::json!([id]), "{shown:#}");
+    let o = airlock(&f.home, &["status"]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(&format!("run {id}: a task is running")),
+        "{o:?}"
+    );
     // While the run drives its session, neither a chat nor a second run may take it.
     for args in [
         vec!["chat", "--session", id.as_str()],

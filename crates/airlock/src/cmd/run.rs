@@ -14,25 +14,12 @@ use crate::service::caller::Notices;
 pub use crate::service::conversation::{
     exit_code, CHANNEL, EXIT_BUDGET_EXHAUSTED, EXIT_COMPLETED, EXIT_KILLED, EXIT_PROVIDER_FAILED,
 };
-use crate::service::run::{RunPlace, RunTask};
+use crate::service::run::RunPlace;
 
-/// `airlock run`'s arguments.
-pub struct RunArgs {
-    pub session: Option<String>,
-    pub approval_timeout: Option<u64>,
-    pub profile: Option<String>,
-    pub json: bool,
-    /// With `json`: the session's id and each piece of the reply as a JSON line first.
-    pub stream_events: bool,
-    /// Work on this directory (`--workspace`).
-    pub workspace: Option<std::path::PathBuf>,
-    pub prompt: String,
-}
+/// `airlock run`'s arguments: the task as the service takes it.
+pub use crate::service::run::RunTask as RunArgs;
 
 pub fn run(args: RunArgs) -> anyhow::Result<i32> {
-    if args.prompt.trim().is_empty() {
-        anyhow::bail!("the prompt is empty\nhelp: airlock run \"<what to do>\"");
-    }
     let home = Home::from_env()?;
     // A host serving this state dir runs the session (the same code, as a task of its
     // own process, under its session limit), with this terminal.
@@ -59,15 +46,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         &home,
         cfg,
         &provider_cfg,
-        &RunTask {
-            session: args.session,
-            approval_timeout: args.approval_timeout,
-            profile: args.profile,
-            json: args.json,
-            stream_events: args.stream_events,
-            workspace: args.workspace,
-            prompt: args.prompt,
-        },
+        &args,
         RunPlace {
             out: Notices::Stdout,
             notices: Notices::Stderr,

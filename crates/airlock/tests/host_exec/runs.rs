@@ -12,29 +12,6 @@ use super::super::exec_fixture::{airlock, report_ok, scripted_command};
 use super::super::{audit_records, verify};
 use super::{fixture, init, pending_approvals, processes_with, wait_for, Host};
 
-/// The children of `parent` whose command name is exactly `name`.
-fn children_named(parent: u32, name: &str) -> Vec<u32> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // `pid (comm) state ppid …`
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let comm = &stat[open + 1..close];
-        let ppid = stat[close + 1..].split_whitespace().nth(1).unwrap_or("");
-        if comm == name && ppid == parent.to_string() {
-            out.push(pid);
-        }
-    }
-    out
-}
-
 /// The session of the first decision record about `kind` whose payload mentions `text`.
 fn session_deciding(home: &std::path::Path, kind: &str, text: &str) -> Option<String> {
     audit_records(home)
@@ -87,10 +64,15 @@ async fn i1_a_run_through_the_host_is_its_task_and_ends_with_its_client_but_resu
     })
     .await
     .unwrap();
-    // The session runs in the host's own process: the host started no `airlock` for it.
-    assert_eq!(
-        children_named(host.child.id(), "airlock"),
-        Vec::<u32>::new()
+    // The session runs in the host's own process: the host's only children are sandbox
+    // helpers (the run's, and those the pool builds ahead); no `airlock` runs it.
+    let programs: Vec<String> = super::children_of(host.child.id())
+        .iter()
+        .map(|(pid, _)| super::command_name(*pid))
+        .collect();
+    assert!(
+        !programs.is_empty() && programs.iter().all(|p| p == "airlock-sandbox-init"),
+        "the host's children: {programs:?}"
     );
     let id = session_deciding(&f.home, "exec", &marker).expect("the shell's decision");
     // `airlock status` lists it among the host's runs.

@@ -54,6 +54,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             abandoned: None,
             egress: Default::default(),
             driven: None,
+            replies: None,
+            reply: None,
         },
     )
 }

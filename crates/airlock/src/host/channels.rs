@@ -1272,7 +1272,11 @@ impl Running {
             Said::Trusted(text) => TurnInput::Owner(text),
             Said::Untrusted { source, text } => TurnInput::Untrusted { source, text },
         };
-        let report = agent.run_turn_from(input, None);
+        // The reply as it comes, for the session's web page.
+        let streaming = self.host.replies.begin(&id);
+        let mut on_stream = |event| streaming.take(event);
+        let report = agent.run_turn_from(input, Some(&mut on_stream));
+        drop(streaming);
         approvals.stop();
         let delivered = agent.delivered();
         let files = agent.take_files();

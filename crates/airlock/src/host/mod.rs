@@ -49,6 +49,8 @@ pub struct Host {
     pub live: sessions::LiveSessions,
     /// The sessions a live chat or a run drives now, one driver each.
     pub driven: Arc<crate::service::driven::Driven>,
+    /// The model's reply as it comes, per session, for the web page (every turn here).
+    pub replies: Arc<crate::service::replies::Replies>,
     /// The store connection for the sessions of the `exec` runs the host makes.
     pub run_store: airlock_store::SqliteStore,
     /// Requests per principal (`[host] requests_per_minute`).
@@ -115,6 +117,7 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
         sessions: Arc::new(exec::SessionSlots::new(limits.max_sessions)),
         live: sessions::LiveSessions::new(Duration::from_secs(limits.session_idle_secs)),
         driven: Default::default(),
+        replies: Default::default(),
         run_store: crate::service::exec::open_run_store(&home)?,
         rate: rate::RateLimits::new(limits.requests_per_minute),
         stopping: std::sync::atomic::AtomicBool::new(false),

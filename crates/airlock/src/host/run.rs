@@ -23,6 +23,7 @@ use super::Host;
 use crate::agent_host::provider_config;
 use crate::config::Config;
 use crate::service::caller::Notices;
+use crate::service::replies::Streaming;
 use crate::service::run::{RunPlace, RunTask};
 
 /// What a client's request sets up for its session: the host's config now in force, and
@@ -80,13 +81,15 @@ fn task_of(req: &AgentRequest) -> anyhow::Result<RunTask> {
 }
 
 /// Run `req` to its end, saying its output on `out` and its notices on `notices`; it
-/// ends early once `abandoned` is set. A panic in it is the host's error, not its end.
+/// ends early once `abandoned` is set. Its reply goes to the host's replies as it comes,
+/// into `reply` when one was begun for it. A panic in it is the host's error, not its end.
 pub(crate) fn run_task(
     host: &Host,
     req: &AgentRequest,
     out: Notices,
     notices: Notices,
     abandoned: Option<Arc<AtomicBool>>,
+    reply: Option<Streaming>,
 ) -> anyhow::Result<i32> {
     let task = task_of(req)?;
     // A session something else drives is refused before the model is even looked at.
@@ -101,6 +104,8 @@ pub(crate) fn run_task(
         abandoned,
         egress: setup.egress,
         driven: Some(host.driven.clone()),
+        replies: Some(host.replies.clone()),
+        reply,
     };
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         crate::service::run::run(&host.home, setup.cfg, &setup.provider_cfg, &task, place)
@@ -132,6 +137,7 @@ pub(super) fn serve_run(
                 Notices::Client(Arc::new(File::from(stdout))),
                 Notices::Client(Arc::new(File::from(stderr))),
                 Some(abandoned.clone()),
+                None,
             )
         },
     )?

@@ -417,7 +417,11 @@ fn run_once(host: &Host, task: &Task, run: &mut Run) -> anyhow::Result<()> {
     } else {
         TurnInput::Owner(&task.prompt)
     };
-    let report = agent.run_turn_from(input, None);
+    // The reply as it comes, for the run session's web page.
+    let streaming = host.replies.begin(&agent.session_id);
+    let mut on_stream = |event| streaming.take(event);
+    let report = agent.run_turn_from(input, Some(&mut on_stream));
+    drop(streaming);
     if let Some(cards) = cards {
         cards.stop();
     }

@@ -202,6 +202,13 @@ impl LiveSession {
         }
     }
 
+    fn is_attached(&self) -> bool {
+        self.attached
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
     fn idle_for(&self, now: Instant) -> Option<Duration> {
         let attached = self.attached.lock().unwrap_or_else(|p| p.into_inner());
         if attached.is_some() || self.busy.load(Ordering::Acquire) {
@@ -390,6 +397,10 @@ impl LiveSessions {
         if session.killed.load(Ordering::Acquire) {
             return Err(format!("session {id} was killed"));
         }
+        // An attached terminal holds the input, whether or not its turn is still running.
+        if session.is_attached() {
+            return Err(held_by_terminal(id));
+        }
         let (started_tx, started) = std::sync::mpsc::channel::<Result<(), String>>();
         let host = host.clone();
         let spawned = std::thread::Builder::new()
@@ -408,16 +419,8 @@ impl LiveSessions {
                 };
                 // Checked under the conversation's lock: a client that attaches now waits
                 // for this turn before its own.
-                if session
-                    .attached
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .is_some()
-                {
-                    let _ = started_tx.send(Err(format!(
-                        "session {} is attached to a terminal (`airlock chat`), which holds its input\nhelp: type the message there, or leave it there (/quit) and send it from here; the page shows the session either way",
-                        session.id
-                    )));
+                if session.is_attached() {
+                    let _ = started_tx.send(Err(held_by_terminal(&session.id)));
                     return;
                 }
                 session.busy.store(true, Ordering::Release);
@@ -437,6 +440,13 @@ impl LiveSessions {
             s.close();
         }
     }
+}
+
+/// Why the page cannot send session `id` a message while a terminal is attached.
+fn held_by_terminal(id: &str) -> String {
+    format!(
+        "session {id} is attached to a terminal (`airlock chat`), which holds its input\nhelp: type the message there, or leave it there (/quit) and send it from here; the page shows the session either way"
+    )
 }
 
 /// A client's side of an attachment: its streams and its hang-up switch.

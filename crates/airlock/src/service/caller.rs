@@ -29,6 +29,9 @@ pub enum Notices {
     Client(Arc<File>),
     /// A session that lives in the host: whichever client is attached to it, if any.
     Attachable(Arc<Attachable>),
+    /// Nobody (a run the web page started: its reply is watched through the host's
+    /// replies, and its report is in the store).
+    Nobody,
 }
 
 impl Notices {
@@ -53,6 +56,7 @@ impl Notices {
                 a.write(text.as_bytes());
                 Ok(())
             }
+            Notices::Nobody => Ok(()),
         };
     }
 }

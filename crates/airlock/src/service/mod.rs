@@ -17,6 +17,7 @@ pub mod kill;
 pub mod memory;
 pub mod record_log;
 pub mod replay;
+pub mod replies;
 pub mod run;
 pub mod status;
 pub mod tasks;

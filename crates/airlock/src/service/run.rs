@@ -30,6 +30,7 @@ use crate::home::Home;
 use crate::service::caller::Notices;
 use crate::service::conversation::{exit_code, CHANNEL};
 use crate::service::driven::{Claim, Driven, Driver};
+use crate::service::replies::{Replies, Streaming};
 
 /// What to run, as `airlock run`'s options give it.
 #[derive(Debug, Clone)]
@@ -60,6 +61,11 @@ pub struct RunPlace {
     /// The host's register of driven sessions: the run holds its session there while it
     /// runs, and is refused one that a live chat or another run holds.
     pub driven: Option<Arc<Driven>>,
+    /// The host's replies as they come (for the web page): the run's reply goes there.
+    pub replies: Option<Arc<Replies>>,
+    /// The reply begun for the session named, before the run started (so that its page
+    /// does not show the last reply meanwhile); otherwise one is begun in `replies`.
+    pub reply: Option<Streaming>,
 }
 
 /// Run `task` to its end and give its exit status ([`exit_code`]).
@@ -119,31 +125,29 @@ pub fn run(
         ));
         out.line(&format!("> {}", escape_block(&task.prompt)));
     }
-    // The model's text may span lines, but never carries a raw control.
-    let mut print_stream = |event: StreamEvent| {
-        if let StreamEvent::TextDelta(t) = event {
-            out.write(&escape_block(&t));
-        }
-    };
-    // One JSON object a line: its text is escaped by JSON, so no line can end early.
-    let mut event_stream = |event: StreamEvent| {
-        if let StreamEvent::TextDelta(t) = event {
-            out.line(&json!({ "delta": t }).to_string());
-        }
-    };
+    let streaming = place
+        .reply
+        .or_else(|| place.replies.map(|r| r.begin(&session_id)));
     if task.stream_events {
         out.line(&json!({ "session": session_id }).to_string());
     }
-    let report = host.run_turn(
-        &task.prompt,
+    let mut on_stream = |event: StreamEvent| {
+        let StreamEvent::TextDelta(t) = event else {
+            return;
+        };
+        if let Some(s) = &streaming {
+            s.push(&t);
+        }
         if task.stream_events {
-            Some(&mut event_stream)
-        } else if task.json {
-            None
-        } else {
-            Some(&mut print_stream)
-        },
-    );
+            // One JSON object a line: its text is escaped by JSON, so no line can end early.
+            out.line(&json!({ "delta": t }).to_string());
+        } else if !task.json {
+            // The model's text may span lines, but never carries a raw control.
+            out.write(&escape_block(&t));
+        }
+    };
+    let report = host.run_turn(&task.prompt, Some(&mut on_stream));
+    drop(streaming);
     let messages = host.delivered();
     host.close()?;
     drop(held);

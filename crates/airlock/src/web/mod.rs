@@ -150,8 +150,6 @@ pub struct WebState {
     pub bound: settings::Bound,
     pub logins: Arc<auth::Logins>,
     pub passkeys: Option<Arc<passkeys::Passkeys>>,
-    /// The model's replies while the runs the page started are typing them.
-    pub streams: Arc<stream::Streams>,
     /// Pages read per login or address (`[web] reads_per_minute`).
     pub reads: reads::Reads,
 }
@@ -175,7 +173,6 @@ pub async fn serve(host: Arc<Host>) -> anyhow::Result<()> {
         bound: web.bound.clone(),
         logins: web.logins.clone(),
         passkeys: web.passkeys.clone(),
-        streams: Arc::new(stream::Streams::default()),
         reads: reads::Reads::new(web.reads_per_minute),
     });
     tracing::info!(url = %state.bound.base_url, "serving the web page");

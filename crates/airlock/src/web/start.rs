@@ -3,9 +3,9 @@
 //! for `airlock run` through its socket (`host::run::run_task`, a place under `[host]
 //! max_sessions`, the host's one audit writer), with the model of `airlock.toml` and the
 //! approval timeout of `[agent]`. What it holds waits in the approvals queue; the session's
-//! page follows its transcript as it grows, and its reply as it streams.
+//! page follows its transcript as it grows, and its reply as it streams (through the
+//! host's replies, as every turn in the host).
 
-use std::fs::File;
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -59,10 +59,9 @@ pub async fn start(
     }
     tracing::info!(login = %login.id, session = ?session, "web: starting a run");
     let host = web.host.clone();
-    let streams = web.streams.clone();
     let prompt = form.prompt;
     let s = session.clone();
-    let done = tokio::task::spawn_blocking(move || start_run(&host, &streams, prompt, s)).await;
+    let done = tokio::task::spawn_blocking(move || start_run(&host, prompt, s)).await;
     let (ok, message) = match done {
         Ok(Ok(())) => (
             true,
@@ -85,12 +84,7 @@ pub async fn start(
 }
 
 /// Start `airlock run` for `prompt` in the host (blocking for the start only).
-fn start_run(
-    host: &Arc<Host>,
-    streams: &Arc<super::stream::Streams>,
-    prompt: String,
-    session: Option<String>,
-) -> anyhow::Result<()> {
+fn start_run(host: &Arc<Host>, prompt: String, session: Option<String>) -> anyhow::Result<()> {
     let prompt = prompt.trim().to_string();
     anyhow::ensure!(
         !prompt.is_empty(),
@@ -113,43 +107,37 @@ fn start_run(
             host.sessions.max
         );
     };
-    let req_session = session.clone();
+    // A next message's reply is begun now, so that the session's page does not show the
+    // last one while the run starts.
+    let reply = session.as_deref().map(|s| host.replies.begin(s));
     let req = AgentRequest {
         chat: false,
         session,
         approval_timeout: None,
         profile: None,
-        // Its report is in the store; its output is the reply as it comes, for the page.
+        // Its report is in the store, and its reply is watched through the host's replies.
         json: true,
-        stream_events: true,
+        stream_events: false,
         workspace: None,
         prompt: Some(prompt),
         cwd: host.home.state.clone(),
         env: Vec::new(),
     };
-    // Its events come back through a pipe, as a client's would through its stdout; what
-    // it says about itself goes to the host's log.
-    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let expected = req_session.as_deref().map(|s| streams.expect(s));
     let run_host = host.clone();
     std::thread::Builder::new()
         .name("airlock-web-run".into())
         .spawn(move || {
-            let out = crate::service::caller::Notices::Client(Arc::new(File::from(write)));
+            // What it says about itself goes to the host's log.
             let result = crate::host::run::run_task(
                 &run_host,
                 &req,
-                out,
+                crate::service::caller::Notices::Nobody,
                 crate::service::caller::Notices::Stderr,
                 None,
+                reply,
             );
-            // `out` went with the run: the reader sees the end of the pipe.
             tracing::info!(result = ?result.map_err(|e| format!("{e:#}")), "web: a run ended");
             drop(slot);
         })?;
-    let streams = streams.clone();
-    std::thread::Builder::new()
-        .name("airlock-web-reply".into())
-        .spawn(move || streams.follow(File::from(read), expected))?;
     Ok(())
 }

@@ -1418,6 +1418,73 @@ async fn web_the_model_s_reply_streams_to_the_session_s_page_as_server_sent_even
     assert!(verify(&f.home).status.success());
 }
 
+/// Every turn in the host streams its reply to the session's page, not only the page's
+/// own runs: an `airlock run` from a terminal, through the host, is watched on its page
+/// while the model is still answering (the run is still going when the stream opens).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_a_terminal_run_s_reply_streams_to_the_session_s_page() {
+    use airlock_agent::scripted::Fault;
+    const REPLY: &str = "From the terminal, <i>streamed</i>.";
+    let f = fixture();
+    init(&f, WEB);
+    let _host = Host::start(&f.home);
+    let (base, cookie, _) = http_login(&f).await;
+    let model = ScriptedModel::start([Step::Fault(Fault::Slow {
+        delay: Duration::from_secs(2),
+        then: Box::new(Step::text(REPLY)),
+    })])
+    .await
+    .unwrap();
+    let mut run = super::super::exec_fixture::scripted_command(&f.home, &model)
+        .current_dir(&f.ws)
+        .args(["run", "--json", "Say it from the terminal"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let home = f.home.clone();
+    let session = tokio::task::spawn_blocking(move || {
+        let running = || {
+            super::status_of(&home)["host"]["runs"][0]
+                .as_str()
+                .map(str::to_string)
+        };
+        wait_for("the run in the host's status", || running().is_some());
+        running().unwrap()
+    })
+    .await
+    .unwrap();
+    // The run holds its session a moment before its reply begins: 204 until then.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let r = loop {
+        let r = http()
+            .get(format!("{base}/sessions/{session}/stream"))
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 200 {
+            break r;
+        }
+        assert_eq!(r.status(), 204);
+        assert!(Instant::now() < deadline, "no stream for {session}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        run.try_wait().unwrap().is_none(),
+        "the run ended before its page watched it"
+    );
+    let (text, done) = sse_text(&r.text().await.unwrap());
+    assert_eq!(text, REPLY);
+    assert!(done);
+    let o = tokio::task::spawn_blocking(move || run.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let report = super::super::exec_fixture::report_ok(&o);
+    assert_eq!(report["session"], session.as_str(), "{report:#}");
+    assert_eq!(report["text"], REPLY, "{report:#}");
+}
+
 /// The text of a server-sent-events body's `text` events (JSON strings), and whether a
 /// `done` event ended it.
 fn sse_text(body: &str) -> (String, bool) {

@@ -1211,6 +1211,34 @@ impl Running {
         let state = channels::read_state(home, self.name)?;
         let key = self.session_key(chat);
         let session = state.chats.get(&key).cloned();
+        // The session takes one turn at a time from anywhere. A chat in the host on it
+        // that nobody is attached to and that runs no turn is closed for this turn; one
+        // a terminal holds, or a run that drives it, leaves this message dropped, and
+        // the chat told.
+        let claim = |id: &str| {
+            use crate::service::driven::Driver;
+            let driven = &self.host.driven;
+            driven.claim(id, Driver::Channel).or_else(|e| {
+                let asleep =
+                    driven.driver(id) == Some(Driver::Chat) && self.host.live.close_if_idle(id);
+                if !asleep {
+                    return Err(e);
+                }
+                driven.claim(id, Driver::Channel)
+            })
+        };
+        let hold = match session.as_deref().map(claim).transpose() {
+            Ok(hold) => hold,
+            Err(e) => {
+                let reason = format!("{e:#}");
+                self.drop_queued(chat, from, reason.lines().next().unwrap_or(""));
+                self.say(
+                    chat,
+                    "airlock: this conversation is in use elsewhere (a terminal or a run); send the message again later",
+                );
+                return Ok(());
+            }
+        };
         // A chat that is not the owner's own is a third party: a group, a member's or a
         // stranger's chat. What the session says there is a message to them, which the
         // Gate decides (held after taint, as egress is): otherwise "reply here with
@@ -1243,6 +1271,11 @@ impl Running {
             agent = agent.with_third_party(format!("{}:{}", self.name, chat.0));
         }
         let id = agent.session_id.clone();
+        // Held to the end of the turn (a new session as soon as it has its id).
+        let _hold = match hold {
+            Some(h) => h,
+            None => claim(&id)?,
+        };
         channels::update_state(home, self.name, |s| {
             s.chats.insert(key.clone(), id.clone());
             Ok(())

@@ -371,6 +371,10 @@ fn run_once(host: &Host, task: &Task, run: &mut Run) -> anyhow::Result<()> {
         agent = agent.ending_on_unapproved();
     }
     run.session = agent.session_id.clone();
+    // A new session: held for the run, so that no chat or run takes a turn of it beside.
+    let _hold = host
+        .driven
+        .claim(&run.session, crate::service::driven::Driver::Task)?;
     let start = append(
         host,
         &run.session,

@@ -332,6 +332,26 @@ impl LiveSessions {
         }
     }
 
+    /// Close live session `id` now if no client is attached to it and no turn runs in it
+    /// (a chat channel's turn of the same session needs it: the chat sleeps between
+    /// turns, and `--session` opens it again later). Whether it is no longer live.
+    pub fn close_if_idle(&self, id: &str) -> bool {
+        // No client attaches while this looks.
+        let _opening = self.opening.lock().unwrap_or_else(|p| p.into_inner());
+        let closing = {
+            let mut map = self.map();
+            match map.get(id) {
+                None => return true,
+                Some(s) if s.idle_for(Instant::now()).is_some() => map.remove(id),
+                Some(_) => return false,
+            }
+        };
+        if let Some(s) = closing {
+            s.close();
+        }
+        true
+    }
+
     /// The host is stopping: every client is let go, told how to continue.
     pub fn send_everyone_away(&self) {
         let sessions: Vec<_> = self.map().values().cloned().collect();

@@ -1,6 +1,6 @@
 //! Which sessions a conversation drives in this process, so that no session ever has two
 //! at once: a chat that lives in the host drives its session for as long as it lives, an
-//! `airlock run` for as long as it runs. A second one (a run resuming a live chat's
+//! `airlock run`, a chat channel's turn and a scheduled run for as long as they run. A second one (a run resuming a live chat's
 //! session, a chat attaching to a session a run is driving, two runs of one session) is
 //! refused with who holds it, before it opens anything: opening a session finishes or
 //! rolls back a commit a crash left in its workspace, which must never meet the commit of
@@ -16,6 +16,10 @@ pub enum Driver {
     Chat,
     /// An `airlock run` (from a terminal or the web page).
     Run,
+    /// A chat channel's turn (Telegram, Slack, Discord, a webhook).
+    Channel,
+    /// A scheduled task's run.
+    Task,
 }
 
 /// The sessions driven now.
@@ -108,6 +112,12 @@ fn held_by(id: &str, holder: Driver) -> anyhow::Error {
         Driver::Run => format!(
             "session {id} is running a task (`airlock run`) in the host\nhelp: wait for it to end (`airlock status`), or stop it with `airlock kill {id}`"
         ),
+        Driver::Channel => format!(
+            "session {id} is taking a turn for a chat channel in the host\nhelp: wait for the turn to end, or stop it with `airlock kill {id}`"
+        ),
+        Driver::Task => format!(
+            "session {id} is a scheduled task's run in the host\nhelp: wait for it to end (`airlock tasks history`), or stop it with `airlock kill {id}`"
+        ),
     })
 }
 
@@ -135,5 +145,11 @@ mod tests {
         assert_eq!(run.session(), "s-1");
         drop(other);
         assert!(driven.claim("s-2", Driver::Chat).is_ok());
+        let _turn = driven.claim("s-4", Driver::Channel).unwrap();
+        let refused = driven.claim("s-4", Driver::Chat).unwrap_err().to_string();
+        assert!(refused.contains("a turn for a chat channel"), "{refused}");
+        let _task = driven.claim("s-5", Driver::Task).unwrap();
+        let refused = driven.claim("s-5", Driver::Run).unwrap_err().to_string();
+        assert!(refused.contains("a scheduled task's run"), "{refused}");
     }
 }

@@ -1393,3 +1393,78 @@ async fn a_third_party_conversation_cannot_start_sub_agents() {
     let v = verify(&f.home);
     assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
 }
+
+/// A chat channel's session takes one turn at a time from anywhere: while a terminal is
+/// attached to it (`airlock chat --session`), a message from the chat is dropped with a
+/// record and the chat told; once the terminal has left, the next message closes the
+/// sleeping chat in the host and is answered in the same session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channels_session_held_by_a_terminal_takes_no_turn_beside_it() {
+    let f = fixture();
+    let model = ScriptedModel::start([Step::text("First."), Step::text("Third answer.")])
+        .await
+        .unwrap();
+    let (fake, code) = configure(&f, &model, &[]);
+    let host = start_host(&f);
+    pair_owner(&fake, &code);
+    fake.push_message(OWNER, OWNER, "owner", "Hello");
+    fake.wait_for("sendMessage", |b| {
+        b["chat_id"] == OWNER && b["text"].as_str().unwrap_or("").contains("First.")
+    });
+    let session = kinds(&f, "turn_end")
+        .last()
+        .and_then(|r| r["session"].as_str().map(str::to_string))
+        .expect("the channel turn's end");
+    // The turn lets its session go once it has ended (its reply is sent before that).
+    wait_for("the channel's turn to end", || {
+        super::status_of(&f.home)["host"]["sessions_running"] == 0
+    });
+
+    let mut term = super::sessions::ChatClient::start(&f, &model, &["--session", &session]);
+    term.wait_for_out(&format!("session {session}"));
+    fake.push_message(OWNER, OWNER, "owner", "Second");
+    wait_for(
+        "the message to be dropped while the terminal holds the session",
+        || {
+            kinds(&f, "channel-message-dropped").iter().any(|r| {
+                r["detail"]["reason"].as_str().is_some_and(|w| {
+                    w.contains(&format!("session {session} is live in the host as a chat"))
+                })
+            })
+        },
+    );
+    fake.wait_for("sendMessage", |b| {
+        b["chat_id"] == OWNER
+            && b["text"]
+                .as_str()
+                .unwrap_or("")
+                .contains("in use elsewhere")
+    });
+    assert_eq!(
+        model.requests().len(),
+        1,
+        "the dropped message reached the model"
+    );
+
+    term.send("/quit");
+    let (code, out, err) = tokio::task::spawn_blocking(move || term.finish())
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    fake.push_message(OWNER, OWNER, "owner", "Third");
+    fake.wait_for("sendMessage", |b| {
+        b["chat_id"] == OWNER && b["text"].as_str().unwrap_or("").contains("Third answer.")
+    });
+    // The same session, which saw the first message; the sleeping chat was closed for it.
+    let sent = model.requests().last().unwrap().json().unwrap().to_string();
+    assert!(sent.contains("Hello") && sent.contains("Third"), "{sent}");
+    assert!(
+        kinds(&f, "turn_end")
+            .iter()
+            .filter(|r| r["session"] == session.as_str())
+            .count()
+            >= 2
+    );
+    drop(host);
+    assert!(verify(&f.home).status.success());
+}

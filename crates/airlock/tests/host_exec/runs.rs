@@ -2,7 +2,8 @@
 //! runs it, its records go through the host's one writer (it signs no checkpoint of its
 //! own), and a client that goes away ends its turn (its sandbox with it, a held action
 //! withdrawn from the queue) while the session stays resumable. No chat or second run
-//! takes a session while a run drives it.
+//! takes a session while a run drives it. `kill -9` of the host mid-run leaves no
+//! sandbox process, and the next host records the run as interrupted.
 
 use std::process::Stdio;
 
@@ -224,6 +225,79 @@ async fn i1_a_run_through_the_host_is_its_task_and_ends_with_its_client_but_resu
     host.signal(nix::sys::signal::Signal::SIGTERM);
     assert!(host.wait().success(), "{}", host.log_text());
     assert_eq!(super::audit_writer::checkpoints(&f.home), signed + 1);
+    let v = verify(&f.home);
+    assert!(v.status.success(), "{v:?}");
+}
+
+/// `kill -9` of the host while an `airlock run` in it has a command running in the
+/// sandbox: no process of the sandbox outlives the host (the run is the host's own
+/// work, with no child process of its own to die separately), the client hears that the
+/// host went away, and the next host records the run as interrupted; the chain verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_the_host_mid_agent_run_leaves_no_sandbox_and_is_recovered() {
+    let f = fixture();
+    init(&f, "");
+    let mut host = Host::start(&f.home);
+    let ws = f.ws.display().to_string();
+    let marker = format!("run-kill9-{}", std::process::id());
+    let command = format!("sleep 337; : {marker}");
+    let model = ScriptedModel::start([
+        Step::tool_call(
+            "c1",
+            "shell",
+            serde_json::json!({ "command": command }).to_string(),
+        ),
+        Step::text("never reached"),
+    ])
+    .await
+    .unwrap();
+    let client = scripted_command(&f.home, &model)
+        .args(["run", "--json", "--workspace", &ws, "Sleep"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let seen = marker.clone();
+    tokio::task::spawn_blocking(move || {
+        wait_for("the run's sandbox", || {
+            processes_with(&seen).iter().any(|l| !l.contains("airlock"))
+        })
+    })
+    .await
+    .unwrap();
+    let id = session_deciding(&f.home, "exec", &marker).expect("the shell's decision");
+    host.signal(nix::sys::signal::Signal::SIGKILL);
+    host.wait();
+    let gone = marker.clone();
+    tokio::task::spawn_blocking(move || {
+        wait_for("every process of the sandbox to be gone", || {
+            processes_with(&gone).is_empty()
+        })
+    })
+    .await
+    .unwrap();
+    let o = tokio::task::spawn_blocking(move || client.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    assert!(!o.status.success(), "the client heard its run end: {o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("closed the connection"),
+        "{o:?}"
+    );
+    let again = Host::start(&f.home);
+    let recovery: Vec<serde_json::Value> = audit_records(&f.home)
+        .into_iter()
+        .filter(|r| r["kind"] == "host-recovery")
+        .collect();
+    assert_eq!(recovery.len(), 1, "{}", again.log_text());
+    assert!(
+        recovery[0]["detail"]["interrupted"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|s| s == id.as_str())),
+        "{:?}",
+        recovery[0]
+    );
+    drop(again);
     let v = verify(&f.home);
     assert!(v.status.success(), "{v:?}");
 }

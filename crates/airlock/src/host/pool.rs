@@ -28,9 +28,12 @@
 //! the bases were equal (the host's `/etc` or the proxy's CA changed) discards every
 //! group's sandboxes. An empty pool never makes a run wait.
 //!
-//! One thread, which lives as long as the host, builds the sandboxes. No sandbox outlives
-//! the host: each helper ends its sandbox when its control socket to the host closes,
-//! which the kernel does when the host dies, pooled or not.
+//! One thread, which lives as long as the host, builds the sandboxes. While runs are in
+//! flight it refills only a group that has nothing ready: a build beside a run that has
+//! just taken a sandbox competes with that run's decision and attach for the cores.
+//!
+//! No sandbox outlives the host: each helper ends its sandbox when its control socket to
+//! the host closes, which the kernel does when the host dies, pooled or not.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
@@ -114,6 +117,8 @@ struct State {
     next_id: u64,
     stopping: bool,
     status: PoolStatus,
+    /// Runs between their `take` and their end ([`SandboxPool::run_in_flight`]).
+    in_flight: usize,
 }
 
 /// Group `index`'s share of `size` among `groups` groups, the most recently used (the
@@ -123,6 +128,12 @@ fn share(size: usize, groups: usize, index: usize) -> usize {
         return 0;
     }
     size / groups + usize::from(index < size % groups)
+}
+
+/// Whether a group with `ready` sandboxes (below its share) is built for while
+/// `in_flight` runs are in flight (see [`State::to_build`]).
+fn may_build_now(ready: usize, in_flight: usize) -> bool {
+    in_flight == 0 || ready == 0
 }
 
 impl State {
@@ -157,8 +168,30 @@ impl State {
             .map(|(_, g)| g)
     }
 
+    /// The group to build for now: [`State::wanting`], except that while a run is in
+    /// flight only a group with nothing ready is built for. A build takes both cores'
+    /// time for a few milliseconds; beside a run that has just taken a sandbox it slows
+    /// that run's decision and attach, so a group that still holds one waits for the run
+    /// to end (an empty group cannot wait: its next run would build its own).
+    fn to_build(&self, size: usize) -> Option<&Group> {
+        self.wanting(size)
+            .filter(|g| may_build_now(g.ready.len(), self.in_flight))
+    }
+
     fn group_mut(&mut self, id: u64) -> Option<&mut Group> {
         self.groups.iter_mut().find(|g| g.template.id == id)
+    }
+}
+
+/// A run in flight, for the builder's timing ([`SandboxPool::run_in_flight`]).
+pub struct InFlight(Arc<SandboxPool>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut s = self.0.lock();
+        s.in_flight = s.in_flight.saturating_sub(1);
+        drop(s);
+        self.0.wake.notify_all();
     }
 }
 
@@ -193,6 +226,13 @@ impl SandboxPool {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A run begins: until the guard is dropped (at the run's end), the builder refills
+    /// only a group with nothing ready (see [`State::to_build`]).
+    pub fn run_in_flight(self: &Arc<Self>) -> InFlight {
+        self.lock().in_flight += 1;
+        InFlight(self.clone())
     }
 
     /// A live pooled sandbox built for a run decided under `policy_profile` whose sandbox
@@ -382,7 +422,9 @@ impl SandboxPool {
                 if s.stopping {
                     return;
                 }
-                let Some(template) = s.wanting(cfg.host.sandbox_pool).map(|g| g.template.clone())
+                let Some(template) = s
+                    .to_build(cfg.host.sandbox_pool)
+                    .map(|g| g.template.clone())
                 else {
                     let _ = self
                         .wake
@@ -462,7 +504,16 @@ impl SandboxPool {
 
 #[cfg(test)]
 mod tests {
-    use super::share;
+    use super::{may_build_now, share};
+
+    #[test]
+    fn a_group_that_holds_a_sandbox_is_refilled_after_the_runs_in_flight_not_beside_them() {
+        assert!(may_build_now(1, 0));
+        assert!(!may_build_now(1, 1));
+        assert!(!may_build_now(3, 2));
+        // An empty group cannot wait: its next run would build its own.
+        assert!(may_build_now(0, 5));
+    }
 
     #[test]
     fn the_shares_add_up_to_the_size_and_the_recent_groups_get_the_remainder() {

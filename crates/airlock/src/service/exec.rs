@@ -226,6 +226,13 @@ pub fn exec(
     }
     // In the host, a sandbox built ahead for this profile's base takes the run's own
     // parts (see `crate::host::pool`); otherwise one is built for the run from nothing.
+    // The pool refills after the run, not beside it, while it has a sandbox left.
+    let _in_flight = match loaded {
+        Loaded::Warm {
+            pool: Some(pool), ..
+        } => Some(pool.run_in_flight()),
+        _ => None,
+    };
     let pooled = match loaded {
         Loaded::Warm {
             pool: Some(pool), ..

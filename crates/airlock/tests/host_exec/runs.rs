@@ -25,6 +25,44 @@ fn session_deciding(home: &std::path::Path, kind: &str, text: &str) -> Option<St
         .and_then(|r| r["session"].as_str().map(str::to_string))
 }
 
+/// A run through the host whose model has its shell run `sleep SECONDS; : MARKER` (a
+/// sleep of its own, so that tests side by side never see each other's in `ps`), once
+/// that command runs in the sandbox: the model, the client and the marker.
+async fn start_sleeping_run(
+    f: &super::Fixture,
+    seconds: u32,
+    tag: &str,
+) -> (ScriptedModel, std::process::Child, String) {
+    let marker = format!("{tag}-{}", std::process::id());
+    let command = format!("sleep {seconds}; : {marker}");
+    let model = ScriptedModel::start([
+        Step::tool_call(
+            "c1",
+            "shell",
+            serde_json::json!({ "command": command }).to_string(),
+        ),
+        Step::text("The sleep ended."),
+    ])
+    .await
+    .unwrap();
+    let ws = f.ws.display().to_string();
+    let client = scripted_command(&f.home, &model)
+        .args(["run", "--json", "--workspace", &ws, "Sleep a while"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let seen = marker.clone();
+    tokio::task::spawn_blocking(move || {
+        wait_for("the run's sandbox", || {
+            processes_with(&seen).iter().any(|l| !l.contains("airlock"))
+        })
+    })
+    .await
+    .unwrap();
+    (model, client, marker)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn i1_a_run_through_the_host_is_its_task_and_ends_with_its_client_but_resumes() {
     let f = fixture();
@@ -39,32 +77,7 @@ async fn i1_a_run_through_the_host_is_its_task_and_ends_with_its_client_but_resu
     let ws = f.ws.display().to_string();
 
     // 1. A run whose shell command is still running when its client is killed.
-    let marker = format!("run-hangup-{}", std::process::id());
-    let command = format!("sleep 331; : {marker}");
-    let model = ScriptedModel::start([
-        Step::tool_call(
-            "c1",
-            "shell",
-            serde_json::json!({ "command": command }).to_string(),
-        ),
-        Step::text("The sleep ended."),
-    ])
-    .await
-    .unwrap();
-    let mut client = scripted_command(&f.home, &model)
-        .args(["run", "--json", "--workspace", &ws, "Sleep a while"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let seen = marker.clone();
-    tokio::task::spawn_blocking(move || {
-        wait_for("the run's sandbox", || {
-            processes_with(&seen).iter().any(|l| !l.contains("airlock"))
-        })
-    })
-    .await
-    .unwrap();
+    let (model, mut client, marker) = start_sleeping_run(&f, 331, "run-hangup").await;
     // The session runs in the host's own process: the host's only children are sandbox
     // helpers (the run's, and those the pool builds ahead); no `airlock` runs it.
     let programs: Vec<String> = super::children_of(host.child.id())
@@ -238,33 +251,7 @@ async fn kill_9_of_the_host_mid_agent_run_leaves_no_sandbox_and_is_recovered() {
     let f = fixture();
     init(&f, "");
     let mut host = Host::start(&f.home);
-    let ws = f.ws.display().to_string();
-    let marker = format!("run-kill9-{}", std::process::id());
-    let command = format!("sleep 337; : {marker}");
-    let model = ScriptedModel::start([
-        Step::tool_call(
-            "c1",
-            "shell",
-            serde_json::json!({ "command": command }).to_string(),
-        ),
-        Step::text("never reached"),
-    ])
-    .await
-    .unwrap();
-    let client = scripted_command(&f.home, &model)
-        .args(["run", "--json", "--workspace", &ws, "Sleep"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let seen = marker.clone();
-    tokio::task::spawn_blocking(move || {
-        wait_for("the run's sandbox", || {
-            processes_with(&seen).iter().any(|l| !l.contains("airlock"))
-        })
-    })
-    .await
-    .unwrap();
+    let (_model, client, marker) = start_sleeping_run(&f, 337, "run-kill9").await;
     let id = session_deciding(&f.home, "exec", &marker).expect("the shell's decision");
     host.signal(nix::sys::signal::Signal::SIGKILL);
     host.wait();

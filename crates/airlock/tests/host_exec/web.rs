@@ -1307,22 +1307,11 @@ async fn web_the_model_s_reply_streams_to_the_session_s_page_as_server_sent_even
     let stream = |session: String| {
         let (base, cookie) = (base.clone(), cookie.clone());
         async move {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            loop {
-                let r = http()
-                    .get(format!("{base}/sessions/{session}/stream"))
-                    .header("cookie", &cookie)
-                    .send()
-                    .await
-                    .unwrap();
-                if r.status() == 200 {
-                    assert_eq!(r.headers()["content-type"], "text/event-stream");
-                    return r.text().await.unwrap();
-                }
-                assert_eq!(r.status(), 204);
-                assert!(Instant::now() < deadline, "no stream for {session}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            open_stream(&base, &cookie, &session)
+                .await
+                .text()
+                .await
+                .unwrap()
         }
     };
     let (text, done) = sse_text(&stream(session.clone()).await);
@@ -1455,21 +1444,7 @@ async fn web_a_terminal_run_s_reply_streams_to_the_session_s_page() {
     .await
     .unwrap();
     // The run holds its session a moment before its reply begins: 204 until then.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let r = loop {
-        let r = http()
-            .get(format!("{base}/sessions/{session}/stream"))
-            .header("cookie", &cookie)
-            .send()
-            .await
-            .unwrap();
-        if r.status() == 200 {
-            break r;
-        }
-        assert_eq!(r.status(), 204);
-        assert!(Instant::now() < deadline, "no stream for {session}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let r = open_stream(&base, &cookie, &session).await;
     assert!(
         run.try_wait().unwrap().is_none(),
         "the run ended before its page watched it"
@@ -1483,6 +1458,27 @@ async fn web_a_terminal_run_s_reply_streams_to_the_session_s_page() {
     let report = super::super::exec_fixture::report_ok(&o);
     assert_eq!(report["session"], session.as_str(), "{report:#}");
     assert_eq!(report["text"], REPLY, "{report:#}");
+}
+
+/// `GET /sessions/{session}/stream` once it streams (`204` until a turn in the host
+/// has begun a reply there): an event stream.
+async fn open_stream(base: &str, cookie: &str, session: &str) -> reqwest::Response {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = http()
+            .get(format!("{base}/sessions/{session}/stream"))
+            .header("cookie", cookie)
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 200 {
+            assert_eq!(r.headers()["content-type"], "text/event-stream");
+            return r;
+        }
+        assert_eq!(r.status(), 204);
+        assert!(Instant::now() < deadline, "no stream for {session}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The text of a server-sent-events body's `text` events (JSON strings), and whether a

@@ -185,6 +185,10 @@ pub struct HostSection {
     /// suit a 2-core machine: one is being taken while the next is built.
     #[serde(default = "default_sandbox_pool")]
     pub sandbox_pool: usize,
+    /// Seconds a stopping host (`SIGTERM`) lets the turns and runs in flight go on; then
+    /// it ends them (each turn with its records, as a kill would) and stops.
+    #[serde(default = "default_stop_grace_secs")]
+    pub stop_grace_secs: u64,
 }
 
 impl Default for HostSection {
@@ -196,6 +200,7 @@ impl Default for HostSection {
             requests_per_minute: default_requests_per_minute(),
             session_idle_secs: default_session_idle_secs(),
             sandbox_pool: default_sandbox_pool(),
+            stop_grace_secs: default_stop_grace_secs(),
         }
     }
 }
@@ -218,6 +223,10 @@ fn default_requests_per_minute() -> u32 {
 
 fn default_sandbox_pool() -> usize {
     2
+}
+
+fn default_stop_grace_secs() -> u64 {
+    30
 }
 
 /// The most sandboxes `[host] sandbox_pool` may keep built: each holds a helper, a PID 1

@@ -131,7 +131,8 @@ impl Agent<'_> {
                 if self.is_abandoned() {
                     // Nobody waits for the answer any more: the request leaves the queue
                     // rather than wait there, answerable, for its timeout.
-                    const WHY: &str = "the client that waited for it went away";
+                    const WHY: &str =
+                        "nobody waits for it any more: its client went away, or the host stopped";
                     match self
                         .store
                         .withdraw_approval(&request.id, WHY, Timestamp::now())

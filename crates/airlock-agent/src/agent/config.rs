@@ -85,9 +85,10 @@ pub struct AgentConfig {
     /// refused or cancelled) instead of telling the model and going on: a scheduled
     /// task's `on_held = "end"`.
     pub end_on_unapproved: bool,
-    /// Set when whoever waits for the turn went away (a host's client that hung up): the
-    /// turn ends as a killed one does, at the next look for a kill, but the session is
-    /// not marked killed in the store and can be resumed. `None`: only a kill ends it.
+    /// Set when whoever waits for the turn went away (a host's client that hung up) or
+    /// the host is stopping past its grace: the turn ends as a killed one does, at the
+    /// next look for a kill, but the session is not marked killed in the store and can
+    /// be resumed. `None`: only a kill ends it.
     pub abandoned: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 

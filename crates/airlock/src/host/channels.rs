@@ -1270,6 +1270,8 @@ impl Running {
         if third_party {
             agent = agent.with_third_party(format!("{}:{}", self.name, chat.0));
         }
+        // A stopping host past its grace ends the turn as a kill would, with its records.
+        agent = agent.abandoned_when(self.host.turns.flag());
         let id = agent.session_id.clone();
         // Held to the end of the turn (a new session as soon as it has its id).
         let _hold = match hold {

@@ -27,6 +27,7 @@ pub mod scheduler;
 pub mod sessions;
 pub mod socket;
 pub mod task_check;
+pub mod turns;
 pub mod warm;
 
 use std::sync::Arc;
@@ -51,6 +52,8 @@ pub struct Host {
     pub driven: Arc<crate::service::driven::Driven>,
     /// The model's reply as it comes, per session, for the web page (every turn here).
     pub replies: Arc<crate::service::replies::Replies>,
+    /// The agent turns running here, which a stop past its grace ends.
+    pub turns: turns::Turns,
     /// The store connection for the sessions of the `exec` runs the host makes.
     pub run_store: airlock_store::SqliteStore,
     /// Requests per principal (`[host] requests_per_minute`).
@@ -85,8 +88,9 @@ impl Host {
     }
 }
 
-/// How long a stopping host lets runs in flight finish before it exits (and so kills them).
-const STOP_GRACE: Duration = Duration::from_secs(30);
+/// How long a stopping host waits, once its grace is over and it has ended the turns
+/// still running, for them to write their records.
+const END_WAIT: Duration = Duration::from_secs(5);
 
 /// How often the host looks for edited policy and config files.
 const RELOAD_EVERY: Duration = Duration::from_secs(1);
@@ -118,6 +122,7 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
         live: sessions::LiveSessions::new(Duration::from_secs(limits.session_idle_secs)),
         driven: Default::default(),
         replies: Default::default(),
+        turns: Default::default(),
         run_store: crate::service::exec::open_run_store(&home)?,
         rate: rate::RateLimits::new(limits.requests_per_minute),
         stopping: std::sync::atomic::AtomicBool::new(false),
@@ -147,16 +152,29 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
     // Chat clients are let go (told how to continue); their sessions close once no turn
     // runs in them.
     host.live.send_everyone_away();
-    let deadline = std::time::Instant::now() + STOP_GRACE;
-    loop {
+    let grace = Duration::from_secs(host.warm.config().host.stop_grace_secs);
+    let idle = || {
         host.live.close_idle(true);
-        let idle = host.admission.counts() == (0, 0)
+        host.admission.counts() == (0, 0)
             && host.sessions.running() == 0
-            && host.scheduler.runs_in_flight() == 0;
-        if idle || std::time::Instant::now() >= deadline {
-            break;
+            && host.scheduler.runs_in_flight() == 0
+    };
+    let wait_until_idle = |within: Duration| {
+        let deadline = std::time::Instant::now() + within;
+        while !idle() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
         }
-        std::thread::sleep(Duration::from_millis(20));
+    };
+    wait_until_idle(grace);
+    // Past the grace, the turns still running end as killed turns do, with their records,
+    // before the last checkpoint is signed.
+    let ended = host.turns.end_all();
+    if ended > 0 {
+        tracing::warn!(
+            ended,
+            "the stop's grace is over: ending the turns still running"
+        );
+        wait_until_idle(END_WAIT);
     }
     let path = socket::socket_path(&home);
     let _ = std::fs::remove_file(&path);

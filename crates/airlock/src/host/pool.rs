@@ -292,7 +292,10 @@ impl SandboxPool {
             let mut taken = None;
             let mut dead = Vec::new();
             if let Some(g) = s.group_mut(id) {
-                while let Some(sandbox) = g.ready.pop() {
+                // Oldest first, as a queue: under steady use none is left waiting for
+                // ever behind newer ones.
+                while !g.ready.is_empty() {
+                    let sandbox = g.ready.remove(0);
                     if sandbox.is_alive() {
                         taken = Some(sandbox);
                         break;

@@ -126,7 +126,8 @@ pub(super) fn serve_run(
 ) -> anyhow::Result<i32> {
     // A run reads nothing: its approvals wait in the queue.
     let [_stdin, stdout, stderr] = fds;
-    let abandoned = Arc::new(AtomicBool::new(false));
+    // Set when the client goes away, or when a stopping host's grace is over.
+    let abandoned = host.turns.flag();
     while_connected(
         stream,
         || abandoned.store(true, Ordering::Release),

@@ -370,6 +370,8 @@ fn run_once(host: &Host, task: &Task, run: &mut Run) -> anyhow::Result<()> {
     if task.on_held == OnHeld::End {
         agent = agent.ending_on_unapproved();
     }
+    // A stopping host past its grace ends the run as a kill would, with its records.
+    agent = agent.abandoned_when(host.turns.flag());
     run.session = agent.session_id.clone();
     // A new session: held for the run, so that no chat or run takes a turn of it beside.
     let _hold = host

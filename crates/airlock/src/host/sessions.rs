@@ -153,7 +153,9 @@ impl LiveSession {
                 &self.reopen.provider_cfg,
                 self.reopen
                     .options(Some(self.id.clone()), None, &self.out, &self.err, audit),
-            )?;
+            )?
+            // A stopping host past its grace ends the turn as a kill would.
+            .abandoned_when(host.turns.flag());
             *held = Held::Awake(Box::new(Conversation::new(
                 agent,
                 &self.model,

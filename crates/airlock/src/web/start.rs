@@ -133,7 +133,7 @@ fn start_run(host: &Arc<Host>, prompt: String, session: Option<String>) -> anyho
                 &req,
                 crate::service::caller::Notices::Nobody,
                 crate::service::caller::Notices::Stderr,
-                None,
+                Some(run_host.turns.flag()),
                 reply,
             );
             tracing::info!(result = ?result.map_err(|e| format!("{e:#}")), "web: a run ended");

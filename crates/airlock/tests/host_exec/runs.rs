@@ -288,3 +288,59 @@ async fn kill_9_of_the_host_mid_agent_run_leaves_no_sandbox_and_is_recovered() {
     let v = verify(&f.home);
     assert!(v.status.success(), "{v:?}");
 }
+
+/// `SIGTERM` with a run still going past `[host] stop_grace_secs`: the host ends its turn
+/// as a kill would (the sandbox gone, the `turn_end` record written), tells the client,
+/// records its stop and signs a last checkpoint over all of it; nothing is left for the
+/// next start to recover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_host_ends_a_run_past_its_grace_with_its_records() {
+    let f = fixture();
+    init(&f, "\n[host]\nstop_grace_secs = 1\n");
+    let mut host = Host::start(&f.home);
+    let (_model, client, marker) = start_sleeping_run(&f, 343, "run-stop").await;
+    let id = session_deciding(&f.home, "exec", &marker).expect("the shell's decision");
+    host.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(host.wait().success(), "{}", host.log_text());
+    assert!(
+        host.log_text().contains("ending the turns still running"),
+        "{}",
+        host.log_text()
+    );
+    assert!(
+        processes_with(&marker).is_empty(),
+        "the sandbox outlived the host"
+    );
+    let o = tokio::task::spawn_blocking(move || client.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(o.status.code(), Some(137), "{o:?}");
+    let records = audit_records(&f.home);
+    let turn_end = records
+        .iter()
+        .position(|r| r["kind"] == "turn_end" && r["session"] == id.as_str())
+        .expect("the run's turn_end");
+    assert!(
+        records[turn_end].to_string().contains("killed"),
+        "{}",
+        records[turn_end]
+    );
+    let stop = records
+        .iter()
+        .position(|r| r["kind"] == "host-stop")
+        .expect("the host's stop record");
+    assert!(turn_end < stop, "the turn ended after the host's stop");
+    let v = verify(&f.home);
+    let said = String::from_utf8_lossy(&v.stdout);
+    assert!(v.status.success(), "{v:?}");
+    assert!(said.contains(" 0 unsigned tail records"), "{said}");
+    // The next host finds nothing interrupted.
+    let again = Host::start(&f.home);
+    assert!(
+        !audit_records(&f.home)
+            .iter()
+            .any(|r| r["kind"] == "host-recovery"),
+        "{}",
+        again.log_text()
+    );
+}

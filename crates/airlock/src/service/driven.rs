@@ -50,12 +50,6 @@ impl std::fmt::Debug for Claim {
     }
 }
 
-impl Claim {
-    pub fn session(&self) -> &str {
-        &self.id
-    }
-}
-
 impl Driven {
     /// Hold session `id` for `by`, or say who holds it (with what to do instead).
     pub fn claim(self: &Arc<Self>, id: &str, by: Driver) -> anyhow::Result<Claim> {
@@ -142,7 +136,8 @@ mod tests {
         drop(chat);
         assert_eq!(driven.driver("s-1"), None);
         let run = driven.claim("s-1", Driver::Run).unwrap();
-        assert_eq!(run.session(), "s-1");
+        assert_eq!(driven.driver("s-1"), Some(Driver::Run));
+        drop(run);
         drop(other);
         assert!(driven.claim("s-2", Driver::Chat).is_ok());
         let _turn = driven.claim("s-4", Driver::Channel).unwrap();

@@ -200,6 +200,15 @@ impl Browser {
             .unwrap();
     }
 
+    /// How many elements of the page match `css`.
+    pub async fn count(&self, css: &str) -> usize {
+        self.client
+            .find_all(fantoccini::Locator::Css(css))
+            .await
+            .unwrap()
+            .len()
+    }
+
     /// Whether any script of the page set `window.__pwned` (what every XSS payload in
     /// these tests would do if it ran).
     pub async fn pwned(&self) -> bool {

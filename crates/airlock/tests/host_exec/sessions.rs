@@ -94,6 +94,17 @@ impl ChatClient {
         let err = self.err.lock().unwrap().clone();
         (status.code(), out, err)
     }
+
+    /// Say `/quit` and wait for the client to leave, which it must do with status 0: what
+    /// it printed.
+    pub(super) async fn quit(mut self) -> String {
+        self.send("/quit");
+        let (code, out, err) = tokio::task::spawn_blocking(move || self.finish())
+            .await
+            .unwrap();
+        assert_eq!(code, Some(0), "{out}\n{err}");
+        out
+    }
 }
 
 /// The session id a chat's greeting names.
@@ -123,11 +134,7 @@ async fn a_chat_in_the_host_outlives_its_client_and_is_attached_again() {
     let mut first = ChatClient::start(&f, &model, &[]);
     first.send("remember the word heron");
     first.wait_for_out("First answer.");
-    first.send("/quit");
-    let (code, out, err) = tokio::task::spawn_blocking(move || first.finish())
-        .await
-        .unwrap();
-    assert_eq!(code, Some(0), "{out}\n{err}");
+    let out = first.quit().await;
     let id = session_in(&out);
     assert!(
         out.contains(&format!("detached: session {id} goes on in the host")),
@@ -410,11 +417,7 @@ async fn i7_a_chat_in_the_host_runs_its_sub_agent_under_it() {
     let mut client = ChatClient::start(&f, &model, &[]);
     client.send("split the job");
     client.wait_for_out("The helper is done.");
-    client.send("/quit");
-    let (code, out, err) = tokio::task::spawn_blocking(move || client.finish())
-        .await
-        .unwrap();
-    assert_eq!(code, Some(0), "{out}\n{err}");
+    let out = client.quit().await;
     let id = session_in(&out);
     // The child's answer was sent back to the parent's model (its last request: the
     // parent asked again only after the wait returned).
@@ -472,11 +475,7 @@ async fn i1_a_chats_turns_in_the_host_append_through_the_hosts_one_writer() {
         client.send(&format!("turn {i}: read notes.txt and echo"));
         client.wait_for_out(&format!("Turn {i} done."));
     }
-    client.send("/quit");
-    let (code, out, err) = tokio::task::spawn_blocking(move || client.finish())
-        .await
-        .unwrap();
-    assert_eq!(code, Some(0), "{out}\n{err}");
+    let out = client.quit().await;
     let id = session_in(&out);
     // The shell ran each time: its output went back to the model.
     let sent = model.requests().last().unwrap().json().unwrap().to_string();

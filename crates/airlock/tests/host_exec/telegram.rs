@@ -1420,7 +1420,7 @@ async fn a_channels_session_held_by_a_terminal_takes_no_turn_beside_it() {
         super::status_of(&f.home)["host"]["sessions_running"] == 0
     });
 
-    let mut term = super::sessions::ChatClient::start(&f, &model, &["--session", &session]);
+    let term = super::sessions::ChatClient::start(&f, &model, &["--session", &session]);
     term.wait_for_out(&format!("session {session}"));
     fake.push_message(OWNER, OWNER, "owner", "Second");
     wait_for(
@@ -1446,11 +1446,7 @@ async fn a_channels_session_held_by_a_terminal_takes_no_turn_beside_it() {
         "the dropped message reached the model"
     );
 
-    term.send("/quit");
-    let (code, out, err) = tokio::task::spawn_blocking(move || term.finish())
-        .await
-        .unwrap();
-    assert_eq!(code, Some(0), "{out}\n{err}");
+    term.quit().await;
     fake.push_message(OWNER, OWNER, "owner", "Third");
     fake.wait_for("sendMessage", |b| {
         b["chat_id"] == OWNER && b["text"].as_str().unwrap_or("").contains("Third answer.")

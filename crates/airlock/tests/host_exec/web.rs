@@ -534,11 +534,7 @@ async fn web_a_held_action_shows_payload_reasons_and_provenance_and_approving_ru
         "the bidi override is shown: {page}"
     );
     assert_eq!(
-        b.client
-            .find_all(Locator::Css("main img, main script"))
-            .await
-            .unwrap()
-            .len(),
+        b.count("main img, main script").await,
         0,
         "untrusted markup became elements"
     );
@@ -706,14 +702,7 @@ async fn web_a_fetched_page_stays_inert_and_a_held_post_is_sent_as_approved() {
         page.contains("<script>window.__pwned = 'fetched-script';</script>"),
         "{page}"
     );
-    assert_eq!(
-        b.client
-            .find_all(Locator::Css("main img, main script"))
-            .await
-            .unwrap()
-            .len(),
-        0
-    );
+    assert_eq!(b.count("main img, main script").await, 0);
     assert!(!b.pwned().await, "a script of the fetched page ran");
     // The data flow: two sources (the page, and what the POST's answer said, which is
     // the page again), two actions, and one line: from the page to the POST.
@@ -723,41 +712,18 @@ async fn web_a_fetched_page_stays_inert_and_a_held_post_is_sent_as_approved() {
         .for_element(Locator::Css("svg.flow"))
         .await
         .unwrap();
+    assert_eq!(b.count("svg.flow g.source").await, 2);
+    assert_eq!(b.count("svg.flow g.action").await, 2);
     assert_eq!(
-        b.client
-            .find_all(Locator::Css("svg.flow g.source"))
-            .await
-            .unwrap()
-            .len(),
-        2
-    );
-    assert_eq!(
-        b.client
-            .find_all(Locator::Css("svg.flow g.action"))
-            .await
-            .unwrap()
-            .len(),
-        2
-    );
-    assert_eq!(
-        b.client
-            .find_all(Locator::Css("svg.flow line.influence"))
-            .await
-            .unwrap()
-            .len(),
+        b.count("svg.flow line.influence").await,
         1,
         "{}",
         b.client.source().await.unwrap()
     );
     // The POST was held, then let through: its ask and its answer.
     assert_eq!(
-        b.client
-            .find_all(Locator::Css(
-                "svg.flow g.action[data-decision='ask → allow']"
-            ))
-            .await
-            .unwrap()
-            .len(),
+        b.count("svg.flow g.action[data-decision='ask → allow']")
+            .await,
         1
     );
     b.screenshot("dataflow").await;
@@ -828,14 +794,7 @@ async fn web_a_held_memory_change_is_shown_and_rejected_from_the_page() {
     assert_eq!(rejected["via"], "web", "{rejected}");
     // Budgets and settings draw, and show nothing secret.
     b.client.goto(&format!("{base}/budgets")).await.unwrap();
-    assert_eq!(
-        b.client
-            .find_all(Locator::Css("svg.chart"))
-            .await
-            .unwrap()
-            .len(),
-        2
-    );
+    assert_eq!(b.count("svg.chart").await, 2);
     b.screenshot("budgets").await;
     b.client.goto(&format!("{base}/settings")).await.unwrap();
     assert!(b.client.find(Locator::Css("#no-net-rules")).await.is_ok());
@@ -932,14 +891,7 @@ async fn web_memory_history_shows_each_version_and_rolls_back_from_the_page() {
         .for_element(Locator::Css("#version-3"))
         .await
         .expect("the record's history");
-    assert_eq!(
-        b.client
-            .find_all(Locator::Css("section.version"))
-            .await
-            .unwrap()
-            .len(),
-        3
-    );
+    assert_eq!(b.count("section.version").await, 3);
     let v2 = b
         .client
         .find(Locator::Css("#version-2 pre.diff"))
@@ -1356,11 +1308,7 @@ async fn web_the_model_s_reply_streams_to_the_session_s_page_as_server_sent_even
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(
-        b.client
-            .find_all(Locator::Css("main b"))
-            .await
-            .unwrap()
-            .len(),
+        b.count("main b").await,
         0,
         "the model's markup became an element"
     );
@@ -1868,11 +1816,7 @@ async fn web_a_terminal_chat_streams_to_its_page_which_sends_the_next_message_on
         "the page was reloaded instead of streaming"
     );
     assert_eq!(
-        b.client
-            .find_all(Locator::Css("#live img"))
-            .await
-            .unwrap()
-            .len(),
+        b.count("#live img").await,
         0,
         "the model's markup became an element"
     );
@@ -1900,11 +1844,7 @@ async fn web_a_terminal_chat_streams_to_its_page_which_sends_the_next_message_on
     assert_eq!(model.requests().len(), 1);
 
     // The terminal detaches; the page sends the next message into the same session.
-    term.send("/quit");
-    let (code, out, err) = tokio::task::spawn_blocking(move || term.finish())
-        .await
-        .unwrap();
-    assert_eq!(code, Some(0), "{out}\n{err}");
+    term.quit().await;
     {
         let f = &f;
         tokio::task::block_in_place(|| {
@@ -1931,15 +1871,11 @@ async fn web_a_terminal_chat_streams_to_its_page_which_sends_the_next_message_on
     assert!(!last.contains("a second one"), "{last}");
     assert!(!b.pwned().await);
     // A terminal that attaches again is shown what the page's turn said meanwhile.
-    let mut again = ChatClient::start(&f, &model, &["--session", &id]);
+    let again = ChatClient::start(&f, &model, &["--session", &id]);
     again.wait_for_out(&format!("attached to session {id}"));
     again.wait_for_out("page> now from the page");
     again.wait_for_out("Answer to the page.");
-    again.send("/quit");
-    let (code, out, err) = tokio::task::spawn_blocking(move || again.finish())
-        .await
-        .unwrap();
-    assert_eq!(code, Some(0), "{out}\n{err}");
+    again.quit().await;
     let sent = audit_records(&f.home)
         .into_iter()
         .find(|r| r["kind"] == "web-message")

@@ -153,6 +153,26 @@ async fn enrol(b: &Browser, f: &Fixture) -> String {
 }
 
 /// Log in with the browser's passkey.
+/// The page's login as a `cookie` header value, for requests made beside the browser.
+async fn login_cookie(b: &Browser) -> String {
+    let cookie = b.client.get_all_cookies().await.unwrap()[0].clone();
+    format!("{}={}", cookie.name(), cookie.value())
+}
+
+/// The CSRF token of the first form on the page shown.
+async fn page_csrf(b: &Browser) -> String {
+    b.client
+        .execute(
+            "return document.querySelector('input[name=csrf]').value;",
+            vec![],
+        )
+        .await
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 async fn passkey_login(b: &Browser, base: &str) {
     b.client.goto(&format!("{base}/welcome")).await.unwrap();
     b.click("#passkey-login").await;
@@ -397,22 +417,12 @@ async fn web_remote_approval_is_a_passkey_assertion_bound_to_the_payload_hash() 
     b.screenshot("remote-approvals").await;
 
     // Logged in, with the CSRF token, but no assertion: refused.
-    let cookie = b.client.get_all_cookies().await.unwrap()[0].clone();
-    let csrf: String = b
-        .client
-        .execute(
-            "return document.querySelector('input[name=csrf]').value;",
-            vec![],
-        )
-        .await
-        .unwrap()
-        .as_str()
-        .unwrap()
-        .to_string();
+    let cookie = login_cookie(&b).await;
+    let csrf = page_csrf(&b).await;
     let r = https(&tls, &base)
         .post(format!("{base}/approvals/decide"))
         .header("origin", &base)
-        .header("cookie", format!("{}={}", cookie.name(), cookie.value()))
+        .header("cookie", &cookie)
         .form(&[
             ("csrf", csrf.as_str()),
             ("id", held.id.as_str()),
@@ -580,11 +590,11 @@ async fn web_remote_memory_approval_is_a_passkey_assertion_bound_to_the_change_s
     b.screenshot("remote-memory").await;
 
     // Logged in, with the CSRF token and the right hash, but no assertion: refused.
-    let cookie = b.client.get_all_cookies().await.unwrap()[0].clone();
+    let cookie = login_cookie(&b).await;
     let r = https(&tls, &base)
         .post(format!("{base}/memory/decide"))
         .header("origin", &base)
-        .header("cookie", format!("{}={}", cookie.name(), cookie.value()))
+        .header("cookie", &cookie)
         .form(&[
             ("csrf", csrf.as_str()),
             ("change", b_change.as_str()),
@@ -674,7 +684,7 @@ async fn web_remote_memory_approval_is_a_passkey_assertion_bound_to_the_change_s
     let r = https(&tls, &base)
         .post(format!("{base}/memory/rollback"))
         .header("origin", &base)
-        .header("cookie", format!("{}={}", cookie.name(), cookie.value()))
+        .header("cookie", &cookie)
         .form(&[
             ("csrf", csrf.as_str()),
             ("id", pinned.as_str()),
@@ -856,22 +866,12 @@ async fn web_remote_a_revoked_passkey_cannot_log_in_and_the_other_still_can() {
         .await
         .is_err());
     phone.screenshot("remote-passkeys").await;
-    let cookie = phone.client.get_all_cookies().await.unwrap()[0].clone();
-    let csrf = phone
-        .client
-        .execute(
-            "return document.querySelector('input[name=csrf]').value;",
-            vec![],
-        )
-        .await
-        .unwrap()
-        .as_str()
-        .unwrap()
-        .to_string();
+    let cookie = login_cookie(&phone).await;
+    let csrf = page_csrf(&phone).await;
     let r = https(&tls, &base)
         .post(format!("{base}/settings/passkeys/revoke"))
         .header("origin", &base)
-        .header("cookie", format!("{}={}", cookie.name(), cookie.value()))
+        .header("cookie", &cookie)
         .form(&[("csrf", csrf.as_str()), ("id", phone_key.as_str())])
         .send()
         .await

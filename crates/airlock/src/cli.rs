@@ -349,3 +349,78 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use airlock_client::front::ExecLine;
+    use proptest::prelude::*;
+
+    /// What the full program's parser makes of `words` (after the program's name), when it
+    /// is an `exec`.
+    fn parsed_by_clap(words: &[String]) -> Option<ExecLine> {
+        let cli = Cli::try_parse_from(
+            std::iter::once("airlock".to_string()).chain(words.iter().cloned()),
+        )
+        .ok()?;
+        match cli.command {
+            Command::Exec {
+                workspace,
+                timeout,
+                profile,
+                secrets,
+                command,
+            } => Some(ExecLine {
+                workspace,
+                timeout,
+                profile,
+                secrets,
+                command,
+            }),
+            _ => None,
+        }
+    }
+
+    fn parsed_by_front(words: &[String]) -> Option<ExecLine> {
+        let args: Vec<std::ffi::OsString> = std::iter::once("airlock".into())
+            .chain(words.iter().map(Into::into))
+            .collect();
+        ExecLine::parse(&args)
+    }
+
+    proptest! {
+        /// The small front sends an `exec` to the host only when it reads the command line
+        /// exactly as this parser does; anything else it hands to this program.
+        #[test]
+        fn the_front_reads_an_exec_only_as_the_full_parser_does(
+            words in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "exec", "--", "--workspace", "--workspace=ws", "--workspace=", "ws",
+                    "--timeout", "--timeout=7", "7", "+7", "-7", "07", "--profile",
+                    "--profile=strict", "strict", "--secret", "--secret=a=b", "gh", "-x",
+                    "--help", "-h", "/bin/true", "a b", "", "=", "--=", "status",
+                ]),
+                0..9,
+            )
+        ) {
+            let words: Vec<String> = words.into_iter().map(str::to_string).collect();
+            if let Some(front) = parsed_by_front(&words) {
+                prop_assert_eq!(Some(front), parsed_by_clap(&words), "{:?}", words);
+            }
+        }
+    }
+
+    #[test]
+    fn the_front_reads_the_usual_exec_lines() {
+        for line in [
+            "exec -- /bin/true",
+            "exec --workspace ws --timeout 7 --profile strict --secret gh -- git push",
+            "exec --workspace=ws --secret=a --secret b -- sh -c 'x'",
+        ] {
+            let words: Vec<String> = line.split(' ').map(str::to_string).collect();
+            let front = parsed_by_front(&words);
+            assert!(front.is_some(), "{line}");
+            assert_eq!(front, parsed_by_clap(&words), "{line}");
+        }
+    }
+}

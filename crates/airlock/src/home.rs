@@ -17,26 +17,10 @@ pub struct Home {
 impl Home {
     /// Locate the directories from the environment.
     pub fn from_env() -> anyhow::Result<Home> {
-        if let Some(h) = std::env::var_os("AIRLOCK_HOME").filter(|v| !v.is_empty()) {
-            let h = PathBuf::from(h);
-            return Ok(Home {
-                config: h.join("config"),
-                state: h.join("state"),
-            });
-        }
-        let home = std::env::var_os("HOME").map(PathBuf::from);
-        let xdg = |var: &str, fallback: &str| -> anyhow::Result<PathBuf> {
-            if let Some(v) = std::env::var_os(var).filter(|v| !v.is_empty()) {
-                return Ok(PathBuf::from(v).join("airlock"));
-            }
-            match &home {
-                Some(h) => Ok(h.join(fallback).join("airlock")),
-                None => anyhow::bail!("neither AIRLOCK_HOME nor HOME is set\nhelp: set AIRLOCK_HOME to the directory Airlock should use"),
-            }
-        };
+        let dirs = airlock_client::dirs::Dirs::from_env()?;
         Ok(Home {
-            config: xdg("XDG_CONFIG_HOME", ".config")?,
-            state: xdg("XDG_DATA_HOME", ".local/share")?,
+            config: dirs.config,
+            state: dirs.state,
         })
     }
 

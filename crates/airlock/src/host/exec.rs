@@ -29,7 +29,7 @@ use super::exec_wire::{AgentRequest, ExecAnswer, ExecRequest, HostRequest, MAX_R
 use crate::service::caller::{Caller, HangUp};
 
 pub fn socket_path(home: &crate::home::Home) -> PathBuf {
-    super::socket::socket_dir(home).join("exec.sock")
+    airlock_client::host::exec_socket(&home.state)
 }
 
 /// How many runs hold a sandbox and how many wait for one.

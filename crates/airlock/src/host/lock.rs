@@ -4,7 +4,7 @@
 //! file never blocks the next host, and a client asks the lock, not the pid, whether a host
 //! is running.
 
-use std::io::{Read, Seek, Write};
+use std::io::{Seek, Write};
 use std::path::PathBuf;
 
 use nix::fcntl::{Flock, FlockArg};
@@ -17,27 +17,14 @@ pub struct HostLock {
 }
 
 pub fn lock_path(home: &Home) -> PathBuf {
-    home.state.join("host.lock")
+    airlock_client::host::lock_path(&home.state)
 }
 
 fn open(home: &Home, create: bool) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(create)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
-        .open(lock_path(home))
+    airlock_client::host::open_lock(&home.state, create)
 }
 
-fn read_pid(file: &mut std::fs::File) -> Option<u32> {
-    let mut text = String::new();
-    file.seek(std::io::SeekFrom::Start(0)).ok()?;
-    file.take(64).read_to_string(&mut text).ok()?;
-    text.trim().parse().ok()
-}
+use airlock_client::host::read_pid;
 
 impl HostLock {
     /// Take the state dir for this process, or say which host has it.
@@ -87,11 +74,5 @@ impl HostLock {
 
 /// The pid of the host holding `home`'s state dir, if one does.
 pub fn running_host(home: &Home) -> Option<u32> {
-    let file = open(home, false).ok()?;
-    match Flock::lock(file, FlockArg::LockSharedNonblock) {
-        // We got it, so nobody holds it; dropping ours releases it at once.
-        Ok(_) => None,
-        Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => Some(read_pid(&mut file).unwrap_or(0)),
-        Err(_) => None,
-    }
+    airlock_client::host::running_host(&home.state)
 }

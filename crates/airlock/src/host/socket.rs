@@ -18,11 +18,11 @@ use tokio::net::UnixListener;
 use crate::home::Home;
 
 pub fn socket_dir(home: &Home) -> PathBuf {
-    home.state.join("host")
+    airlock_client::host::socket_dir(&home.state)
 }
 
 pub fn socket_path(home: &Home) -> PathBuf {
-    socket_dir(home).join("api.sock")
+    airlock_client::host::api_socket(&home.state)
 }
 
 /// Bind the API socket. Call only with the host lock held: a socket left by a host that

@@ -15,7 +15,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::egress::{Egress, EgressBinding, EgressSetup};
@@ -39,23 +38,8 @@ pub const EXIT_REFUSED: i32 = 126;
 /// How long an inline terminal approval stays valid.
 const APPROVAL_TTL_SECS: u64 = 60;
 
-/// One command to run, as the command line parsed it (embedded) or the host received it
-/// (`host::exec_wire`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ExecRequest {
-    /// The one command string the Gate parses (never an argument vector: the command line
-    /// has already quoted several words into one line).
-    pub command: String,
-    /// `--workspace`, absolute; the caller's working directory when absent.
-    pub workspace: Option<PathBuf>,
-    /// The caller's working directory, absolute.
-    pub cwd: PathBuf,
-    pub timeout: Option<u64>,
-    pub profile: Option<String>,
-    /// Secrets whose placeholders the run gets (`--secret NAME`, repeatable).
-    #[serde(default)]
-    pub secrets: Vec<String>,
-}
+/// One command to run (the wire's request, which embedded `exec` uses too).
+pub use airlock_client::wire::ExecRequest;
 
 /// What the run may take already loaded: nothing (embedded), or the host's warm config and
 /// Gates (brought up to date with the files first), its open store for runs' sessions

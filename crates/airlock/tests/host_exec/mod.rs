@@ -12,6 +12,7 @@ use super::{audit_records, exec, verify};
 mod audit_writer;
 mod browser;
 mod chat_platforms;
+mod front;
 mod pool;
 mod runs;
 mod sessions;

@@ -397,7 +397,8 @@ fn bad_requests_get_clear_errors() {
     assert!(!host.log_text().contains("panicked"), "{}", host.log_text());
 }
 
-/// `airlock service install` writes a unit that runs this binary's `serve` with the
+/// `airlock service install` writes a unit that runs the full program's `serve` (the
+/// small `airlock` front would only hand it over) with the
 /// hardening directives, which `systemd-analyze verify` accepts where it exists;
 /// `uninstall` removes it.
 #[test]
@@ -410,7 +411,7 @@ fn service_install_writes_a_unit_systemd_accepts_and_uninstall_removes_it() {
     assert!(o.status.success(), "{}", text(&o));
     let unit = units.path().join("airlock.service");
     let body = std::fs::read_to_string(&unit).unwrap();
-    let exe = std::fs::canonicalize(env!("CARGO_BIN_EXE_airlock")).unwrap();
+    let exe = std::fs::canonicalize(env!("CARGO_BIN_EXE_airlock-full")).unwrap();
     assert!(
         body.contains(&format!("ExecStart=\"{}\" serve", exe.display())),
         "{body}"

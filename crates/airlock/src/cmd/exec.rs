@@ -19,5 +19,11 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
         let request = crate::host::exec_wire::HostRequest::Exec(request);
         return crate::host::exec_client::run(&home, host.pid, &request);
     }
-    crate::service::exec::exec(&home, Loaded::Cold, &request, &Caller::this_process())
+    crate::service::exec::exec(
+        &home,
+        Loaded::Cold,
+        &request,
+        Caller::this_process(),
+        |_| {},
+    )
 }

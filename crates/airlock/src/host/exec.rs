@@ -177,11 +177,12 @@ fn receive(stream: &UnixStream) -> anyhow::Result<(HostRequest, [OwnedFd; 3])> {
 
 /// Do `work` while watching `client`: if it hangs up first, `on_hang_up` runs (once) and
 /// `work` goes on to its end, which `on_hang_up` is to hasten. The client sends nothing
-/// after its request, so readable means it hung up.
+/// after its request, so readable means it hung up. `work` is given a way to stop the
+/// watch early: call it before answering the client, whose leaving is then no hang-up.
 pub(super) fn while_connected<T>(
     client: &UnixStream,
     on_hang_up: impl Fn() + Sync,
-    work: impl FnOnce() -> T,
+    work: impl FnOnce(&dyn Fn()) -> T,
 ) -> std::io::Result<T> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::os::fd::AsFd;
@@ -197,6 +198,8 @@ pub(super) fn while_connected<T>(
                 Err(_) => return,
                 Ok(_) => {}
             }
+            // Stopped (checked first: a client that leaves once it has its answer is
+            // no hang-up).
             if fds[1].any().unwrap_or(true) {
                 return;
             }
@@ -206,8 +209,11 @@ pub(super) fn while_connected<T>(
                 return;
             }
         });
-        let out = work();
-        let _ = nix::unistd::write(&stop_w, b"x");
+        let stop = || {
+            let _ = nix::unistd::write(&stop_w, b"x");
+        };
+        let out = work(&stop);
+        stop();
         out
     }))
 }
@@ -312,7 +318,9 @@ fn serve_session(host: &super::Host, req: &AgentRequest, fds: [OwnedFd; 3], stre
     finish(stream, result);
 }
 
-/// Run an `exec` in the host's process, once a sandbox slot is free.
+/// Run an `exec` in the host's process, once a sandbox slot is free. The client hears the
+/// result as soon as it is known (see [`crate::service::exec::exec`]); the run's tidying
+/// goes on after that, still holding its slot.
 fn serve_exec(host: &super::Host, req: &ExecRequest, fds: [OwnedFd; 3], stream: &UnixStream) {
     let slot = match host.admission.enter() {
         Ok(slot) => slot,
@@ -330,25 +338,34 @@ fn serve_exec(host: &super::Host, req: &ExecRequest, fds: [OwnedFd; 3], stream: 
             return;
         }
     };
-    let result = run_here(host, req, fds, stream);
+    let answered = std::sync::atomic::AtomicBool::new(false);
+    let answer_once = |result: &anyhow::Result<i32>| {
+        if !answered.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            finish_with(stream, result);
+        }
+    };
+    let result = run_here(host, req, fds, stream, &answer_once);
     drop(slot);
-    finish(stream, result);
+    answer_once(&result);
 }
 
 /// The exec service for the client on `stream`, with a watcher that fires the run's
-/// hang-up switch if the client goes away first.
+/// hang-up switch if the client goes away first. `answer` is called with the result once
+/// it is known, after the client's descriptors are let go (a reader of the command's
+/// output waits for every copy of them to close) and the watch is stopped.
 fn run_here(
     host: &super::Host,
     req: &ExecRequest,
     fds: [OwnedFd; 3],
     stream: &UnixStream,
+    answer: &(dyn Fn(&anyhow::Result<i32>) + Sync),
 ) -> anyhow::Result<i32> {
     let hang_up = HangUp::new()?;
     let caller = Caller::client(fds, hang_up.clone());
     let result = while_connected(
         stream,
         || hang_up.fire(),
-        || {
+        |stop_watching| {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 crate::service::exec::exec(
                     &host.home,
@@ -359,7 +376,11 @@ fn run_here(
                         pool: Some(&host.pool),
                     },
                     req,
-                    &caller,
+                    caller,
+                    |result| {
+                        stop_watching();
+                        answer(result);
+                    },
                 )
             }))
         },
@@ -373,11 +394,15 @@ fn run_here(
 
 /// Answer the run's exit status, or why it did not run.
 pub(super) fn finish(stream: &UnixStream, result: anyhow::Result<i32>) {
+    finish_with(stream, &result)
+}
+
+fn finish_with(stream: &UnixStream, result: &anyhow::Result<i32>) {
     match result {
         Ok(code) => answer(
             stream,
             &ExecAnswer {
-                exit: Some(code),
+                exit: Some(*code),
                 error: None,
                 help: None,
                 limit: None,

@@ -131,7 +131,7 @@ pub(super) fn serve_run(
     while_connected(
         stream,
         || abandoned.store(true, Ordering::Release),
-        || {
+        |_| {
             run_task(
                 host,
                 req,

@@ -542,7 +542,7 @@ pub fn serve_chat(host: &Host, req: &AgentRequest, fds: [OwnedFd; 3], stream: &U
             client.hang_up.fire();
             session.let_go(me);
         },
-        || converse(host, &session, me, how, &lines, &client.hang_up),
+        |_| converse(host, &session, me, how, &lines, &client.hang_up),
     );
     session.let_go(me);
     tracing::info!(session = %session.id, "a chat client left");

@@ -93,10 +93,10 @@ pub fn run(host: &Host, task_id: &str, check: &Check) -> anyhow::Result<CheckRes
             pool: Some(&host.pool),
         },
         &request,
-        &caller,
+        // The run lets it go (every copy of the pipe's write end), so the reader ends.
+        caller,
+        |_| {},
     );
-    // The run's end drops every copy of the pipe's write end, so the reader ends.
-    drop(caller);
     let output = kept.join().unwrap_or_default();
     let exit = status?;
     let mut output = String::from_utf8_lossy(&output).into_owned();

@@ -134,11 +134,36 @@ fn close_log(log: Arc<Mutex<airlock_audit::AuditLog>>) -> anyhow::Result<()> {
 
 /// Run `req` for `caller`; the exit status is the command's (or [`EXIT_REFUSED`],
 /// [`EXIT_KILLED`]).
+///
+/// `answer` is called once with the result, as soon as it is known: after the execution
+/// record, the proxy's records and the commit, and after `caller` (with its descriptors) is
+/// let go, but before the run's layers are removed and its session ended, which nobody
+/// needs to wait for. The host answers its client there; embedded, nobody is waiting.
 pub fn exec(
     home: &Home,
     loaded: Loaded<'_>,
     req: &ExecRequest,
-    caller: &Caller,
+    caller: Caller,
+    answer: impl FnOnce(&anyhow::Result<i32>),
+) -> anyhow::Result<i32> {
+    let mut answer = Some(answer);
+    let result = run_exec(home, loaded, req, caller, &mut |result| {
+        if let Some(answer) = answer.take() {
+            answer(result)
+        }
+    });
+    if let Some(answer) = answer.take() {
+        answer(&result)
+    }
+    result
+}
+
+fn run_exec(
+    home: &Home,
+    loaded: Loaded<'_>,
+    req: &ExecRequest,
+    caller: Caller,
+    answer: &mut dyn FnMut(&anyhow::Result<i32>),
 ) -> anyhow::Result<i32> {
     let home = home.clone();
     let notices = &caller.notices;
@@ -344,7 +369,7 @@ pub fn exec(
         }
         Verdict::Ask(ticket) => {
             let approved = prompt_on_terminal(
-                caller,
+                &caller,
                 &ticket.action().command,
                 &ticket.action_hash,
                 &ticket.reasons,
@@ -470,25 +495,30 @@ pub fn exec(
         }
     }
     phase("recorded and settled");
+    // A record the log refused during the run (a request's decision in the proxy, or the
+    // commit's) fails the run even when the command itself succeeded: the operator must hear of it.
+    let result = match run_log.refused() {
+        Some((n, last)) => Err(anyhow::anyhow!(
+            "the audit log refused {n} record(s) during this run; an action whose decision it refused did not run: {last}"
+        )),
+        None => run.end.map(|end| match end {
+            RunEnd::Killed => EXIT_KILLED,
+            RunEnd::Finished(o) => o.status,
+        }),
+    };
+    // Everything the caller is to hear has been said and recorded: let go of its streams
+    // (a reader of the command's output waits for every copy to close) and answer.
+    drop(caller);
+    answer(&result);
+    phase("answered");
     drop(layers);
     phase("layers removed");
     end_session(store, &session.id);
     phase("session ended");
-    // A record the log refused during the run (a request's decision in the proxy, or the
-    // commit's) fails the run even when the command itself succeeded: the operator must hear of it.
-    let refused = run_log.refused();
     drop(log);
     run_log.close()?;
     phase("done");
-    if let Some((n, last)) = refused {
-        anyhow::bail!(
-            "the audit log refused {n} record(s) during this run; an action whose decision it refused did not run: {last}"
-        );
-    }
-    run.end.map(|end| match end {
-        RunEnd::Killed => EXIT_KILLED,
-        RunEnd::Finished(o) => o.status,
-    })
+    result
 }
 
 /// The sandbox being built on its own thread while the Gate decides. Whichever way the run

@@ -197,7 +197,7 @@ fn load_secrets(
 pub struct EgressBinding {
     /// These three are taken by [`EgressBinding::serve`].
     setup: Option<EgressSetup>,
-    runtime: Option<tokio::runtime::Runtime>,
+    runtime: Option<RuntimeBuild>,
     listener: Option<std::os::unix::net::UnixListener>,
     dir: PathBuf,
     relay: ProxyRelay,
@@ -280,12 +280,17 @@ impl EgressBinding {
         route_through(&self.relay, &self.placeholders, &self.secret_names, profile)
     }
 
-    /// Start the proxy's runtime (its worker threads) before [`EgressBinding::serve`],
-    /// which otherwise starts it: `airlock exec` does so once the sandbox is being built,
-    /// so that building the sandbox does not wait for the threads.
+    /// Start building the proxy's runtime (its worker threads) on a thread of its own,
+    /// for [`EgressBinding::serve`] to take (it otherwise builds it then): `airlock exec`
+    /// does so once the sandbox is being built, so that neither the sandbox's build nor
+    /// the Gate's decision waits for the threads.
     pub fn start_runtime(&mut self) -> Result<(), EgressError> {
         if self.runtime.is_none() {
-            self.runtime = Some(proxy_runtime()?);
+            let building = std::thread::Builder::new()
+                .name("airlock-egress-start".into())
+                .spawn(proxy_runtime)
+                .map_err(|e| start_err("tokio runtime", &e))?;
+            self.runtime = Some(building);
         }
         Ok(())
     }
@@ -325,7 +330,9 @@ impl EgressBinding {
     ) -> Result<Egress, EgressError> {
         // Before the listener is taken: a binding that fails here still removes its dir.
         let runtime = match self.runtime.take() {
-            Some(runtime) => runtime,
+            Some(building) => building
+                .join()
+                .map_err(|_| start_err("tokio runtime", &"its build panicked"))??,
             None => proxy_runtime()?,
         };
         let (Some(setup), Some(listener)) = (self.setup.take(), self.listener.take()) else {
@@ -384,6 +391,9 @@ impl Drop for EgressBinding {
         }
     }
 }
+
+/// A proxy runtime being built on a thread of its own ([`EgressBinding::start_runtime`]).
+type RuntimeBuild = std::thread::JoinHandle<Result<tokio::runtime::Runtime, EgressError>>;
 
 /// The runtime one run's proxy serves on.
 fn proxy_runtime() -> Result<tokio::runtime::Runtime, EgressError> {

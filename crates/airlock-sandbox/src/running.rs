@@ -308,6 +308,20 @@ impl Running {
         self.end(true);
     }
 
+    /// Reap stage 0 and release the cgroup on a thread of their own. When no thread can
+    /// be started, the closure is dropped with them, and their drops do the same here
+    /// (`SpawnedChild` reaps, `RunCgroup` releases).
+    fn reap_aside(&mut self) {
+        let mut child = std::mem::replace(&mut self.child, SpawnedChild::reaped());
+        let cgroup = self.cgroup.take();
+        let _ = std::thread::Builder::new()
+            .name("airlock-sandbox-reap".into())
+            .spawn(move || {
+                let _ = child.wait();
+                drop(cgroup);
+            });
+    }
+
     /// Make sure the helper is gone and reaped (killing it first when `kill`), then
     /// collect the output and release the cgroup.
     fn end(mut self, kill: bool) -> Ended {
@@ -316,7 +330,17 @@ impl Running {
         }
         let _ = self.control.shutdown(std::net::Shutdown::Both);
         let _ = self.handshake.shutdown(std::net::Shutdown::Both);
-        let _ = self.child.wait();
+        // Stage 0 reported PID 1's end: the sandbox's whole process tree is gone (a PID
+        // namespace ends with its PID 1), and stage 0 holds no output pipe (it let its
+        // copies go once PID 1 had them). What is left is stage 0's own exit, which tears
+        // down the namespaces it holds: a millisecond or more that nothing here needs to
+        // wait for. It is reaped (and the cgroup released, which needs it gone) on a
+        // thread of its own. Otherwise (killed, or no status came) it is reaped here.
+        if !kill && self.status.is_some() {
+            self.reap_aside();
+        } else {
+            let _ = self.child.wait();
+        }
         let [out, err] = std::mem::take(&mut self.pumps);
         let join = |h: Option<JoinHandle<Vec<u8>>>| {
             h.map(|h| h.join().unwrap_or_default()).unwrap_or_default()

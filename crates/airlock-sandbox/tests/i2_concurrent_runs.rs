@@ -76,11 +76,20 @@ fn fifty_concurrent_runs_succeed_and_leave_nothing_behind() {
         assert_eq!(String::from_utf8_lossy(&out.stdout), format!("run-{i}\n"));
     }
     // Every helper has been reaped: no children of this process remain, zombie or not.
-    let children: String = std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
-        .collect();
-    assert_eq!(children.trim(), "", "children left: {children}");
+    // (A helper whose run ended is reaped on a thread of its own a moment after the run
+    // returns, so this waits up to 5 s for the last ones.)
+    let children = || -> String {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !children().trim().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let left = children();
+    assert_eq!(left.trim(), "", "children left: {left}");
     // And no process any payload started lives on anywhere on the host.
     let stray = common::processes_with(&marker);
     assert!(stray.is_empty(), "processes left behind: {stray:?}");

@@ -348,10 +348,7 @@ fn a_finished_run_leaves_no_helper_behind() {
         .unwrap();
     assert_eq!(out.status, 128 + 9);
     let pid = pid.lock().unwrap().expect("the spawn hook ran");
-    assert!(
-        !Path::new(&format!("/proc/{pid}")).exists(),
-        "helper {pid} is still there"
-    );
+    assert!(common::gone_soon(pid), "helper {pid} is still there");
 }
 
 /// A pinned sandbox hashes the descriptor it is about to execute: a helper whose bytes

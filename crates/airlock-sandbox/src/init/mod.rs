@@ -196,9 +196,32 @@ fn stage0() -> i32 {
         libc::close(WORKSPACE_FD);
         libc::close(OVERLAY_FD);
     }
+    // So are the output pipes, which PID 1 has now: the host reads their end once the
+    // sandbox's process tree is gone, not once this process has exited too (its exit
+    // tears down the namespaces it holds, a millisecond or more). Anything this process
+    // says from here goes on the control channel.
+    release_output();
     let status = supervise(&mut control, child);
     let _ = protocol::send(&mut control, &StageMessage::Exited { status });
     status
+}
+
+/// Put an empty memory file on standard output and error, in place of the output pipes.
+/// (Not `/dev/null`: PID 1 may be moving this mount namespace's root meanwhile, and a
+/// memory file has no path to resolve.)
+fn release_output() {
+    // SAFETY: memfd_create with a valid C string; the result is checked.
+    let fd = unsafe { libc::memfd_create(c"released-output".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return;
+    }
+    // SAFETY: dup2 onto fds 1 and 2, which no Rust object in this process owns, then
+    // closing the memory file's own descriptor, which nothing else holds.
+    unsafe {
+        libc::dup2(fd, 1);
+        libc::dup2(fd, 2);
+        libc::close(fd);
+    }
 }
 
 /// Check that descriptor `fd` was passed when the request needs it (`missing` otherwise),

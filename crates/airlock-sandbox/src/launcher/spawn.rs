@@ -47,6 +47,17 @@ pub(crate) struct SpawnedChild {
 }
 
 impl SpawnedChild {
+    /// What is left in place of a child that is reaped elsewhere (its owner moved it
+    /// away): it names no process, and nothing is done to it.
+    pub(crate) fn reaped() -> SpawnedChild {
+        SpawnedChild {
+            pid: 0,
+            status: Some(0),
+            stdout: None,
+            stderr: None,
+        }
+    }
+
     /// The child's process id.
     pub(crate) fn id(&self) -> u32 {
         self.pid as u32

@@ -57,6 +57,21 @@ pub fn run(ws: &Path, command: &str) -> RunOutcome {
     run_in(ws, &SandboxProfile::new(ws), command).unwrap_or_else(|e| panic!("run failed: {e}"))
 }
 
+/// Whether process `pid` is gone (exited and reaped) within 5 s. A helper whose sandbox
+/// ran its command is reaped on a thread of its own once it reported the command's end
+/// (its exit tears down the namespaces, which the run does not wait for), so it can
+/// outlive the run's return by a moment; one that is never reaped fails this.
+pub fn gone_soon(pid: u32) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    true
+}
+
 /// Host pids whose command line contains `marker`.
 pub fn processes_with(marker: &str) -> Vec<u32> {
     let me = std::process::id();

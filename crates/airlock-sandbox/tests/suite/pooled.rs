@@ -77,7 +77,7 @@ fn i2_a_pooled_sandbox_serves_one_run_and_the_next_run_sees_nothing_of_it() {
     }
     // Both helpers are gone.
     for pid in [pid1, pid2] {
-        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+        assert!(gone_soon(pid), "helper {pid} is still there");
     }
 }
 

@@ -169,24 +169,41 @@ pub enum Command {
     },
     /// Decide a command at the Gate, then run it in the verified sandbox. The exit status
     /// is the command's (128+signal if killed), or 126 when it was refused.
-    Exec {
-        /// Directory mounted read-write at the same path (default: current directory).
-        #[arg(long)]
-        workspace: Option<std::path::PathBuf>,
-        /// Kill the whole process tree after this many seconds.
-        #[arg(long)]
-        timeout: Option<u64>,
-        #[arg(long)]
-        profile: Option<String>,
-        /// Give the run this secret's placeholder (repeatable). It appears as an environment
-        /// variable named after the secret in upper case, `-` and `.` as `_`; the proxy
-        /// swaps it for the value only in requests to the secret's bound host and path.
-        #[arg(long = "secret", value_name = "NAME")]
-        secrets: Vec<String>,
-        /// The command, after `--`.
-        #[arg(last = true, required = true)]
-        command: Vec<String>,
-    },
+    Exec(ExecCli),
+}
+
+/// `exec`'s options. (The small `airlock` front reads the usual shapes of these itself;
+/// a test below keeps the two readings the same.)
+#[derive(Debug, clap::Args)]
+pub struct ExecCli {
+    /// Directory mounted read-write at the same path (default: current directory).
+    #[arg(long)]
+    workspace: Option<std::path::PathBuf>,
+    /// Kill the whole process tree after this many seconds.
+    #[arg(long)]
+    timeout: Option<u64>,
+    #[arg(long)]
+    profile: Option<String>,
+    /// Give the run this secret's placeholder (repeatable). It appears as an environment
+    /// variable named after the secret in upper case, `-` and `.` as `_`; the proxy
+    /// swaps it for the value only in requests to the secret's bound host and path.
+    #[arg(long = "secret", value_name = "NAME")]
+    secrets: Vec<String>,
+    /// The command, after `--`.
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+impl From<ExecCli> for cmd::exec::ExecArgs {
+    fn from(c: ExecCli) -> Self {
+        cmd::exec::ExecArgs {
+            workspace: c.workspace,
+            timeout: c.timeout,
+            profile: c.profile,
+            secrets: c.secrets,
+            command: c.command,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -325,19 +342,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             profile,
             workspace,
         }),
-        Command::Exec {
-            workspace,
-            timeout,
-            profile,
-            secrets,
-            command,
-        } => cmd::exec::run(cmd::exec::ExecArgs {
-            workspace,
-            timeout,
-            profile,
-            secrets,
-            command,
-        }),
+        Command::Exec(args) => cmd::exec::run(args.into()),
     }
 }
 
@@ -364,19 +369,7 @@ mod tests {
         )
         .ok()?;
         match cli.command {
-            Command::Exec {
-                workspace,
-                timeout,
-                profile,
-                secrets,
-                command,
-            } => Some(ExecLine {
-                workspace,
-                timeout,
-                profile,
-                secrets,
-                command,
-            }),
+            Command::Exec(args) => Some(args.into()),
             _ => None,
         }
     }

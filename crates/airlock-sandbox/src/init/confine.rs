@@ -161,17 +161,41 @@ pub fn signal_probe() -> Option<i32> {
 
 /// Set no_new_privs and install the seccomp filters compiled from `rules`
 /// ([`seccomp_policy::deny_list`] for the payload). Must be the last restriction.
-pub fn apply_seccomp(rules: &[seccomp_policy::DenyRule]) -> Result<(), InitError> {
+pub fn apply_seccomp(filters: &CompiledFilters) -> Result<(), InitError> {
     if !super::layers::skips(super::layers::Layer::NoNewPrivs) {
         nix::sys::prctl::set_no_new_privs()
             .map_err(|e| InitError::new("no_new_privs", e.to_string()))?;
     }
-    let filters =
-        seccomp_policy::compile(rules).map_err(|e| InitError::new("seccomp", e.to_string()))?;
-    for filter in &filters {
+    let filters = filters
+        .as_ref()
+        .map_err(|e| InitError::new("seccomp", e.clone()))?;
+    for filter in filters {
         seccompiler::apply_filter(filter).map_err(|e| InitError::new("seccomp", e.to_string()))?;
     }
     Ok(())
+}
+
+/// A deny list compiled to BPF, or why it could not be.
+pub type CompiledFilters = Result<Vec<seccompiler::BpfProgram>, String>;
+
+/// The payload's and the relay's seccomp filters. PID 1 compiles them first thing (a
+/// pooled sandbox while it waits for its run), so that confining a process is only
+/// applying them: compiling took a third of a millisecond of the payload's start.
+pub struct SeccompFilters {
+    pub payload: CompiledFilters,
+    pub relay: CompiledFilters,
+}
+
+impl SeccompFilters {
+    pub fn compile() -> SeccompFilters {
+        let compile = |rules: &[seccomp_policy::DenyRule]| {
+            seccomp_policy::compile(rules).map_err(|e| e.to_string())
+        };
+        SeccompFilters {
+            payload: compile(&seccomp_policy::deny_list()),
+            relay: compile(&seccomp_policy::relay_deny_list()),
+        }
+    }
 }
 
 /// Read back from the kernel what is applied to this process.

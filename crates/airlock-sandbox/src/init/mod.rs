@@ -354,6 +354,8 @@ fn supervise(control: &mut UnixStream, child: Pid) -> i32 {
 fn pid1(request: &InitRequest) -> ! {
     // SAFETY: fd 4 is the handshake socket inherited from stage 0; this process owns it.
     let mut handshake = unsafe { UnixStream::from_raw_fd(HANDSHAKE_FD) };
+    // Before waiting for anything: the payload and the relay only apply these.
+    let seccomp = confine::SeccompFilters::compile();
     // A pooled sandbox is built up to its base, then waits for the run's own request,
     // which from then on is the request (see [`attach`]).
     let setup = if request.pooled {
@@ -372,7 +374,7 @@ fn pid1(request: &InitRequest) -> ! {
     // The relay sets itself up while the payload confines itself; the payload reads its
     // report before attesting.
     let mut relay = match request.profile.relay() {
-        Some(r) => match relay::start(request, r.port) {
+        Some(r) => match relay::start(request, r.port, &seccomp.relay) {
             Ok(pending) => Some(pending),
             Err(e) => {
                 report_payload_failure(&mut handshake, e);
@@ -386,7 +388,9 @@ fn pid1(request: &InitRequest) -> ! {
     unsafe { libc::close(RELAY_FD) };
     // SAFETY: single-threaded process.
     let payload = match unsafe { fork() } {
-        Ok(ForkResult::Child) => run_payload(request, handshake, relay.take(), overlay),
+        Ok(ForkResult::Child) => {
+            run_payload(request, &seccomp.payload, handshake, relay.take(), overlay)
+        }
         Ok(ForkResult::Parent { child }) => child,
         Err(e) => {
             report_payload_failure(
@@ -527,11 +531,12 @@ fn report_payload_failure(handshake: &mut UnixStream, e: InitError) {
 /// The payload process. Never returns.
 fn run_payload(
     request: &InitRequest,
+    seccomp: &confine::CompiledFilters,
     mut handshake: UnixStream,
     relay: Option<relay::PendingRelay>,
     overlay: Option<crate::attestation::OverlayReport>,
 ) -> ! {
-    let attestation = confine_payload(request).and_then(|mut a| {
+    let attestation = confine_payload(request, seccomp).and_then(|mut a| {
         a.relay = relay.map(relay::PendingRelay::wait).transpose()?;
         a.overlay = overlay;
         Ok(a)
@@ -579,7 +584,10 @@ fn run_payload(
     std::process::exit(code);
 }
 
-fn confine_payload(request: &InitRequest) -> Result<crate::attestation::Attestation, InitError> {
+fn confine_payload(
+    request: &InitRequest,
+    seccomp: &confine::CompiledFilters,
+) -> Result<crate::attestation::Attestation, InitError> {
     let os = |stage: &'static str| move |e: nix::errno::Errno| InitError::new(stage, e.to_string());
     nix::unistd::setsid().map_err(os("setsid"))?;
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(os("parent-death signal"))?;
@@ -593,7 +601,7 @@ fn confine_payload(request: &InitRequest) -> Result<crate::attestation::Attestat
     };
     landlock.signal_probe_errno = confine::signal_probe();
     if !layers::skips(Layer::Seccomp) {
-        confine::apply_seccomp(&crate::seccomp_policy::deny_list())?;
+        confine::apply_seccomp(seccomp)?;
     }
     let mut attestation =
         confine::collect_attestation(&request.profile, landlock, request.cgroup.clone())?;

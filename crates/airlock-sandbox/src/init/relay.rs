@@ -66,14 +66,18 @@ impl PendingRelay {
 /// Fork the relay. Called by PID 1 after the root is built and capabilities are dropped,
 /// before the payload is forked; the caller closes [`RELAY_FD`] afterwards. The report
 /// channel is close-on-exec, so it never reaches the payload's program.
-pub fn start(request: &InitRequest, port: u16) -> Result<PendingRelay, InitError> {
+pub fn start(
+    request: &InitRequest,
+    port: u16,
+    seccomp: &confine::CompiledFilters,
+) -> Result<PendingRelay, InitError> {
     let (report_rx, report_tx) = UnixStream::pair()
         .map_err(|e| InitError::new("egress relay", format!("socketpair: {e}")))?;
     // SAFETY: the helper is single-threaded, so the child may run any code.
     match unsafe { fork() } {
         Ok(ForkResult::Child) => {
             drop(report_rx);
-            run(request, port, report_tx)
+            run(request, port, seccomp, report_tx)
         }
         Ok(ForkResult::Parent { .. }) => {
             drop(report_tx);
@@ -84,11 +88,16 @@ pub fn start(request: &InitRequest, port: u16) -> Result<PendingRelay, InitError
 }
 
 /// The relay process. Never returns.
-fn run(request: &InitRequest, port: u16, mut report: UnixStream) -> ! {
+fn run(
+    request: &InitRequest,
+    port: u16,
+    seccomp: &confine::CompiledFilters,
+    mut report: UnixStream,
+) -> ! {
     // SAFETY: fd RELAY_FD is the O_PATH descriptor of the proxy socket the host passed
     // (checked by `setup`'s fstat before use); this process owns it from here on.
     let socket = unsafe { OwnedFd::from_raw_fd(RELAY_FD) };
-    match setup(request, port, &socket) {
+    match setup(request, port, seccomp, &socket) {
         Ok((listener, r)) => {
             if protocol::send(&mut report, &Ok::<_, String>(r)).is_err() {
                 std::process::exit(1);
@@ -107,6 +116,7 @@ fn run(request: &InitRequest, port: u16, mut report: UnixStream) -> ! {
 fn setup(
     request: &InitRequest,
     port: u16,
+    seccomp: &confine::CompiledFilters,
     socket: &OwnedFd,
 ) -> Result<(TcpListener, RelayReport), InitError> {
     let os = |stage: &'static str| move |e: nix::errno::Errno| InitError::new(stage, e.to_string());
@@ -148,7 +158,7 @@ fn setup(
         .map_err(|e| InitError::new("listen", e.to_string()))?;
     confine::apply_rlimits(&request.profile)?;
     let landlock = confine::apply_relay_landlock(&request.profile, port)?;
-    confine::apply_seccomp(&crate::seccomp_policy::relay_deny_list())?;
+    confine::apply_seccomp(seccomp)?;
     // One test connection proves the sandbox uid may use the socket; the proxy sees it
     // close without a request.
     let upstream_error = UnixStream::connect(format!("/proc/self/fd/{}", socket.as_raw_fd()))

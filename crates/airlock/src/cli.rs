@@ -392,6 +392,7 @@ mod tests {
                     "--timeout", "--timeout=7", "7", "+7", "-7", "07", "--profile",
                     "--profile=strict", "strict", "--secret", "--secret=a=b", "gh", "-x",
                     "--help", "-h", "/bin/true", "a b", "", "=", "--=", "status",
+                    "\u{1b}[2J", "a\rb", "é", "--profile=\u{7}", "--workspace=\n",
                 ]),
                 0..9,
             )

@@ -178,23 +178,48 @@ pub fn apply_seccomp(filters: &CompiledFilters) -> Result<(), InitError> {
 /// A deny list compiled to BPF, or why it could not be.
 pub type CompiledFilters = Result<Vec<seccompiler::BpfProgram>, String>;
 
-/// The payload's and the relay's seccomp filters. PID 1 compiles them first thing (a
-/// pooled sandbox while it waits for its run), so that confining a process is only
-/// applying them: compiling took a third of a millisecond of the payload's start.
+/// The payload's and the relay's seccomp filters, compiled ahead or not. A pooled
+/// sandbox's PID 1 compiles them while it waits for its run, so that confining a process
+/// is only applying them (compiling took a third of a millisecond of the payload's
+/// start). A sandbox built for its run compiles each in the process it confines, the
+/// relay's and the payload's side by side, as before: compiling both ahead in PID 1 would
+/// only put them one after the other on the run's path.
 pub struct SeccompFilters {
-    pub payload: CompiledFilters,
-    pub relay: CompiledFilters,
+    payload: Option<CompiledFilters>,
+    relay: Option<CompiledFilters>,
+}
+
+fn compile(rules: &[seccomp_policy::DenyRule]) -> CompiledFilters {
+    seccomp_policy::compile(rules).map_err(|e| e.to_string())
 }
 
 impl SeccompFilters {
-    pub fn compile() -> SeccompFilters {
-        let compile = |rules: &[seccomp_policy::DenyRule]| {
-            seccomp_policy::compile(rules).map_err(|e| e.to_string())
-        };
+    /// Compiled now, both (whether the run will have a relay is known only with it).
+    pub fn ahead() -> SeccompFilters {
         SeccompFilters {
-            payload: compile(&seccomp_policy::deny_list()),
-            relay: compile(&seccomp_policy::relay_deny_list()),
+            payload: Some(compile(&seccomp_policy::deny_list())),
+            relay: Some(compile(&seccomp_policy::relay_deny_list())),
         }
+    }
+
+    /// Left for each confined process to compile.
+    pub fn later() -> SeccompFilters {
+        SeccompFilters {
+            payload: None,
+            relay: None,
+        }
+    }
+
+    pub fn payload(&self) -> CompiledFilters {
+        self.payload
+            .clone()
+            .unwrap_or_else(|| compile(&seccomp_policy::deny_list()))
+    }
+
+    pub fn relay(&self) -> CompiledFilters {
+        self.relay
+            .clone()
+            .unwrap_or_else(|| compile(&seccomp_policy::relay_deny_list()))
     }
 }
 

@@ -354,8 +354,11 @@ fn supervise(control: &mut UnixStream, child: Pid) -> i32 {
 fn pid1(request: &InitRequest) -> ! {
     // SAFETY: fd 4 is the handshake socket inherited from stage 0; this process owns it.
     let mut handshake = unsafe { UnixStream::from_raw_fd(HANDSHAKE_FD) };
-    // Before waiting for anything: the payload and the relay only apply these.
-    let seccomp = confine::SeccompFilters::compile();
+    // A pooled sandbox compiles the filters while it waits for its run.
+    let seccomp = match request.pooled {
+        true => confine::SeccompFilters::ahead(),
+        false => confine::SeccompFilters::later(),
+    };
     // A pooled sandbox is built up to its base, then waits for the run's own request,
     // which from then on is the request (see [`attach`]).
     let setup = if request.pooled {
@@ -374,7 +377,7 @@ fn pid1(request: &InitRequest) -> ! {
     // The relay sets itself up while the payload confines itself; the payload reads its
     // report before attesting.
     let mut relay = match request.profile.relay() {
-        Some(r) => match relay::start(request, r.port, &seccomp.relay) {
+        Some(r) => match relay::start(request, r.port, &seccomp) {
             Ok(pending) => Some(pending),
             Err(e) => {
                 report_payload_failure(&mut handshake, e);
@@ -388,9 +391,7 @@ fn pid1(request: &InitRequest) -> ! {
     unsafe { libc::close(RELAY_FD) };
     // SAFETY: single-threaded process.
     let payload = match unsafe { fork() } {
-        Ok(ForkResult::Child) => {
-            run_payload(request, &seccomp.payload, handshake, relay.take(), overlay)
-        }
+        Ok(ForkResult::Child) => run_payload(request, &seccomp, handshake, relay.take(), overlay),
         Ok(ForkResult::Parent { child }) => child,
         Err(e) => {
             report_payload_failure(
@@ -531,7 +532,7 @@ fn report_payload_failure(handshake: &mut UnixStream, e: InitError) {
 /// The payload process. Never returns.
 fn run_payload(
     request: &InitRequest,
-    seccomp: &confine::CompiledFilters,
+    seccomp: &confine::SeccompFilters,
     mut handshake: UnixStream,
     relay: Option<relay::PendingRelay>,
     overlay: Option<crate::attestation::OverlayReport>,
@@ -586,7 +587,7 @@ fn run_payload(
 
 fn confine_payload(
     request: &InitRequest,
-    seccomp: &confine::CompiledFilters,
+    seccomp: &confine::SeccompFilters,
 ) -> Result<crate::attestation::Attestation, InitError> {
     let os = |stage: &'static str| move |e: nix::errno::Errno| InitError::new(stage, e.to_string());
     nix::unistd::setsid().map_err(os("setsid"))?;
@@ -601,7 +602,7 @@ fn confine_payload(
     };
     landlock.signal_probe_errno = confine::signal_probe();
     if !layers::skips(Layer::Seccomp) {
-        confine::apply_seccomp(seccomp)?;
+        confine::apply_seccomp(&seccomp.payload())?;
     }
     let mut attestation =
         confine::collect_attestation(&request.profile, landlock, request.cgroup.clone())?;

@@ -69,7 +69,7 @@ impl PendingRelay {
 pub fn start(
     request: &InitRequest,
     port: u16,
-    seccomp: &confine::CompiledFilters,
+    seccomp: &confine::SeccompFilters,
 ) -> Result<PendingRelay, InitError> {
     let (report_rx, report_tx) = UnixStream::pair()
         .map_err(|e| InitError::new("egress relay", format!("socketpair: {e}")))?;
@@ -91,7 +91,7 @@ pub fn start(
 fn run(
     request: &InitRequest,
     port: u16,
-    seccomp: &confine::CompiledFilters,
+    seccomp: &confine::SeccompFilters,
     mut report: UnixStream,
 ) -> ! {
     // SAFETY: fd RELAY_FD is the O_PATH descriptor of the proxy socket the host passed
@@ -116,7 +116,7 @@ fn run(
 fn setup(
     request: &InitRequest,
     port: u16,
-    seccomp: &confine::CompiledFilters,
+    seccomp: &confine::SeccompFilters,
     socket: &OwnedFd,
 ) -> Result<(TcpListener, RelayReport), InitError> {
     let os = |stage: &'static str| move |e: nix::errno::Errno| InitError::new(stage, e.to_string());
@@ -158,7 +158,7 @@ fn setup(
         .map_err(|e| InitError::new("listen", e.to_string()))?;
     confine::apply_rlimits(&request.profile)?;
     let landlock = confine::apply_relay_landlock(&request.profile, port)?;
-    confine::apply_seccomp(seccomp)?;
+    confine::apply_seccomp(&seccomp.relay())?;
     // One test connection proves the sandbox uid may use the socket; the proxy sees it
     // close without a request.
     let upstream_error = UnixStream::connect(format!("/proc/self/fd/{}", socket.as_raw_fd()))

@@ -81,6 +81,35 @@ fn i2_a_pooled_sandbox_serves_one_run_and_the_next_run_sees_nothing_of_it() {
     }
 }
 
+/// The helper is reaped after the run returns (its exit tears down the namespaces), so
+/// the run must not return before the output is whole and the sandbox's processes are
+/// gone: a payload that writes a lot on both streams just before it ends, and leaves a
+/// process behind that holds both, gets every byte, and nothing of it outlives the run.
+/// Both ways a sandbox is had: taken from the pool, and built for the run.
+#[test]
+fn i2_the_output_is_whole_and_the_tree_gone_when_the_run_returns() {
+    let (_d, ws) = workspace();
+    let profile = SandboxProfile::new(&ws);
+    let marker = format!("held-{}", std::process::id());
+    let command = format!(
+        "(exec -a {marker} sleep 300 &); head -c 300000 /dev/zero | tr '\\0' o; head -c 200000 /dev/zero | tr '\\0' e >&2"
+    );
+    let pooled_run = run_pooled(pooled(&profile), &profile, "", &command).expect("pooled run");
+    let built_run = run_in(&ws, &profile, &command).expect("run");
+    for (how, out) in [("pooled", pooled_run), ("built", built_run)] {
+        assert_eq!(out.status, 0, "{how}: {}", text(&out.stderr));
+        assert!(!out.truncated, "{how}");
+        assert_eq!(out.stdout.len(), 300_000, "{how}");
+        assert!(out.stdout.iter().all(|b| *b == b'o'), "{how}");
+        assert_eq!(out.stderr.len(), 200_000, "{how}");
+        assert!(
+            processes_with(&marker).is_empty(),
+            "{how}: a process of the run outlived it: {:?}",
+            processes_with(&marker)
+        );
+    }
+}
+
 #[test]
 fn i2_a_pooled_sandbox_gets_the_runs_own_workspace_cwd_and_environment() {
     let (_a, ws_a) = workspace();

@@ -13,8 +13,9 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
     let home = Home::from_env()?;
     let request = args.request()?;
     // A host serving this state dir runs the command, admitted under its limits. (The
-    // small `airlock` front sends it there itself when a host is up; this is the way for
-    // a host that is starting or stopping, which `find` waits for.)
+    // small `airlock` front usually sends it there itself; it comes here for a host that
+    // is starting or stopping, which `find` waits for, for a command line the front did
+    // not read, and when `airlock-full` is called by its own name.)
     if let Some(host) = crate::host::client::find(&home) {
         let request = crate::host::exec_wire::HostRequest::Exec(request);
         return crate::host::exec_client::run(&home, host.pid, &request);

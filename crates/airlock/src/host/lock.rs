@@ -7,6 +7,7 @@
 use std::io::{Seek, Write};
 use std::path::PathBuf;
 
+use airlock_client::host::read_pid;
 use nix::fcntl::{Flock, FlockArg};
 
 use crate::home::Home;
@@ -23,8 +24,6 @@ pub fn lock_path(home: &Home) -> PathBuf {
 fn open(home: &Home, create: bool) -> std::io::Result<std::fs::File> {
     airlock_client::host::open_lock(&home.state, create)
 }
-
-use airlock_client::host::read_pid;
 
 impl HostLock {
     /// Take the state dir for this process, or say which host has it.

@@ -78,6 +78,18 @@ fn the_front_sends_an_exec_to_the_host_itself_and_hands_over_the_rest() {
         String::from_utf8_lossy(&o.stderr).starts_with("error: unknown profile \"no-such\""),
         "{o:?}"
     );
+    // The host's error quotes what it was given: the front shows every character of it
+    // and obeys none (an escape sequence, a carriage return that would rewrite the line).
+    for (given, raw) in [("\u{1b}[2Jwiped", "\u{1b}"), ("ok\rforged", "\r")] {
+        let o = run(&front, &f, &["exec", "--profile", given, "--", "true"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{o:?}");
+        assert!(err.starts_with("error: unknown profile"), "{err:?}");
+        assert!(
+            !err.contains(raw),
+            "a raw control character reached the terminal: {err:?}"
+        );
+    }
     // The run is decided and recorded as any other exec through the host.
     let recs = records_of(&f, "echo via-front");
     assert_eq!(

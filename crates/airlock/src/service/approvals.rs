@@ -234,58 +234,62 @@ pub fn approve_as(home: &Home, input: &ApproveInput, who: &Decider) -> anyhow::R
     });
     // The audit log must be writable before anything is decided.
     let mut log = RecordLog::open(home, &cfg).map_err(fault)?;
-    let approved = store
-        .approve(
-            id,
-            &ApproveRequest {
-                approver: who.principal(),
-                payload_hash: input.hash.as_deref().unwrap_or(&request.payload_hash),
-                grant: grant.clone(),
-            },
-            now,
-        )
-        .map_err(|e| decision_error(id, e))?;
-    let payload: serde_json::Value =
-        serde_json::from_str(&approved.request.payload).unwrap_or(serde_json::Value::Null);
-    let ev = AuditEvent::by(
-        "approval-granted",
-        approved.request.session_id.as_str(),
-        &who.attribution(),
-    )
-    .with_action(payload.clone(), approved.request.payload_hash.clone())
-    .with_detail(json!({
-        "approval_id": approved.request.id,
-        "decided_by": who.detail(),
-        "grant_id": approved.grant_id,
-    }));
-    log.append(ev).map_err(|e| {
-        fault(anyhow::anyhow!(
-            "approved `{id}`, but its audit record failed: {e}"
-        ))
-    })?;
-    if let (Some(g), Some(grant_id)) = (&grant, &approved.grant_id) {
+    // The decision and its records in one hold of the log (see [`decided_then_recorded`]).
+    let approved = decided_then_recorded(&mut log, |log| {
+        let approved = store
+            .approve(
+                id,
+                &ApproveRequest {
+                    approver: who.principal(),
+                    payload_hash: input.hash.as_deref().unwrap_or(&request.payload_hash),
+                    grant: grant.clone(),
+                },
+                now,
+            )
+            .map_err(|e| decision_error(id, e))?;
+        let payload: serde_json::Value =
+            serde_json::from_str(&approved.request.payload).unwrap_or(serde_json::Value::Null);
         let ev = AuditEvent::by(
-            "grant-created",
+            "approval-granted",
             approved.request.session_id.as_str(),
             &who.attribution(),
         )
-        .with_action(payload, approved.request.payload_hash.clone())
+        .with_action(payload.clone(), approved.request.payload_hash.clone())
         .with_detail(json!({
-            "grant_id": grant_id,
             "approval_id": approved.request.id,
-            "scope": g.scope,
-            "target": g.target,
-            "shape": pattern.as_ref().map(|p| &p.shape),
-            "matches": pattern.as_ref().map(|p| &p.summary),
-            "expires_at_ms": g.expires_at.as_unix_ms(),
             "decided_by": who.detail(),
+            "grant_id": approved.grant_id,
         }));
         log.append(ev).map_err(|e| {
             fault(anyhow::anyhow!(
-                "granted `{grant_id}`, but its audit record failed: {e}"
+                "approved `{id}`, but its audit record failed: {e}"
             ))
         })?;
-    }
+        if let (Some(g), Some(grant_id)) = (&grant, &approved.grant_id) {
+            let ev = AuditEvent::by(
+                "grant-created",
+                approved.request.session_id.as_str(),
+                &who.attribution(),
+            )
+            .with_action(payload, approved.request.payload_hash.clone())
+            .with_detail(json!({
+                "grant_id": grant_id,
+                "approval_id": approved.request.id,
+                "scope": g.scope,
+                "target": g.target,
+                "shape": pattern.as_ref().map(|p| &p.shape),
+                "matches": pattern.as_ref().map(|p| &p.summary),
+                "expires_at_ms": g.expires_at.as_unix_ms(),
+                "decided_by": who.detail(),
+            }));
+            log.append(ev).map_err(|e| {
+                fault(anyhow::anyhow!(
+                    "granted `{grant_id}`, but its audit record failed: {e}"
+                ))
+            })?;
+        }
+        Ok(approved)
+    })?;
     log.close().map_err(|e| fault(anyhow::anyhow!("{e}")))?;
     let grant = match (&approved.grant_id, bound) {
         (Some(grant_id), Some(d)) => Some(GrantMade {
@@ -324,29 +328,44 @@ pub fn deny_as(home: &Home, input: &DenyInput, who: &Decider) -> anyhow::Result<
     get(&store, id)?;
     let cfg = config::load(&home.config_file()).map_err(fault)?;
     let mut log = RecordLog::open(home, &cfg).map_err(fault)?;
-    let denied = store
-        .deny(id, who.principal(), reason, now)
-        .map_err(|e| decision_error(id, e))?;
-    let payload: serde_json::Value =
-        serde_json::from_str(&denied.payload).unwrap_or(serde_json::Value::Null);
-    let ev = AuditEvent::by(
-        "approval-denied",
-        denied.session_id.as_str(),
-        &who.attribution(),
-    )
-    .with_action(payload, denied.payload_hash.clone())
-    .with_detail(json!({
-        "approval_id": denied.id,
-        "decided_by": who.detail(),
-        "reason": reason,
-    }));
-    log.append(ev).map_err(|e| {
-        fault(anyhow::anyhow!(
-            "denied `{id}`, but its audit record failed: {e}"
-        ))
+    let denied = decided_then_recorded(&mut log, |log| {
+        let denied = store
+            .deny(id, who.principal(), reason, now)
+            .map_err(|e| decision_error(id, e))?;
+        let payload: serde_json::Value =
+            serde_json::from_str(&denied.payload).unwrap_or(serde_json::Value::Null);
+        let ev = AuditEvent::by(
+            "approval-denied",
+            denied.session_id.as_str(),
+            &who.attribution(),
+        )
+        .with_action(payload, denied.payload_hash.clone())
+        .with_detail(json!({
+            "approval_id": denied.id,
+            "decided_by": who.detail(),
+            "reason": reason,
+        }));
+        log.append(ev).map_err(|e| {
+            fault(anyhow::anyhow!(
+                "denied `{id}`, but its audit record failed: {e}"
+            ))
+        })?;
+        Ok(denied)
     })?;
     log.close().map_err(|e| fault(anyhow::anyhow!("{e}")))?;
     Ok(Denied { id: denied.id })
+}
+
+/// Decide in the store and record the decision, in `decide`, with the log held for the
+/// whole of it. The decision releases the call that waits for it, and that call records
+/// its use of the answer (the Gate's `approval` record); in the host both go through the
+/// one writer, so holding it here makes that record wait until the answer's own records
+/// are written: never the use before the answer.
+fn decided_then_recorded<T>(
+    log: &mut RecordLog,
+    decide: impl FnOnce(&mut airlock_audit::AuditLog) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    log.with(decide)
 }
 
 /// The pattern a scoped grant for `request` matches, computed the way the agent loop

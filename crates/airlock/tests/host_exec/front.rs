@@ -18,14 +18,29 @@ fn lonely_front(dir: &Path) -> PathBuf {
     front
 }
 
+/// Run `front` with `args`. A binary this test process has just written can be "busy"
+/// for a moment: a child another test thread forked meanwhile holds the copy's write
+/// descriptor until its own `execve` closes it. So `ETXTBSY` is tried again (for up to
+/// 5 s); any other error fails.
 fn run(front: &Path, f: &Fixture, args: &[&str]) -> Output {
-    Command::new(front)
-        .env("AIRLOCK_HOME", &f.home)
-        .current_dir(&f.ws)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let ran = Command::new(front)
+            .env("AIRLOCK_HOME", &f.home)
+            .current_dir(&f.ws)
+            .args(args)
+            .stdin(Stdio::null())
+            .output();
+        match ran {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ExecutableFileBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            other => return other.unwrap(),
+        }
+    }
 }
 
 fn handed_over(o: &Output) -> bool {

@@ -192,6 +192,7 @@ impl Sandbox {
             cap: OutputCap::new(profile.output_cap_bytes),
             cgroup,
             status: None,
+            deferred: None,
         };
         running.start_pumps(out, err, output);
         let sent = protocol::send(&mut running.control, &request)
@@ -367,6 +368,20 @@ impl RunParts {
             layers_tree,
         })
     }
+}
+
+/// Whether nothing can be read from `socket` now (no data, no end of stream): a
+/// sandbox that waits for the host says nothing until it is spoken to.
+pub(crate) fn quiet(socket: &std::os::unix::net::UnixStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut p = [libc::pollfd {
+        fd: socket.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    // SAFETY: one valid pollfd for the duration of the call, no wait.
+    let n = unsafe { libc::poll(p.as_mut_ptr(), 1, 0) };
+    n == 0
 }
 
 /// Put the helper in the run's cgroup, or kill it.

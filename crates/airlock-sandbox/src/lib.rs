@@ -72,7 +72,7 @@ pub use launcher::{
     PreparedRun, RunOutcome, Sandbox, INIT_BINARY, INIT_ENV,
 };
 pub use mount_plan::MountPlan;
-pub use output::{ForwardTo, OutputMode};
+pub use output::{DeferredOutput, ForwardTo, OutputMode};
 pub use overlay::WorkspaceOverlay;
 pub use profile::{SandboxProfile, WeakenedMode};
 pub use workspace_check::OperatorDirs;

@@ -2,7 +2,7 @@
 
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 /// Where the payload's output goes.
@@ -16,6 +16,49 @@ pub enum OutputMode {
     Forward(ForwardTo),
     /// Kept in [`crate::RunOutcome::stdout`] / [`crate::RunOutcome::stderr`], up to the cap.
     Capture,
+    /// Told later: a sandbox prepared before anyone asked for its run (a host's run staged
+    /// ahead) learns where its output goes once a caller takes it. Until then nothing is
+    /// read from its pipes; a sandbox abandoned without a caller keeps what it wrote, as a
+    /// capture does, and drops it.
+    Deferred(DeferredOutput),
+}
+
+/// Where a [`OutputMode::Deferred`] run's output goes, set once by whoever takes the run.
+#[derive(Debug, Clone, Default)]
+pub struct DeferredOutput(Arc<(Mutex<Option<OutputMode>>, Condvar)>);
+
+impl DeferredOutput {
+    pub fn new() -> DeferredOutput {
+        DeferredOutput::default()
+    }
+
+    /// Send the output to `mode` from now on. Only the first setting counts: the run
+    /// may already have been abandoned (its output captured and dropped). A deferred mode
+    /// given here is taken as a capture: it could never be resolved.
+    pub fn set(&self, mode: OutputMode) {
+        let mode = match mode {
+            OutputMode::Deferred(_) => OutputMode::Capture,
+            other => other,
+        };
+        let (slot, changed) = &*self.0;
+        let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(mode);
+            changed.notify_all();
+        }
+    }
+
+    /// Wait until the output has somewhere to go.
+    fn wait(&self) -> OutputMode {
+        let (slot, changed) = &*self.0;
+        let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(mode) = slot.as_ref() {
+                return mode.clone();
+            }
+            slot = changed.wait(slot).unwrap_or_else(|p| p.into_inner());
+        }
+    }
 }
 
 /// The two streams [`OutputMode::Forward`] writes to.
@@ -29,7 +72,7 @@ impl OutputMode {
     /// Write `chunk` of `stream` where this mode forwards it (nothing for a capture).
     fn forward(&self, stream: Stream, chunk: &[u8]) {
         let _ = match (self, stream) {
-            (OutputMode::Capture, _) => Ok(()),
+            (OutputMode::Capture | OutputMode::Deferred(_), _) => Ok(()),
             (OutputMode::Inherit, Stream::Stdout) => std::io::stdout()
                 .lock()
                 .write_all(chunk)
@@ -95,6 +138,12 @@ pub(crate) fn pump(
     cap: Arc<OutputCap>,
 ) -> JoinHandle<Vec<u8>> {
     std::thread::spawn(move || {
+        // A deferred run's pump reads nothing until a caller took the run (or it was
+        // abandoned, which sets a capture): the pipe holds what comes before.
+        let mode = match mode {
+            OutputMode::Deferred(later) => later.wait(),
+            other => other,
+        };
         let mut kept = Vec::new();
         let mut buf = [0u8; 16 * 1024];
         loop {

@@ -18,7 +18,7 @@ use crate::git_guard::GitGuard;
 use crate::launcher::setup_error;
 use crate::launcher::spawn::SpawnedChild;
 use crate::mount_plan::MountPlan;
-use crate::output::{pump, OutputCap, OutputMode, Stream};
+use crate::output::{pump, DeferredOutput, OutputCap, OutputMode, Stream};
 use crate::profile::SandboxProfile;
 use crate::protocol::{
     self, ExecOrder, HostCommand, InitRequest, PayloadMessage, StageMessage, Verdict,
@@ -82,6 +82,15 @@ impl PreparedRun {
     /// The confinement the sandbox reported and the host verified.
     pub fn attestation(&self) -> &Attestation {
         &self.attestation
+    }
+
+    /// Whether the sandbox still waits for its command: nothing comes on either channel
+    /// before the go-ahead, so anything readable (a failure, an exit, the end of the
+    /// stream) means it died.
+    pub fn is_alive(&self) -> bool {
+        self.running.as_ref().is_some_and(|r| {
+            crate::launcher::quiet(&r.control) && crate::launcher::quiet(&r.handshake)
+        })
     }
 
     /// Run the authorized command in this sandbox: as `/bin/bash --noprofile --norc -c
@@ -185,6 +194,9 @@ pub(crate) struct Running {
     pub(crate) cgroup: Option<RunCgroup>,
     /// The exit status stage 0 reported, once it did.
     pub(crate) status: Option<i32>,
+    /// Where the output goes, when that is told later ([`OutputMode::Deferred`]): set
+    /// to a capture at the end if no caller ever set it, so that the pumps finish.
+    pub(crate) deferred: Option<DeferredOutput>,
 }
 
 impl Running {
@@ -196,6 +208,9 @@ impl Running {
         output: OutputMode,
     ) {
         let cap = self.cap.clone();
+        if let OutputMode::Deferred(later) = &output {
+            self.deferred = Some(later.clone());
+        }
         self.pumps = [
             out.map(|s| pump(s, output.clone(), Stream::Stdout, cap.clone())),
             err.map(|s| pump(s, output, Stream::Stderr, cap)),
@@ -340,6 +355,9 @@ impl Running {
             self.reap_aside();
         } else {
             let _ = self.child.wait();
+        }
+        if let Some(later) = self.deferred.take() {
+            later.set(OutputMode::Capture);
         }
         let [out, err] = std::mem::take(&mut self.pumps);
         let join = |h: Option<JoinHandle<Vec<u8>>>| {

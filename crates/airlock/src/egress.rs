@@ -159,6 +159,11 @@ impl EgressSetup {
             limits: Limits::default(),
         })
     }
+
+    /// The proxy CA's certificate, which the sandbox is given to trust.
+    pub fn ca_pem(&self) -> &str {
+        self.ca.cert_pem()
+    }
 }
 
 fn load_rules(home: &Home) -> Result<NetRules, EgressError> {
@@ -278,6 +283,26 @@ impl EgressBinding {
     /// Route `profile` through this run's proxy: the relay, and the payload's environment.
     pub fn configure(&self, profile: &mut SandboxProfile) -> Result<(), EgressError> {
         route_through(&self.relay, &self.placeholders, &self.secret_names, profile)
+    }
+
+    /// Serve with `setup` instead of what the binding was made with: a run staged ahead
+    /// of its request takes the net rules and the CA as they are at the request. Refused
+    /// when `setup` would expose other secrets than the sandbox was configured for, or
+    /// after the binding was served.
+    pub fn renew_setup(&mut self, setup: EgressSetup) -> Result<(), EgressError> {
+        if setup.placeholders != self.placeholders {
+            return Err(start_err(
+                "proxy",
+                &"the run's secrets are not those its sandbox was prepared with",
+            ));
+        }
+        match self.setup.as_mut() {
+            Some(current) => {
+                *current = setup;
+                Ok(())
+            }
+            None => Err(start_err("proxy", &"the binding was already served")),
+        }
     }
 
     /// Start building the proxy's runtime (its worker threads) on a thread of its own,

@@ -15,7 +15,7 @@
 //! stage 0 kills PID 1 when its control channel closes.
 
 use std::io::BufReader;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 
 use super::spawn::SpawnedChild;
@@ -68,6 +68,7 @@ impl Helper {
             cap: OutputCap::new(cap),
             cgroup: self.cgroup,
             status: None,
+            deferred: None,
         };
         running.start_pumps(out, err, output);
         running
@@ -178,19 +179,9 @@ impl PooledSandbox {
     /// the attach, so anything readable (a failure, an exit, the end of the stream) means
     /// it died.
     pub fn is_alive(&self) -> bool {
-        let quiet = |fd: BorrowedFd<'_>| {
-            let mut p = [libc::pollfd {
-                fd: fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            }];
-            // SAFETY: one valid pollfd for the duration of the call, no wait.
-            let n = unsafe { libc::poll(p.as_mut_ptr(), 1, 0) };
-            n == 0
-        };
         self.helper
             .as_ref()
-            .is_some_and(|h| quiet(h.control.as_fd()) && quiet(h.handshake.as_fd()))
+            .is_some_and(|h| super::quiet(&h.control) && super::quiet(&h.handshake))
     }
 
     /// Give this sandbox the run of `profile` with the working directory `cwd`: its

@@ -32,6 +32,12 @@
 //! flight it refills only a group that has nothing ready: a build beside a run that has
 //! just taken a sandbox competes with that run's decision and attach for the cores.
 //!
+//! Once a run is over and no other is in flight, the builder stages the next run of the
+//! same shape in one of its group's sandboxes (`crate::service::exec::ahead`): the
+//! workspace attached, the payload confined and attested, waiting for a command. A
+//! request of that shape takes it; any other takes a sandbox of the group as before. A
+//! group holds at most one staged run, which counts against its share.
+//!
 //! No sandbox outlives the host: each helper ends its sandbox when its control socket to
 //! the host closes, which the kernel does when the host dies, pooled or not.
 
@@ -40,7 +46,9 @@ use std::time::Duration;
 
 use airlock_sandbox::{PooledSandbox, SandboxProfile};
 
+use crate::egress::EgressSetup;
 use crate::home::Home;
+use crate::service::exec::ahead::{AheadShape, StagedRun};
 
 /// How often the builder looks for sandboxes that died and for a changed config, when
 /// nothing wakes it.
@@ -51,8 +59,11 @@ const RETRY_AFTER: Duration = Duration::from_secs(5);
 /// What `airlock status` shows of the pool: the totals, and each profile's group.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct PoolStatus {
-    /// Sandboxes built and waiting for a run, over all profiles.
+    /// Sandboxes built and waiting for a run, over all profiles (staged runs included).
     pub ready: usize,
+    /// Of those, runs staged ahead (see `crate::service::exec::ahead`).
+    #[serde(default)]
+    pub staged: usize,
     /// How many the pool keeps in all (`[host] sandbox_pool`).
     pub size: usize,
     /// Runs that took a pooled sandbox, and that built their own.
@@ -103,10 +114,49 @@ struct Group {
     policy_profile: String,
     template: Template,
     ready: Vec<PooledSandbox>,
+    /// A run staged ahead in one of the group's sandboxes.
+    ahead: Option<StagedRun>,
+    /// What the group's last run looked like: the run to stage next.
+    wanted: Option<AheadShape>,
     /// When a run last asked for this group (a tick of [`State::clock`]).
     used: u64,
     taken: u64,
     missed: u64,
+}
+
+impl Group {
+    /// The sandboxes it holds: ready, and staged.
+    fn held(&self) -> usize {
+        self.ready.len() + usize::from(self.ahead.is_some())
+    }
+}
+
+/// What was taken out of the pool, to be dropped (killed and reaped) outside its lock:
+/// a staged run's drop waits for its attach, which may need the lock.
+#[derive(Default)]
+struct Discarded {
+    sandboxes: Vec<PooledSandbox>,
+    staged: Vec<StagedRun>,
+}
+
+impl Discarded {
+    fn len(&self) -> usize {
+        self.sandboxes.len() + self.staged.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn group(&mut self, g: Group) {
+        self.sandboxes.extend(g.ready);
+        self.staged.extend(g.ahead);
+    }
+
+    fn append(&mut self, mut other: Discarded) {
+        self.sandboxes.append(&mut other.sandboxes);
+        self.staged.append(&mut other.staged);
+    }
 }
 
 #[derive(Default)]
@@ -139,19 +189,24 @@ fn may_build_now(ready: usize, in_flight: usize) -> bool {
 impl State {
     /// Order the groups by use, drop those past `size`, and discard what each holds past
     /// its share. Returns the discarded sandboxes, to be dropped outside the lock.
-    fn rebalance(&mut self, size: usize) -> Vec<PooledSandbox> {
+    fn rebalance(&mut self, size: usize) -> Discarded {
         self.groups.sort_by_key(|g| std::cmp::Reverse(g.used));
-        let mut stale = Vec::new();
+        let mut stale = Discarded::default();
         while self.groups.len() > size {
             if let Some(g) = self.groups.pop() {
-                stale.extend(g.ready);
+                stale.group(g);
             }
         }
         let n = self.groups.len();
         for (i, g) in self.groups.iter_mut().enumerate() {
+            // A staged run is kept before a plain sandbox: it is the likelier to serve.
             let keep = share(size, n, i);
-            if g.ready.len() > keep {
-                stale.extend(g.ready.drain(keep..));
+            let keep_ready = keep.saturating_sub(usize::from(g.ahead.is_some()));
+            if g.ready.len() > keep_ready {
+                stale.sandboxes.extend(g.ready.drain(keep_ready..));
+            }
+            if g.held() > keep {
+                stale.staged.extend(g.ahead.take());
             }
         }
         self.status.discarded += stale.len() as u64;
@@ -164,7 +219,7 @@ impl State {
         self.groups
             .iter()
             .enumerate()
-            .find(|(i, g)| g.ready.len() < share(size, n, *i))
+            .find(|(i, g)| g.held() < share(size, n, *i))
             .map(|(_, g)| g)
     }
 
@@ -180,6 +235,38 @@ impl State {
 
     fn group_mut(&mut self, id: u64) -> Option<&mut Group> {
         self.groups.iter_mut().find(|g| g.template.id == id)
+    }
+
+    /// The group of runs decided under `policy_profile` whose sandbox profile has `base`.
+    fn group_of(&mut self, policy_profile: &str, base: &SandboxProfile) -> Option<&mut Group> {
+        self.groups
+            .iter_mut()
+            .find(|g| g.policy_profile == policy_profile && g.template.base == *base)
+    }
+
+    /// A run to stage now, and the live sandbox of its group to stage it in: the group's
+    /// wanted shape, unless what it has staged is of that shape already. A group with no
+    /// sandbox ready keeps its wish for after the next build. Dead sandboxes met on the
+    /// way are added to `stale`.
+    fn to_stage(&mut self, stale: &mut Discarded) -> Option<(u64, AheadShape, PooledSandbox)> {
+        for g in &mut self.groups {
+            let Some(wanted) = g.wanted.take() else {
+                continue;
+            };
+            if g.ahead.as_ref().is_some_and(|a| *a.shape() == wanted) {
+                continue;
+            }
+            while !g.ready.is_empty() {
+                let sandbox = g.ready.remove(0);
+                if sandbox.is_alive() {
+                    return Some((g.template.id, wanted, sandbox));
+                }
+                self.status.discarded += 1;
+                stale.sandboxes.push(sandbox);
+            }
+            g.wanted = Some(wanted);
+        }
+        None
     }
 }
 
@@ -248,7 +335,7 @@ impl SandboxPool {
         config: &Arc<crate::config::Config>,
     ) -> Option<PooledSandbox> {
         let base = profile.base();
-        let mut stale = Vec::new();
+        let mut stale = Discarded::default();
         let taken = {
             let mut s = self.lock();
             if s.stopping {
@@ -275,6 +362,8 @@ impl SandboxPool {
                         policy_profile: policy_profile.to_string(),
                         template,
                         ready: Vec::new(),
+                        ahead: None,
+                        wanted: None,
                         used: now,
                         taken: 0,
                         missed: 0,
@@ -288,7 +377,8 @@ impl SandboxPool {
                 g.template.config = config.clone();
                 g.template.id
             };
-            stale.extend(s.rebalance(config.host.sandbox_pool));
+            let rebalanced = s.rebalance(config.host.sandbox_pool);
+            stale.append(rebalanced);
             let mut taken = None;
             let mut dead = Vec::new();
             if let Some(g) = s.group_mut(id) {
@@ -308,7 +398,7 @@ impl SandboxPool {
                 }
             }
             s.status.discarded += dead.len() as u64;
-            stale.extend(dead);
+            stale.sandboxes.extend(dead);
             match taken.is_some() {
                 true => s.status.taken += 1,
                 false => s.status.missed += 1,
@@ -321,6 +411,54 @@ impl SandboxPool {
         taken
     }
 
+    /// The run staged ahead for `shape`, if there is one that fits a run whose proxy
+    /// serves with `egress` and that is alive (see `crate::service::exec::ahead`). A
+    /// staged run that does not fit is kept: the group's next run may be of its shape.
+    pub(crate) fn take_ahead(
+        &self,
+        shape: &AheadShape,
+        egress: &EgressSetup,
+        config: &Arc<crate::config::Config>,
+    ) -> Option<StagedRun> {
+        let mut dead = None;
+        let taken = {
+            let mut guard = self.lock();
+            let s = &mut *guard;
+            if s.stopping {
+                return None;
+            }
+            s.clock += 1;
+            let now = s.clock;
+            let (g, mut staged) = s.groups.iter_mut().find_map(|g| {
+                let staged = g.ahead.take_if(|a| a.fits(shape, egress))?;
+                Some((g, staged))
+            })?;
+            if staged.is_alive() {
+                g.used = now;
+                g.taken += 1;
+                g.template.config = config.clone();
+                s.status.taken += 1;
+                Some(staged)
+            } else {
+                s.status.discarded += 1;
+                dead = Some(staged);
+                None
+            }
+        };
+        self.wake.notify_all();
+        drop(dead);
+        taken
+    }
+
+    /// A run of `shape` is over, whose whole sandbox profile had `base`: stage the next
+    /// of its shape once no run is in flight.
+    pub(crate) fn want_ahead(&self, shape: AheadShape, base: &SandboxProfile) {
+        if let Some(g) = self.lock().group_of(&shape.policy_profile, base) {
+            g.wanted = Some(shape);
+        }
+        self.wake.notify_all();
+    }
+
     /// A pooled sandbox did not fit its run although the profiles' bases were equal (the
     /// host's `/etc` or the proxy's CA changed): what is pooled is discarded and the keys
     /// computed again.
@@ -328,10 +466,11 @@ impl SandboxPool {
         let stale = {
             let mut guard = self.lock();
             let s = &mut *guard;
-            let mut stale = Vec::new();
+            let mut stale = Discarded::default();
             for g in &mut s.groups {
                 g.template.key = None;
-                stale.append(&mut g.ready);
+                stale.sandboxes.append(&mut g.ready);
+                stale.staged.extend(g.ahead.take());
                 // Builds under way were made for the old key: a new id makes them not fit.
                 s.next_id += 1;
                 g.template.id = s.next_id;
@@ -348,14 +487,15 @@ impl SandboxPool {
         let s = self.lock();
         let n = s.groups.len();
         PoolStatus {
-            ready: s.groups.iter().map(|g| g.ready.len()).sum(),
+            ready: s.groups.iter().map(Group::held).sum(),
+            staged: s.groups.iter().filter(|g| g.ahead.is_some()).count(),
             profiles: s
                 .groups
                 .iter()
                 .enumerate()
                 .map(|(i, g)| ProfilePoolStatus {
                     profile: g.policy_profile.clone(),
-                    ready: g.ready.len(),
+                    ready: g.held(),
                     share: share(s.status.size, n, i),
                     taken: g.taken,
                     missed: g.missed,
@@ -367,14 +507,14 @@ impl SandboxPool {
 
     /// Stop building and discard every pooled sandbox (at the host's stop).
     pub fn stop(&self) {
-        let drained: Vec<PooledSandbox> = {
+        let drained = {
             let mut s = self.lock();
             s.stopping = true;
-            let drained: Vec<PooledSandbox> = s
-                .groups
-                .iter_mut()
-                .flat_map(|g| std::mem::take(&mut g.ready))
-                .collect();
+            let mut drained = Discarded::default();
+            for g in &mut s.groups {
+                drained.sandboxes.append(&mut g.ready);
+                drained.staged.extend(g.ahead.take());
+            }
             s.status.discarded += drained.len() as u64;
             drained
         };
@@ -382,7 +522,41 @@ impl SandboxPool {
         drop(drained);
     }
 
-    fn build_loop(&self, home: &Home, config: &dyn Fn() -> Arc<crate::config::Config>) {
+    /// Stage a run of `shape` in `sandbox` for group `id` (see
+    /// `crate::service::exec::ahead`), and keep it unless the group went meanwhile.
+    fn stage_ahead(
+        self: &Arc<Self>,
+        home: &Home,
+        cfg: &crate::config::Config,
+        id: u64,
+        shape: AheadShape,
+        sandbox: PooledSandbox,
+    ) {
+        let staged = match StagedRun::stage(home, cfg, shape, sandbox, self.clone()) {
+            Ok(staged) => staged,
+            Err(e) => {
+                let why = format!("{e:#}");
+                tracing::warn!(error = %why, "staging a run ahead failed");
+                self.lock().status.last_error = Some(why);
+                return;
+            }
+        };
+        tracing::debug!(session = %staged.session_id(), "a run staged ahead");
+        let replaced = {
+            let mut s = self.lock();
+            let stopping = s.stopping;
+            match s.group_mut(id).filter(|_| !stopping) {
+                Some(g) => g.ahead.replace(staged),
+                None => Some(staged),
+            }
+        };
+        if replaced.is_some() {
+            self.lock().status.discarded += 1;
+        }
+        drop(replaced);
+    }
+
+    fn build_loop(self: &Arc<Self>, home: &Home, config: &dyn Fn() -> Arc<crate::config::Config>) {
         loop {
             let (template, cfg) = {
                 let mut s = self.lock();
@@ -395,18 +569,27 @@ impl SandboxPool {
                     .into_iter()
                     .partition(|g| Arc::ptr_eq(&g.template.config, &cfg));
                 s.groups = current;
-                let mut stale: Vec<PooledSandbox> = old.into_iter().flat_map(|g| g.ready).collect();
+                let mut stale = Discarded::default();
+                for g in old {
+                    stale.group(g);
+                }
                 if !stale.is_empty() {
                     tracing::info!("config reloaded: pooled sandboxes discarded");
                 }
                 s.status.discarded += stale.len() as u64;
-                let mut dead = Vec::new();
+                let mut dead = Discarded::default();
                 for g in &mut s.groups {
                     let (live, gone): (Vec<_>, Vec<_>) = std::mem::take(&mut g.ready)
                         .into_iter()
                         .partition(|p| p.is_alive());
                     g.ready = live;
-                    dead.extend(gone);
+                    dead.sandboxes.extend(gone);
+                    // A staged run unused for long, or dead, goes too.
+                    if let Some(a) = &mut g.ahead {
+                        if a.expired() || !a.is_alive() {
+                            dead.staged.extend(g.ahead.take());
+                        }
+                    }
                 }
                 if !dead.is_empty() {
                     s.status.discarded += dead.len() as u64;
@@ -415,8 +598,15 @@ impl SandboxPool {
                         "pooled sandboxes died while waiting; discarded"
                     );
                 }
-                stale.extend(dead);
-                stale.extend(s.rebalance(cfg.host.sandbox_pool));
+                stale.append(dead);
+                let rebalanced = s.rebalance(cfg.host.sandbox_pool);
+                stale.append(rebalanced);
+                // The next run of the last shape, staged once no run is in flight: beside a
+                // run it would compete with that run for the cores.
+                let staging = match s.in_flight {
+                    0 if !s.stopping => s.to_stage(&mut stale),
+                    _ => None,
+                };
                 if !stale.is_empty() {
                     drop(s);
                     drop(stale);
@@ -424,6 +614,11 @@ impl SandboxPool {
                 }
                 if s.stopping {
                     return;
+                }
+                if let Some((id, shape, sandbox)) = staging {
+                    drop(s);
+                    self.stage_ahead(home, &cfg, id, shape, sandbox);
+                    continue;
                 }
                 let Some(template) = s
                     .to_build(cfg.host.sandbox_pool)

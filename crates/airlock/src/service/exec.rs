@@ -12,6 +12,8 @@
 //! confined and empty, for the command. Only an authorized command is handed to it; a
 //! refusal drops it unused. This takes the sandbox's start-up off the critical path.
 
+pub(crate) mod ahead;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -194,7 +196,6 @@ fn run_exec(
     let cwd = Some(req.cwd.clone())
         .filter(|c| c.starts_with(&workspace))
         .unwrap_or_else(|| workspace.clone());
-    let session_id = runtime::session_id("exec");
     let command = req.command.clone();
 
     // A commit a crash interrupted is finished or rolled back before the run sees the
@@ -211,53 +212,80 @@ fn run_exec(
         req.timeout.unwrap_or(cfg.sandbox.timeout_secs),
     );
     profile_sb.allow_broad_workspace = explicit_workspace;
-    // The run writes into its own layer; only a commit the Gate allows reaches the
-    // workspace (see `crate::transaction`). Removed whichever way the run ends.
     phase("egress setup loaded");
-    let layers = transaction::create_overlay(&home, &cfg, &session_id)?;
-    profile_sb.workspace_overlay = Some(layers.clone());
-    let layers = transaction::RunLayers::new(layers);
-    // The proxy's socket and the sandbox around it are built while the Gate loads and
-    // decides: the sandbox is attested and then waits, confined and empty, for the
-    // authorized command (see `Sandbox::prepare`). A refusal tears it down unused.
-    phase("overlay created");
-    let mut binding = EgressBinding::bind(egress_setup, &home, &session_id, cfg.sandbox.uid)?;
-    binding.configure(&mut profile_sb)?;
+    // In the host, the pool refills after the run, not beside it, while it has a sandbox
+    // left (see `crate::host::pool`).
+    let pool = match loaded {
+        Loaded::Warm {
+            pool: Some(pool), ..
+        } if cfg.host.sandbox_pool > 0 => Some(pool),
+        _ => None,
+    };
+    let _in_flight = pool.map(|pool| pool.run_in_flight());
+    // What a run staged ahead must have been staged for to serve this one, and what the
+    // host stages next once this run is over (see `ahead`). A run with secrets is never
+    // staged: its proxy holds them.
+    let shape = pool
+        .filter(|_| req.secrets.is_empty())
+        .map(|_| ahead::AheadShape {
+            policy_profile: profile.name().to_string(),
+            profile: profile_sb.clone(),
+            cwd: cwd.clone(),
+        });
+    // A run staged ahead serves only when nothing was recovered: it has seen the
+    // workspace since before the recovery.
+    let staged = match (pool, &shape) {
+        (Some(pool), Some(shape)) if recovered.is_none() => {
+            pool.take_ahead(shape, &egress_setup, &cfg)
+        }
+        _ => None,
+    };
+    let (run, mut preparing, spawned) = match staged {
+        Some(staged) => {
+            phase("staged run taken");
+            staged.into_run(egress_setup, caller.output.clone())?
+        }
+        None => {
+            let run = RunSetup::new(&home, &cfg, egress_setup, profile_sb)?;
+            phase("overlay created");
+            // In the host, a sandbox built ahead for this profile's base takes the run's
+            // own parts (see `crate::host::pool`); otherwise one is built for the run from
+            // nothing.
+            let pooled = pool.and_then(|pool| {
+                pool.take(profile.name(), &run.profile, &cfg)
+                    .map(|sandbox| (sandbox, pool.clone()))
+            });
+            let spawned = SpawnedPids::default();
+            let mut run = run;
+            let preparing = Preparing::start(
+                &run.profile,
+                &cwd,
+                caller.output.clone(),
+                spawned.hook(),
+                pooled,
+            )?;
+            run.binding.start_runtime()?;
+            (run, preparing, spawned)
+        }
+    };
+    let RunSetup {
+        session_id,
+        layers,
+        mut binding,
+        profile: profile_sb,
+    } = run;
     let guard = RunGuard::register(binding.run_dir()).map_err(|e| {
         anyhow::anyhow!(
             "cannot register the run in {}: {e}",
             binding.run_dir().display()
         )
     })?;
+    // `airlock kill` reaches the sandbox's helper from here on, started or not.
+    spawned.send_to(guard.spawn_hook());
     // A client that goes away takes its run with it, as a killed `airlock exec` would.
     if let Some(h) = &caller.hang_up {
         h.arm(guard.hang_up_switch());
     }
-    // In the host, a sandbox built ahead for this profile's base takes the run's own
-    // parts (see `crate::host::pool`); otherwise one is built for the run from nothing.
-    // The pool refills after the run, not beside it, while it has a sandbox left.
-    let _in_flight = match loaded {
-        Loaded::Warm {
-            pool: Some(pool), ..
-        } => Some(pool.run_in_flight()),
-        _ => None,
-    };
-    let pooled = match loaded {
-        Loaded::Warm {
-            pool: Some(pool), ..
-        } if cfg.host.sandbox_pool > 0 => pool
-            .take(profile.name(), &profile_sb, &cfg)
-            .map(|sandbox| (sandbox, pool.clone())),
-        _ => None,
-    };
-    let mut preparing = Preparing::start(
-        &profile_sb,
-        &cwd,
-        caller.output.clone(),
-        guard.spawn_hook(),
-        pooled,
-    )?;
-    binding.start_runtime()?;
     // The Gate loads once the helper process has started, not beside its start (see
     // `Preparing::wait_started`).
     phase("proxy runtime started");
@@ -511,6 +539,11 @@ fn run_exec(
     drop(caller);
     answer(&result);
     phase("answered");
+    // The next run in this workspace is likely to look like this one: the host stages
+    // one for it once no run is in flight.
+    if let (Some(pool), Some(shape)) = (pool, shape) {
+        pool.want_ahead(shape, &profile_sb.base());
+    }
     drop(layers);
     phase("layers removed");
     end_session(store, &session.id);
@@ -521,11 +554,85 @@ fn run_exec(
     result
 }
 
+/// What a run sets up before a sandbox can take it: its session id, its workspace
+/// layers, its proxy's socket, and the sandbox profile with both in it.
+pub(crate) struct RunSetup {
+    session_id: String,
+    layers: transaction::RunLayers,
+    binding: EgressBinding,
+    profile: SandboxProfile,
+}
+
+impl RunSetup {
+    /// Set up a new run of `profile` (its workspace, working directory and limits set),
+    /// whose proxy serves with `egress`.
+    fn new(
+        home: &Home,
+        cfg: &config::Config,
+        egress: EgressSetup,
+        mut profile: SandboxProfile,
+    ) -> anyhow::Result<RunSetup> {
+        let session_id = runtime::session_id("exec");
+        // The run writes into its own layer; only a commit the Gate allows reaches the
+        // workspace (see `crate::transaction`). Removed whichever way the run ends.
+        let overlay = transaction::create_overlay(home, cfg, &session_id)?;
+        profile.workspace_overlay = Some(overlay.clone());
+        let layers = transaction::RunLayers::new(overlay);
+        // The proxy's socket and the sandbox around it are built while the Gate loads and
+        // decides: the sandbox is attested and then waits, confined and empty, for the
+        // authorized command (see `Sandbox::prepare`). A refusal tears it down unused.
+        let binding = EgressBinding::bind(egress, home, &session_id, cfg.sandbox.uid)?;
+        binding.configure(&mut profile)?;
+        Ok(RunSetup {
+            session_id,
+            layers,
+            binding,
+            profile,
+        })
+    }
+}
+
+/// The pids of a run's sandbox helpers, kept until the run's [`RunGuard`] is there to
+/// take them (a run staged ahead starts its sandbox before it has one).
+#[derive(Clone, Default)]
+pub(crate) struct SpawnedPids(Arc<Mutex<SpawnedState>>);
+
+#[derive(Default)]
+struct SpawnedState {
+    pids: Vec<u32>,
+    to: Option<Arc<dyn Fn(u32) + Send + Sync>>,
+}
+
+impl SpawnedPids {
+    /// What the sandbox's start calls with each helper's pid.
+    fn hook(&self) -> impl Fn(u32) + Send + Sync + 'static {
+        let state = self.0.clone();
+        move |pid| {
+            let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+            match &s.to {
+                Some(to) => to(pid),
+                None => s.pids.push(pid),
+            }
+        }
+    }
+
+    /// Hand every pid so far, and every later one, to `to`.
+    fn send_to(&self, to: impl Fn(u32) + Send + Sync + 'static) {
+        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        for pid in s.pids.drain(..) {
+            to(pid);
+        }
+        s.to = Some(Arc::new(to));
+    }
+}
+
 /// The sandbox being built on its own thread while the Gate decides. Whichever way the run
 /// ends (an early error included), the thread is joined and an unused sandbox is torn
 /// down before the run's registration and proxy go away.
-struct Preparing {
+pub(crate) struct Preparing {
     thread: Option<std::thread::JoinHandle<anyhow::Result<PreparedRun>>>,
+    /// The thread's result, once [`Preparing::settle`] took it.
+    done: Option<anyhow::Result<PreparedRun>>,
     started: Arc<Started>,
 }
 
@@ -606,6 +713,7 @@ impl Preparing {
             })?;
         Ok(Preparing {
             thread: Some(thread),
+            done: None,
             started,
         })
     }
@@ -619,11 +727,27 @@ impl Preparing {
 
     /// Wait for the sandbox. A thread that panicked is an error, never a run.
     fn finish(&mut self) -> anyhow::Result<PreparedRun> {
+        if let Some(done) = self.done.take() {
+            return done;
+        }
         self.thread
             .take()
             .ok_or_else(|| anyhow::anyhow!("the sandbox was already taken"))?
             .join()
             .map_err(|_| anyhow::anyhow!("building the sandbox failed unexpectedly"))?
+    }
+
+    /// Whether the sandbox is still being prepared, or was and still waits for its
+    /// command. A sandbox whose preparation failed, or which died since, is not.
+    fn is_alive(&mut self) -> bool {
+        if self.thread.as_ref().is_some_and(|t| t.is_finished()) {
+            self.done = Some(self.finish());
+        }
+        match &self.done {
+            None => self.thread.is_some(),
+            Some(Ok(prepared)) => prepared.is_alive(),
+            Some(Err(_)) => false,
+        }
     }
 }
 

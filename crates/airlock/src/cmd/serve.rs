@@ -41,10 +41,12 @@ pub fn status(as_json: bool) -> anyhow::Result<i32> {
                 h.max_queued
             );
             crate::out!(
-                "sandbox pool: {} ready (of {}); {} runs took one, {} built their own, {} discarded{}",
+                "sandbox pool: {} ready (of {}, {} staged ahead); {} runs took one ({} staged ahead), {} built their own, {} discarded{}",
                 h.pool.ready,
                 h.pool.size,
+                h.pool.staged,
                 h.pool.taken,
+                h.pool.staged_taken,
                 h.pool.missed,
                 h.pool.discarded,
                 h.pool

@@ -69,6 +69,9 @@ pub struct PoolStatus {
     /// Runs that took a pooled sandbox, and that built their own.
     pub taken: u64,
     pub missed: u64,
+    /// Of the runs that took a pooled sandbox, those that took a run staged ahead in one.
+    #[serde(default)]
+    pub staged_taken: u64,
     /// Pooled sandboxes discarded unused (stale, dead, another profile's share, or at
     /// the host's stop).
     pub discarded: u64,
@@ -438,6 +441,7 @@ impl SandboxPool {
                 g.taken += 1;
                 g.template.config = config.clone();
                 s.status.taken += 1;
+                s.status.staged_taken += 1;
                 Some(staged)
             } else {
                 s.status.discarded += 1;
@@ -578,6 +582,7 @@ impl SandboxPool {
                 }
                 s.status.discarded += stale.len() as u64;
                 let mut dead = Discarded::default();
+                let mut expired = Vec::new();
                 for g in &mut s.groups {
                     let (live, gone): (Vec<_>, Vec<_>) = std::mem::take(&mut g.ready)
                         .into_iter()
@@ -586,7 +591,10 @@ impl SandboxPool {
                     dead.sandboxes.extend(gone);
                     // A staged run unused for long, or dead, goes too.
                     if let Some(a) = &mut g.ahead {
-                        if a.expired() || !a.is_alive() {
+                        if a.expired() {
+                            tracing::debug!("a run staged ahead went unused; discarded");
+                            expired.extend(g.ahead.take());
+                        } else if !a.is_alive() {
                             dead.staged.extend(g.ahead.take());
                         }
                     }
@@ -599,6 +607,8 @@ impl SandboxPool {
                     );
                 }
                 stale.append(dead);
+                s.status.discarded += expired.len() as u64;
+                stale.staged.append(&mut expired);
                 let rebalanced = s.rebalance(cfg.host.sandbox_pool);
                 stale.append(rebalanced);
                 // The next run of the last shape, staged once no run is in flight: beside a

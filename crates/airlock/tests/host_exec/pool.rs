@@ -277,3 +277,227 @@ fn with_the_pool_off_every_run_builds_its_own_sandbox() {
     assert_eq!(status(&f)["host"]["pool"]["ready"], 0);
     assert_eq!(pool_count(&f, "taken"), 0);
 }
+
+/// Wait until the pool holds a run staged ahead.
+fn wait_for_staged(f: &Fixture) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while status(f)["host"]["pool"]["staged"].as_u64() != Some(1) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no run was staged ahead: {}\n{}",
+            status(f)["host"]["pool"],
+            std::fs::read_to_string(f.home.join("serve.log")).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// `airlock exec -- command` from `dir` (inside the fixture's workspace).
+fn exec_from(f: &Fixture, dir: &std::path::Path, command: &str) -> std::process::Output {
+    Command::new(airlock_bin())
+        .env("AIRLOCK_HOME", &f.home)
+        .current_dir(dir)
+        .args(["exec", "--workspace"])
+        .arg(&f.ws)
+        .args(["--", command])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// The entries of one of the state dir's directories (`run`, `runs`).
+fn state_entries(f: &Fixture, dir: &str) -> Vec<std::ffi::OsString> {
+    std::fs::read_dir(f.home.join("state").join(dir))
+        .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn i2_the_next_run_in_a_workspace_takes_a_run_staged_ahead_and_is_a_run_like_any_other() {
+    let f = fixture();
+    init(&f, "");
+    let ws = f.ws.canonicalize().unwrap();
+    let sub = ws.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let _host = Host::start_with_env(&f.home, &[("RUST_LOG", "airlock=debug")]);
+    assert!(exec_from(&f, &ws, "true").status.success());
+    wait_for_staged(&f);
+    let staged_taken = pool_count(&f, "staged_taken");
+
+    // Its own streams, status, working directory and commit, as any run's.
+    let cmd = "echo out; echo err >&2; pwd; echo m > /tmp/mark; echo kept > written; exit 3";
+    let o = exec_from(&f, &ws, cmd);
+    assert_eq!(o.status.code(), Some(3), "{o:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("out\n{}\n", ws.display()),
+        "{o:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("err\n"),
+        "{o:?}"
+    );
+    assert_eq!(
+        pool_count(&f, "staged_taken"),
+        staged_taken + 1,
+        "the run took the run staged ahead"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("written")).unwrap(),
+        "kept\n"
+    );
+    // Decided and recorded under one session, with the staged sandbox's attestation.
+    let rec = &executions_of(&f, cmd)[0];
+    assert_eq!(
+        rec["detail"]["attestation"]["attached"]["cwd"],
+        ws.display().to_string(),
+        "{rec}"
+    );
+    let decided = audit_records(&f.home)
+        .into_iter()
+        .find(|r| r["kind"] == "decision" && r["action"]["command"] == cmd)
+        .expect("the decision record");
+    assert_eq!(decided["session"], rec["session"]);
+
+    // The next takes another, staged anew: nothing of the last run is left in it.
+    wait_for_staged(&f);
+    let look = "test -e /tmp/mark && echo seen; echo looked";
+    let o = exec_from(&f, &ws, look);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "looked\n", "{o:?}");
+    assert_eq!(pool_count(&f, "staged_taken"), staged_taken + 2);
+    let (a, b) = (&executions_of(&f, cmd)[0], &executions_of(&f, look)[0]);
+    for ns in ["mnt", "pid", "net", "user"] {
+        let (x, y) = (
+            &a["detail"]["attestation"]["namespaces"][ns],
+            &b["detail"]["attestation"]["namespaces"][ns],
+        );
+        assert!(x.is_u64() && x != y, "{ns}: {x} and {y}");
+    }
+
+    // A run of another shape (another working directory) does not take it, and what is
+    // staged next is of the new shape.
+    wait_for_staged(&f);
+    let discarded = pool_count(&f, "discarded");
+    let o = exec_from(&f, &sub, "pwd");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("{}\n", sub.display()),
+        "{o:?}"
+    );
+    assert_eq!(pool_count(&f, "staged_taken"), staged_taken + 2);
+    wait_for("the staged run to be replaced", || {
+        pool_count(&f, "discarded") > discarded
+    });
+    wait_for_staged(&f);
+    let o = exec_from(&f, &sub, "pwd");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("{}\n", sub.display()),
+        "{o:?}"
+    );
+    assert_eq!(pool_count(&f, "staged_taken"), staged_taken + 3);
+
+    // A refused command tears the staged run down unused: no socket dir, no layers.
+    let local = f.home.join("config/policy/local");
+    std::fs::create_dir_all(&local).unwrap();
+    std::fs::write(
+        local.join("no-touch.cedar"),
+        "@id(\"local.no-touch\")\n@reason(\"touch is not allowed here\")\nforbid (principal, action == Airlock::Action::\"exec\", resource)\nwhen { context.shell.programs.contains(\"touch\") };\n",
+    )
+    .unwrap();
+    wait_for_staged(&f);
+    let o = exec_from(&f, &sub, "touch refused-file");
+    assert_eq!(o.status.code(), Some(126), "{o:?}");
+    assert!(!sub.join("refused-file").exists());
+    assert_eq!(pool_count(&f, "staged_taken"), staged_taken + 4);
+    assert_eq!(status(&f)["host"]["pool"]["staged"], 0);
+    assert!(
+        state_entries(&f, "run").is_empty(),
+        "{:?}",
+        state_entries(&f, "run")
+    );
+    assert!(
+        state_entries(&f, "runs").is_empty(),
+        "{:?}",
+        state_entries(&f, "runs")
+    );
+    let v = verify(&f.home);
+    assert!(v.status.success(), "{v:?}");
+}
+
+/// Every process below `pid`.
+fn descendants_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut next = vec![pid];
+    while let Some(p) = next.pop() {
+        for (child, _) in children_of(p) {
+            out.push(child);
+            next.push(child);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_staged_run_that_died_is_not_taken_and_a_stopping_host_leaves_none_behind() {
+    let f = fixture();
+    init(&f, "\n[host]\nsandbox_pool = 1\n");
+    let mut host = Host::start(&f.home);
+    assert!(exec(&f, &[], "true").status.success());
+    wait_for_staged(&f);
+    // A pool of one holds only the staged run: its helper is the host's one child (once
+    // the first run's own helper, which is reaped aside, is gone).
+    wait_for("the host's one child", || {
+        children_of(host.child.id()).len() == 1
+    });
+    let helpers = children_of(host.child.id());
+    let staged_taken = pool_count(&f, "staged_taken");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(helpers[0].0 as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_for("the killed helper to be gone", || {
+        !std::path::Path::new(&format!("/proc/{}/stat", helpers[0].0)).exists()
+            || std::fs::read_to_string(format!("/proc/{}/stat", helpers[0].0))
+                .is_ok_and(|s| s.contains(") Z "))
+    });
+    let o = exec(&f, &[], "echo alive");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "alive\n", "{o:?}");
+    assert_eq!(
+        pool_count(&f, "staged_taken"),
+        staged_taken,
+        "a dead staged run was taken"
+    );
+    assert!(pool_count(&f, "discarded") >= 1);
+
+    // A stopping host ends the staged run: its processes, socket dir and layers go.
+    wait_for_staged(&f);
+    let staged: Vec<u32> = descendants_of(host.child.id());
+    assert!(
+        staged.len() >= 2,
+        "the staged sandbox's processes: {staged:?}"
+    );
+    assert_eq!(state_entries(&f, "run").len(), 1);
+    assert_eq!(state_entries(&f, "runs").len(), 1);
+    host.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(host.wait().success());
+    for pid in staged {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(stat.is_empty(), "process {pid} outlived its host: {stat}");
+    }
+    assert!(
+        state_entries(&f, "run").is_empty(),
+        "{:?}",
+        state_entries(&f, "run")
+    );
+    assert!(
+        state_entries(&f, "runs").is_empty(),
+        "{:?}",
+        state_entries(&f, "runs")
+    );
+    let v = verify(&f.home);
+    assert!(v.status.success(), "{v:?}");
+}

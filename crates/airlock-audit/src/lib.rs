@@ -32,6 +32,7 @@ mod log;
 mod mark;
 mod record;
 mod redact;
+mod seen;
 mod signer;
 mod verify;
 

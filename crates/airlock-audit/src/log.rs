@@ -13,8 +13,9 @@ use airlock_core::{DecisionRecord, DecisionSink, RecordReceipt, SinkError};
 use crate::checkpoint::{build_checkpoint_line, parse_checkpoint_seq};
 use crate::lines::read_tail;
 use crate::lock::DirLock;
-use crate::mark::{read_mark, write_mark};
+use crate::mark::{read_mark_bytes, write_mark};
 use crate::record::{build_record_line, parse_chain_head, MAX_RECORD_BYTES, ZERO_HASH};
+use crate::seen::{SeenLine, SeenMark, SeenTails};
 use crate::{AuditError, AuditEvent, CheckpointSigner, Redactor};
 
 /// Name of the record file inside the audit directory.
@@ -87,9 +88,12 @@ pub struct AuditLog {
     /// Appends through this handle that failed, and the last one's error: a caller that
     /// shares the handle (a proxy beside its command) can tell its user at the end.
     failures: Option<(u64, String)>,
+    /// The files' ends as this handle last checked or wrote them (see [`crate::seen`]).
+    seen: std::sync::Mutex<SeenTails<(u64, String), LastCheckpoint>>,
 }
 
 /// The last checkpoint as the appender needs it.
+#[derive(Debug, Clone)]
 struct LastCheckpoint {
     seq: u64,
     record_hash: String,
@@ -195,6 +199,7 @@ impl AuditLog {
             redactor: None,
             closed: false,
             failures: None,
+            seen: Default::default(),
         };
         {
             let _lock = DirLock::acquire(&log.lock_path)?;
@@ -320,7 +325,10 @@ impl AuditLog {
             ),
         };
         let (line, hash) = build_record_line(ev, seq, &now_rfc3339(), &prev)?;
+        let written = line.as_bytes().to_vec();
+        let written_len = log_len + written.len() as u64 + 1;
         self.write_line(&mut log, &self.log_path, log_len, line)?;
+        self.seen().log = Some(SeenLine::new(written_len, written, (seq, hash.clone())));
 
         // The first record is always signed, so that a log with records but no checkpoint
         // can only be one whose writer died between its first record and that checkpoint.
@@ -377,18 +385,30 @@ impl AuditLog {
     /// Length of the log and the `(seq, hash)` of its last record, after setting aside a
     /// torn last line.
     fn last_record(&self, log: &File) -> Result<(u64, Option<(u64, String)>), AuditError> {
+        if let Some((len, head)) = self.seen().log.as_ref().and_then(|s| s.still_in(log)) {
+            return Ok((len, Some(head)));
+        }
         let (len, line) = self.last_line(log, &self.log_path)?;
-        let head = line
-            .map(|l| parse_chain_head(&l))
-            .transpose()
-            .map_err(|detail| AuditError::CorruptTail {
-                path: self.log_path.clone(),
-                detail,
-            })?;
-        Ok((len, head))
+        let Some(line) = line else {
+            return Ok((len, None));
+        };
+        let head = parse_chain_head(&line).map_err(|detail| AuditError::CorruptTail {
+            path: self.log_path.clone(),
+            detail,
+        })?;
+        self.seen().log = Some(SeenLine::new(len, line, head.clone()));
+        Ok((len, Some(head)))
     }
 
     fn last_checkpoint(&self, cps: &File) -> Result<(u64, Option<LastCheckpoint>), AuditError> {
+        let seen = self
+            .seen()
+            .checkpoints
+            .as_ref()
+            .and_then(|s| s.still_in(cps));
+        if let Some((len, cp)) = seen {
+            return Ok((len, Some(cp)));
+        }
         let (len, line) = self.last_line(cps, &self.cp_path)?;
         let Some(line) = line else {
             return Ok((len, None));
@@ -398,15 +418,18 @@ impl AuditLog {
                 path: self.cp_path.clone(),
                 detail,
             })?;
-        Ok((
-            len,
-            Some(LastCheckpoint {
-                seq,
-                record_hash,
-                line_hash: sha256_hex(&line),
-                key_id,
-            }),
-        ))
+        let cp = LastCheckpoint {
+            seq,
+            record_hash,
+            line_hash: sha256_hex(&line),
+            key_id,
+        };
+        self.seen().checkpoints = Some(SeenLine::new(len, line, cp.clone()));
+        Ok((len, Some(cp)))
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, SeenTails<(u64, String), LastCheckpoint>> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The file's length and its last complete line. A torn last line (no newline: a
@@ -504,18 +527,43 @@ impl AuditLog {
         let Some(mark_path) = &self.mark_path else {
             return Ok(());
         };
-        let Some(mark) = read_mark(mark_path)? else {
+        let Some(bytes) = read_mark_bytes(mark_path)? else {
             return Ok(());
         };
-        // A mark by another key is checked by `verify`, which knows the retired keys; an
-        // appender only knows its own, and its key check refuses a stale key anyway.
-        if mark.key_id == signer.key_id() {
-            mark.check_signature(&signer.verifying_key())
-                .map_err(|detail| AuditError::BadMark {
-                    path: mark_path.clone(),
-                    detail,
-                })?;
-        }
+        let own = signer.key_id();
+        let seen = self
+            .seen()
+            .mark
+            .as_ref()
+            .filter(|m| m.bytes == bytes && m.verified_by.as_deref().is_none_or(|k| k == own))
+            .map(|m| m.mark.clone());
+        let mark = match seen {
+            Some(mark) => mark,
+            None => {
+                let mark =
+                    crate::mark::parse_mark(&bytes).map_err(|detail| AuditError::BadMark {
+                        path: mark_path.clone(),
+                        detail,
+                    })?;
+                // A mark by another key is checked by `verify`, which knows the retired
+                // keys; an appender only knows its own, and its key check refuses a stale
+                // key anyway.
+                let verified_by = (mark.key_id == own).then(|| own.to_string());
+                if verified_by.is_some() {
+                    mark.check_signature(&signer.verifying_key())
+                        .map_err(|detail| AuditError::BadMark {
+                            path: mark_path.clone(),
+                            detail,
+                        })?;
+                }
+                self.seen().mark = Some(SeenMark {
+                    bytes,
+                    mark: mark.clone(),
+                    verified_by,
+                });
+                mark
+            }
+        };
         let below = |detail: String| AuditError::BelowMark {
             dir: self.dir.clone(),
             mark: mark_path.clone(),

@@ -75,6 +75,20 @@ impl HighWaterMark {
 /// Read the mark at `path`: `None` if there is none yet (no checkpoint was marked).
 /// Checks its form, not its signature (see [`HighWaterMark::check_signature`]).
 pub(crate) fn read_mark(path: &Path) -> Result<Option<HighWaterMark>, AuditError> {
+    let Some(bytes) = read_mark_bytes(path)? else {
+        return Ok(None);
+    };
+    parse_mark(&bytes)
+        .map(Some)
+        .map_err(|detail| AuditError::BadMark {
+            path: path.to_path_buf(),
+            detail,
+        })
+}
+
+/// The mark file's bytes, unparsed (`None` when there is none), after the same checks
+/// of what the file is as [`read_mark`].
+pub(crate) fn read_mark_bytes(path: &Path) -> Result<Option<Vec<u8>>, AuditError> {
     let bad = |detail: String| AuditError::BadMark {
         path: path.to_path_buf(),
         detail,
@@ -90,11 +104,12 @@ pub(crate) fn read_mark(path: &Path) -> Result<Option<HighWaterMark>, AuditError
     if meta.len() > MAX_MARK_BYTES {
         return Err(bad(format!("it is larger than {MAX_MARK_BYTES} bytes")));
     }
-    let bytes = std::fs::read(path).map_err(|e| AuditError::io("read", path, e))?;
-    parse_mark(&bytes).map(Some).map_err(bad)
+    std::fs::read(path)
+        .map(Some)
+        .map_err(|e| AuditError::io("read", path, e))
 }
 
-fn parse_mark(bytes: &[u8]) -> Result<HighWaterMark, String> {
+pub(crate) fn parse_mark(bytes: &[u8]) -> Result<HighWaterMark, String> {
     let line = bytes.strip_suffix(b"\n").unwrap_or(bytes);
     let text = std::str::from_utf8(line).map_err(|_| "it is not UTF-8".to_string())?;
     let value: Value = serde_json::from_str(text).map_err(|e| format!("not JSON ({e})"))?;

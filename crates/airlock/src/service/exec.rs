@@ -477,10 +477,12 @@ fn run_exec(
     }
     let started = std::time::SystemTime::now();
     phase("proxy serving");
+    let prepared = preparing.finish();
+    phase("sandbox ready");
     let run = run_sandboxed(
         &token,
         &profile_sb,
-        preparing.finish(),
+        prepared,
         &session,
         &egress,
         &guard,
@@ -499,6 +501,7 @@ fn run_exec(
     if !drained {
         notices.line("airlock: warning: some egress records were still pending when the run ended");
     }
+    phase("recorded");
     // What the run wrote is decided as one commit. A run that was killed or refused
     // leaves nothing: its layer is discarded unseen.
     if let Ok(RunEnd::Finished(_)) = &run.end {

@@ -578,8 +578,14 @@ impl Egress {
             // drop the aborted accept task within microseconds.
             std::thread::sleep(Duration::from_micros(50));
         }
+        // Every record written: the worker threads are told to stop and left to end on
+        // their own, off the run's path (joining them took a millisecond beside the
+        // execution record). Records still pending get the bounded wait.
         if let Some(rt) = self.runtime.take() {
-            rt.shutdown_timeout(Duration::from_secs(2));
+            match drained {
+                true => rt.shutdown_background(),
+                false => rt.shutdown_timeout(Duration::from_secs(2)),
+            }
         }
         let _ = std::fs::remove_dir_all(&self.dir);
         drained

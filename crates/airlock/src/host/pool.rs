@@ -251,7 +251,7 @@ impl State {
     /// wanted shape, unless what it has staged is of that shape already. A group with no
     /// sandbox ready keeps its wish for after the next build. Dead sandboxes met on the
     /// way are added to `stale`.
-    fn to_stage(&mut self, stale: &mut Discarded) -> Option<(u64, AheadShape, PooledSandbox)> {
+    fn next_to_stage(&mut self, stale: &mut Discarded) -> Option<(u64, AheadShape, PooledSandbox)> {
         for g in &mut self.groups {
             let Some(wanted) = g.wanted.take() else {
                 continue;
@@ -614,7 +614,7 @@ impl SandboxPool {
                 // The next run of the last shape, staged once no run is in flight: beside a
                 // run it would compete with that run for the cores.
                 let staging = match s.in_flight {
-                    0 if !s.stopping => s.to_stage(&mut stale),
+                    0 if !s.stopping => s.next_to_stage(&mut stale),
                     _ => None,
                 };
                 if !stale.is_empty() {

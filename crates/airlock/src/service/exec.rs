@@ -274,104 +274,84 @@ fn run_exec(
         mut binding,
         profile: profile_sb,
     } = run;
-    let guard = RunGuard::register(binding.run_dir()).map_err(|e| {
-        anyhow::anyhow!(
-            "cannot register the run in {}: {e}",
-            binding.run_dir().display()
-        )
-    })?;
+    // The Gate loads once the helper process has started, not beside its start (see
+    // `Preparing::wait_started`).
+    preparing.wait_started();
+    phase("helper started");
+    // Beside the Gate's load and decision, on a thread of their own: the run's
+    // registration (`airlock kill` finds its helpers through it) and its session in the
+    // store (`airlock kill <id>` and `--all` find it there). Embedded, the store is opened
+    // there too; the host has it open.
+    let run_dir = binding.run_dir().to_path_buf();
+    let host_store = match loaded {
+        Loaded::Warm { store, .. } => Some(store),
+        Loaded::Cold => None,
+    };
+    let (registered, decided) = std::thread::scope(|s| {
+        let registering = std::thread::Builder::new()
+            .name("airlock-session".into())
+            .spawn_scoped(s, || {
+                register_run_session(&home, &run_dir, host_store, &session_id, &workspace)
+            });
+        let decided = decide_run(
+            &home,
+            &cfg,
+            loaded,
+            profile,
+            &workspace,
+            &mut binding,
+            recovered.as_deref(),
+            DecideWhat {
+                session_id: &session_id,
+                command,
+                cwd: &cwd,
+            },
+            &phase,
+        );
+        let registered = match registering {
+            Ok(thread) => thread.join().unwrap_or_else(|_| {
+                Err(anyhow::anyhow!("registering the run failed unexpectedly"))
+            }),
+            Err(e) => Err(anyhow::anyhow!("cannot start a thread: {e}")),
+        };
+        (registered, decided)
+    });
+    let (guard, own_store) = match registered {
+        Ok(done) => done,
+        Err(e) => {
+            // A command already allowed says, in its record, why it did not run.
+            if let Ok(d) = &decided {
+                if let Verdict::Allow(token) = &d.verdict {
+                    record_execution(token, &d.session, &d.log, json!({"refused": e.to_string()}));
+                }
+            }
+            return Err(e);
+        }
+    };
     // `airlock kill` reaches the sandbox's helper from here on, started or not.
     spawned.send_to(guard.spawn_hook());
     // A client that goes away takes its run with it, as a killed `airlock exec` would.
     if let Some(h) = &caller.hang_up {
         h.arm(guard.hang_up_switch());
     }
-    // The Gate loads once the helper process has started, not beside its start (see
-    // `Preparing::wait_started`).
-    phase("proxy runtime started");
-    preparing.wait_started();
-    phase("helper started");
-
-    // The run is a session in the store, so `airlock kill <id>` and `--all` find it.
-    // Embedded, the store is opened and the session recorded on a second thread while the
-    // Gate loads; the host has the store open.
-    let recording = match loaded {
-        Loaded::Cold => Some(
-            std::thread::Builder::new()
-                .name("airlock-session".into())
-                .spawn({
-                    let (home, id, workspace) =
-                        (home.clone(), session_id.clone(), workspace.clone());
-                    move || {
-                        let store = open_run_store(&home)?;
-                        record_run_session(&store, id, workspace)?;
-                        anyhow::Ok(store)
-                    }
-                })?,
-        ),
-        Loaded::Warm { store, .. } => {
-            record_run_session(store, session_id.clone(), workspace.clone())?;
-            None
-        }
-    };
-    // The run's Gate stays live: a policy edit or `net revoke` while it runs reaches its
-    // proxy's next request and its commit (see `crate::live_gate`).
-    let gate = match loaded {
-        Loaded::Cold => LiveGate::open(&home, &cfg, profile, &workspace),
-        Loaded::Warm { warm, .. } => warm.gate_as_of(profile).map(|(gate, _, fingerprint)| {
-            let gate =
-                gate.with_config(crate::service::check::gate_config(&cfg, workspace.clone()));
-            LiveGate::from_loaded(&home, &cfg, profile, &workspace, gate, fingerprint)
-        }),
-    };
-    phase("gate ready");
-    let opened = gate.and_then(|gate| Ok((gate, RunLog::open(&home, &cfg, loaded)?)));
-    phase("gate and audit log loaded");
-    let own_store: Option<SqliteStore> = recording
-        .map(|r| {
-            r.join()
-                .map_err(|_| anyhow::anyhow!("recording the session failed unexpectedly"))?
-        })
-        .transpose()?;
-    let store: &SqliteStore = match (&own_store, loaded) {
+    let store: &SqliteStore = match (&own_store, host_store) {
         (Some(own), _) => own,
-        (None, Loaded::Warm { store, .. }) => store,
-        (None, Loaded::Cold) => anyhow::bail!("the run's session was not recorded"),
+        (None, Some(store)) => store,
+        (None, None) => anyhow::bail!("the run's session was not recorded"),
     };
-    let (gate, log) = match opened {
-        Ok(loaded) => loaded,
+    let Decided {
+        gate,
+        run_log,
+        log,
+        session,
+        verdict,
+    } = match decided {
+        Ok(d) => d,
         Err(e) => {
             end_session(store, &session_id);
             return Err(e);
         }
     };
-    let (gate, run_log) = (Arc::new(gate), log);
-    let log = run_log.log.clone();
-    transaction::record_recovery(&log, &workspace, recovered.as_deref());
-    // The proxy's *ask* requests wait in the approvals queue (`airlock approvals`).
-    binding.queue_approvals(
-        &home,
-        &log,
-        cfg.approvals,
-        std::time::Duration::from_secs(cfg.agent.approval_timeout_secs),
-        gate.gate().config().clone(),
-    )?;
-    let mut session = Session::new(session_id, "owner");
-    // The operator typed this command: it is trusted input of the session, and the
-    // operator (not a model) proposes it.
-    session.observe_trusted(&command);
-    session.actor = Some(Principal::Owner);
-    let action = ExecAction {
-        command,
-        cwd: cwd.display().to_string(),
-        env: vec![],
-    };
-
-    phase("session recorded");
-    // The policy in force now (a policy edited since the Gate was loaded is loaded here).
-    let current = gate.gate();
-    phase("policy in force");
-    let verdict = current.decide(&session, action, &mut *lock(&log));
     let token = match verdict {
         Verdict::Allow(token) => token,
         Verdict::Deny(d) => {
@@ -555,6 +535,112 @@ fn run_exec(
     run_log.close()?;
     phase("done");
     result
+}
+
+/// What the Gate decides for a run: the command the operator typed, for the run's
+/// session, from its working directory.
+struct DecideWhat<'a> {
+    session_id: &'a str,
+    command: String,
+    cwd: &'a Path,
+}
+
+/// A run's Gate, log and session, and the Gate's verdict on its command.
+struct Decided {
+    gate: Arc<LiveGate>,
+    run_log: RunLog,
+    log: Arc<Mutex<airlock_audit::AuditLog>>,
+    session: Session,
+    verdict: Verdict<ExecAction>,
+}
+
+/// Load the run's live Gate and its log, and decide its command (the decision is
+/// recorded before this returns). The proxy's *ask* requests are bound to the approvals
+/// queue on the way.
+#[allow(clippy::too_many_arguments)]
+fn decide_run(
+    home: &Home,
+    cfg: &Arc<config::Config>,
+    loaded: Loaded<'_>,
+    profile: airlock_core::policy::Profile,
+    workspace: &Path,
+    binding: &mut EgressBinding,
+    recovered: Option<&str>,
+    what: DecideWhat<'_>,
+    phase: &dyn Fn(&str),
+) -> anyhow::Result<Decided> {
+    // The run's Gate stays live: a policy edit or `net revoke` while it runs reaches its
+    // proxy's next request and its commit (see `crate::live_gate`).
+    let gate = match loaded {
+        Loaded::Cold => LiveGate::open(home, cfg, profile, workspace)?,
+        Loaded::Warm { warm, .. } => {
+            let (gate, _, fingerprint) = warm.gate_as_of(profile)?;
+            let gate = gate.with_config(crate::service::check::gate_config(
+                cfg,
+                workspace.to_path_buf(),
+            ));
+            LiveGate::from_loaded(home, cfg, profile, workspace, gate, fingerprint)
+        }
+    };
+    phase("gate ready");
+    let run_log = RunLog::open(home, cfg, loaded)?;
+    phase("gate and audit log loaded");
+    let gate = Arc::new(gate);
+    let log = run_log.log.clone();
+    transaction::record_recovery(&log, workspace, recovered);
+    // The proxy's *ask* requests wait in the approvals queue (`airlock approvals`).
+    binding.queue_approvals(
+        home,
+        &log,
+        cfg.approvals,
+        std::time::Duration::from_secs(cfg.agent.approval_timeout_secs),
+        gate.gate().config().clone(),
+    )?;
+    let mut session = Session::new(what.session_id.to_string(), "owner");
+    // The operator typed this command: it is trusted input of the session, and the
+    // operator (not a model) proposes it.
+    session.observe_trusted(&what.command);
+    session.actor = Some(Principal::Owner);
+    let action = ExecAction {
+        command: what.command,
+        cwd: what.cwd.display().to_string(),
+        env: vec![],
+    };
+    phase("session recorded");
+    // The policy in force now (a policy edited since the Gate was loaded is loaded here).
+    let current = gate.gate();
+    phase("policy in force");
+    let verdict = current.decide(&session, action, &mut *lock(&log));
+    Ok(Decided {
+        gate,
+        run_log,
+        log,
+        session,
+        verdict,
+    })
+}
+
+/// Register the run in `run_dir` for `airlock kill`, and record its session in the
+/// store: the host's (`store`), or one opened here (embedded), which is returned.
+fn register_run_session(
+    home: &Home,
+    run_dir: &Path,
+    store: Option<&SqliteStore>,
+    session_id: &str,
+    workspace: &Path,
+) -> anyhow::Result<(RunGuard, Option<SqliteStore>)> {
+    let guard = RunGuard::register(run_dir)
+        .map_err(|e| anyhow::anyhow!("cannot register the run in {}: {e}", run_dir.display()))?;
+    let own = match store {
+        Some(_) => None,
+        None => Some(open_run_store(home)?),
+    };
+    let store = own
+        .as_ref()
+        .or(store)
+        .ok_or_else(|| anyhow::anyhow!("no store"))?;
+    record_run_session(store, session_id.to_string(), workspace.to_path_buf())?;
+    Ok((guard, own))
 }
 
 /// What a run sets up before a sandbox can take it: its session id, its workspace

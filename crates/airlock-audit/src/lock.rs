@@ -13,6 +13,7 @@ use rustix::io::Errno;
 use crate::AuditError;
 
 /// Held while appending; dropping it (closing the file) releases the lock.
+#[derive(Debug)]
 pub(crate) struct DirLock {
     _file: File,
 }

@@ -85,6 +85,8 @@ pub struct AuditLog {
     opts: AuditOptions,
     redactor: Option<Redactor>,
     closed: bool,
+    /// The directory lock, while [`AuditLog::holding_lock`] holds it across appends.
+    held: Option<DirLock>,
     /// Appends through this handle that failed, and the last one's error: a caller that
     /// shares the handle (a proxy beside its command) can tell its user at the end.
     failures: Option<(u64, String)>,
@@ -198,6 +200,7 @@ impl AuditLog {
             opts,
             redactor: None,
             closed: false,
+            held: None,
             failures: None,
             seen: Default::default(),
         };
@@ -270,7 +273,7 @@ impl AuditLog {
             Some(r) => r.redact_event(ev),
             None => ev,
         };
-        let appended = DirLock::acquire(&self.lock_path).and_then(|_lock| {
+        let appended = self.lock().and_then(|_lock| {
             self.append_locked(
                 &ev,
                 &self.signer,
@@ -350,6 +353,30 @@ impl AuditLog {
         })
     }
 
+    /// Run `f` with the log's directory lock held throughout: every other handle's
+    /// append (in this process or another) waits until `f` is done, while `f`'s own
+    /// appends through this handle go ahead. For a decision made elsewhere (an approval
+    /// answered in the store) whose records must come before anything its release lets
+    /// another writer record.
+    pub fn holding_lock<T>(&mut self, f: impl FnOnce(&mut AuditLog) -> T) -> Result<T, AuditError> {
+        if self.held.is_some() {
+            return Ok(f(self));
+        }
+        self.held = Some(DirLock::acquire(&self.lock_path)?);
+        let out = f(self);
+        self.held = None;
+        Ok(out)
+    }
+
+    /// The directory lock for one operation, or nothing when [`AuditLog::holding_lock`]
+    /// holds it already.
+    fn lock(&self) -> Result<Option<DirLock>, AuditError> {
+        match self.held {
+            Some(_) => Ok(None),
+            None => DirLock::acquire(&self.lock_path).map(Some),
+        }
+    }
+
     /// Sign a final checkpoint covering the last record (unless one already does) and close.
     pub fn close(mut self) -> Result<(), AuditError> {
         let result = self.finish();
@@ -358,7 +385,7 @@ impl AuditLog {
     }
 
     fn finish(&mut self) -> Result<(), AuditError> {
-        let _lock = DirLock::acquire(&self.lock_path)?;
+        let _lock = self.lock()?;
         let log = open_data_file(&self.log_path)?;
         let mut cps = open_data_file(&self.cp_path)?;
         let (_, last) = self.last_record(&log)?;

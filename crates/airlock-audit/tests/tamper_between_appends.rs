@@ -117,3 +117,35 @@ fn the_last_checkpoint_cut_or_the_mark_forged_is_found_by_the_same_handle() {
     let err = log.append(event(5)).unwrap_err();
     assert!(matches!(err, AuditError::BelowMark { .. }), "{err:?}");
 }
+
+#[test]
+fn another_handle_appends_only_after_a_held_lock_is_let_go() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("audit");
+    let mut first = AuditLog::open(&dir, test_signer(), opts()).unwrap();
+    first.append(event(0)).unwrap();
+    let (started, waiting) = std::sync::mpsc::channel();
+    let mut second = AuditLog::open(&dir, test_signer(), opts()).unwrap();
+    let held = first
+        .holding_lock(|log| {
+            // Another handle, in another thread, tries to append while the lock is held.
+            let other = std::thread::spawn(move || {
+                started.send(()).unwrap();
+                second.append(event(9)).unwrap().seq
+            });
+            waiting.recv().unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            // This handle's own appends go ahead meanwhile.
+            let a = log.append(event(1)).unwrap().seq;
+            let b = log.append(event(2)).unwrap().seq;
+            (a, b, other)
+        })
+        .unwrap();
+    let (a, b, other) = held;
+    assert_eq!((a, b), (1, 2));
+    assert_eq!(
+        other.join().unwrap(),
+        3,
+        "the other handle's record came after both"
+    );
+}

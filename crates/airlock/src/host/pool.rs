@@ -415,8 +415,8 @@ impl SandboxPool {
     }
 
     /// The run staged ahead for `shape`, if there is one that fits a run whose proxy
-    /// serves with `egress` and that is alive (see `crate::service::exec::ahead`). A
-    /// staged run that does not fit is kept: the group's next run may be of its shape.
+    /// serves with `egress` and that is alive (see `crate::service::exec::ahead`). One
+    /// staged for another shape is kept: the group's next run may be of its shape.
     pub(crate) fn take_ahead(
         &self,
         shape: &AheadShape,
@@ -432,11 +432,14 @@ impl SandboxPool {
             }
             s.clock += 1;
             let now = s.clock;
+            // Staged for this shape: taken if it still fits and lives; otherwise (its
+            // directories made again, the CA changed, expired, dead) it never will, and
+            // goes, so that the next of this shape is staged anew.
             let (g, mut staged) = s.groups.iter_mut().find_map(|g| {
-                let staged = g.ahead.take_if(|a| a.fits(shape, egress))?;
+                let staged = g.ahead.take_if(|a| a.shape() == shape)?;
                 Some((g, staged))
             })?;
-            if staged.is_alive() {
+            if staged.fits(shape, egress) && staged.is_alive() {
                 g.used = now;
                 g.taken += 1;
                 g.template.config = config.clone();

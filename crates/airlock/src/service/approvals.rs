@@ -358,14 +358,18 @@ pub fn deny_as(home: &Home, input: &DenyInput, who: &Decider) -> anyhow::Result<
 
 /// Decide in the store and record the decision, in `decide`, with the log held for the
 /// whole of it. The decision releases the call that waits for it, and that call records
-/// its use of the answer (the Gate's `approval` record); in the host both go through the
-/// one writer, so holding it here makes that record wait until the answer's own records
-/// are written: never the use before the answer.
+/// its use of the answer (the Gate's `approval` record). Holding the log's directory lock
+/// throughout makes that record wait until the answer's own records are written, through
+/// whatever handle it appends (the host's one writer, another the host opened since, or
+/// another process's): never the use before the answer.
 fn decided_then_recorded<T>(
     log: &mut RecordLog,
     decide: impl FnOnce(&mut airlock_audit::AuditLog) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
-    log.with(decide)
+    log.with(|log| {
+        log.holding_lock(decide)
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+    })
 }
 
 /// The pattern a scoped grant for `request` matches, computed the way the agent loop

@@ -399,6 +399,20 @@ fn i2_the_next_run_in_a_workspace_takes_a_run_staged_ahead_and_is_a_run_like_any
     );
     assert_eq!(pool_count(&f, "staged_taken"), staged_taken + 3);
 
+    // The working directory removed and made again under the same path is another
+    // directory: the run staged for the old one is not taken.
+    wait_for_staged(&f);
+    std::fs::remove_dir(&sub).unwrap();
+    std::fs::create_dir(&sub).unwrap();
+    std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let o = exec_from(&f, &sub, "pwd; ls -a | wc -l");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("{}\n2\n", sub.display()),
+        "{o:?}"
+    );
+    assert_eq!(pool_count(&f, "staged_taken"), staged_taken + 3);
+
     // A refused command tears the staged run down unused: no socket dir, no layers.
     let local = f.home.join("config/policy/local");
     std::fs::create_dir_all(&local).unwrap();

@@ -60,6 +60,10 @@ pub(crate) struct StagedRun {
     output: DeferredOutput,
     /// The proxy CA the sandbox was given to trust.
     ca_pem: String,
+    /// The workspace and the working directory the sandbox was attached to, as
+    /// (device, inode): a directory removed and made again under the same path is
+    /// another one, which the staged sandbox does not see.
+    dirs: Option<[(u64, u64); 2]>,
     staged_at: Instant,
 }
 
@@ -73,6 +77,8 @@ impl StagedRun {
         pooled: PooledSandbox,
         pool: Arc<crate::host::pool::SandboxPool>,
     ) -> anyhow::Result<StagedRun> {
+        // Looked at before the attach, so that a directory replaced during it shows too.
+        let dirs = dir_ids(&shape);
         let egress = EgressSetup::load(home, &[])?;
         let ca_pem = egress.ca_pem().to_string();
         let mut run = RunSetup::new(home, cfg, egress, shape.profile.clone())?;
@@ -93,6 +99,7 @@ impl StagedRun {
             spawned,
             output,
             ca_pem,
+            dirs,
             staged_at: Instant::now(),
         })
     }
@@ -108,9 +115,13 @@ impl StagedRun {
     }
 
     /// Whether it may serve a request of `shape` whose proxy would serve with `egress`.
-    /// Cheap: nothing is read from disk.
+    /// Cheap: two `stat`s.
     pub(crate) fn fits(&self, shape: &AheadShape, egress: &EgressSetup) -> bool {
-        self.shape == *shape && self.ca_pem == egress.ca_pem() && !self.expired()
+        self.shape == *shape
+            && self.ca_pem == egress.ca_pem()
+            && !self.expired()
+            && self.dirs.is_some()
+            && dir_ids(shape) == self.dirs
     }
 
     /// Waited longer than [`AHEAD_TTL`].
@@ -141,4 +152,12 @@ impl StagedRun {
         run.binding.renew_setup(egress)?;
         Ok((run, preparing, spawned))
     }
+}
+
+/// The (device, inode) of the shape's workspace and working directory, or `None` when
+/// either cannot be looked at.
+fn dir_ids(shape: &AheadShape) -> Option<[(u64, u64); 2]> {
+    use std::os::unix::fs::MetadataExt;
+    let id = |p: &std::path::Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    Some([id(&shape.profile.workspace)?, id(&shape.cwd)?])
 }

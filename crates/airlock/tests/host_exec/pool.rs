@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use super::super::exec_fixture::{airlock, airlock_bin, fixture, Fixture};
 use super::super::host_fixture::Host;
 use super::super::{audit_records, exec, verify};
-use super::{children_of, init, processes_with, status, wait_for};
+use super::{children_of, descendants, init, processes_with, status, wait_for};
 
 /// Wait until the pool holds `n` built sandboxes.
 fn wait_for_pool(f: &Fixture, n: u64) {
@@ -305,6 +305,16 @@ fn exec_from(f: &Fixture, dir: &std::path::Path, command: &str) -> std::process:
         .unwrap()
 }
 
+/// No run's socket dir or layers are left in the state dir, and the audit log verifies.
+fn no_run_left_and_the_log_verifies(f: &Fixture) {
+    for dir in ["run", "runs"] {
+        let left = state_entries(f, dir);
+        assert!(left.is_empty(), "state/{dir}: {left:?}");
+    }
+    let v = verify(&f.home);
+    assert!(v.status.success(), "{v:?}");
+}
+
 /// The entries of one of the state dir's directories (`run`, `runs`).
 fn state_entries(f: &Fixture, dir: &str) -> Vec<std::ffi::OsString> {
     std::fs::read_dir(f.home.join("state").join(dir))
@@ -427,31 +437,7 @@ fn i2_the_next_run_in_a_workspace_takes_a_run_staged_ahead_and_is_a_run_like_any
     assert!(!sub.join("refused-file").exists());
     assert_eq!(pool_count(&f, "staged_taken"), staged_taken + 4);
     assert_eq!(status(&f)["host"]["pool"]["staged"], 0);
-    assert!(
-        state_entries(&f, "run").is_empty(),
-        "{:?}",
-        state_entries(&f, "run")
-    );
-    assert!(
-        state_entries(&f, "runs").is_empty(),
-        "{:?}",
-        state_entries(&f, "runs")
-    );
-    let v = verify(&f.home);
-    assert!(v.status.success(), "{v:?}");
-}
-
-/// Every process below `pid`.
-fn descendants_of(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    let mut next = vec![pid];
-    while let Some(p) = next.pop() {
-        for (child, _) in children_of(p) {
-            out.push(child);
-            next.push(child);
-        }
-    }
-    out
+    no_run_left_and_the_log_verifies(&f);
 }
 
 #[test]
@@ -489,7 +475,7 @@ fn a_staged_run_that_died_is_not_taken_and_a_stopping_host_leaves_none_behind() 
 
     // A stopping host ends the staged run: its processes, socket dir and layers go.
     wait_for_staged(&f);
-    let staged: Vec<u32> = descendants_of(host.child.id());
+    let staged: Vec<u32> = descendants(host.child.id());
     assert!(
         staged.len() >= 2,
         "the staged sandbox's processes: {staged:?}"
@@ -502,16 +488,5 @@ fn a_staged_run_that_died_is_not_taken_and_a_stopping_host_leaves_none_behind() 
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         assert!(stat.is_empty(), "process {pid} outlived its host: {stat}");
     }
-    assert!(
-        state_entries(&f, "run").is_empty(),
-        "{:?}",
-        state_entries(&f, "run")
-    );
-    assert!(
-        state_entries(&f, "runs").is_empty(),
-        "{:?}",
-        state_entries(&f, "runs")
-    );
-    let v = verify(&f.home);
-    assert!(v.status.success(), "{v:?}");
+    no_run_left_and_the_log_verifies(&f);
 }

@@ -106,6 +106,12 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
     crate::service::record_log::serve_through_host(&home, &audit);
     let warm = warm::Warm::load(&home, audit.clone())?;
     let recovered = recovery::recover(&home, &audit, &warm.config())?;
+    if recovered.swept > 0 {
+        tracing::info!(
+            count = recovered.swept,
+            "removed run dirs and layers the last host left"
+        );
+    }
     if !recovered.interrupted.is_empty() || recovered.orphaned > 0 {
         tracing::warn!(interrupted = ?recovered.interrupted, orphaned_approvals = recovered.orphaned, "recovered what the last run of the host left");
     }

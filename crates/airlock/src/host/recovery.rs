@@ -7,6 +7,11 @@
 //! - An approval request whose waiting process is gone is marked orphaned, as any command
 //!   that lists the queue does; requests whose waiter still lives stay pending.
 //!
+//! - A run's socket dir (`state/run/<id>`) or workspace layers (`state/runs/<id>`) that
+//!   no run holds any more is removed: what runs staged ahead (which are not sessions)
+//!   or runs killed before they registered leave when the host is killed. See
+//!   [`sweep_unclaimed`].
+//!
 //! A run whose pid now belongs to another live process is left alone: recovering it would
 //! need certainty the pid does not give, and leaving it costs only a stale line.
 
@@ -22,7 +27,14 @@ use crate::service::kill::{is_running, EXEC_PID_FILE};
 pub struct Recovered {
     pub interrupted: Vec<String>,
     pub orphaned: usize,
+    /// Run dirs and layers no run held, removed.
+    pub swept: usize,
 }
+
+/// How old a run's dir must be before a sweep may take it for left behind: a run being
+/// set up by another process right now (an embedded `airlock exec`) registers within
+/// milliseconds of making it.
+const UNCLAIMED_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
 pub fn recover(
     home: &Home,
@@ -55,9 +67,18 @@ pub fn recover(
         let _ = std::fs::remove_dir_all(&dir);
         interrupted.push(s.id);
     }
+    let active: std::collections::HashSet<String> = store
+        .list_sessions(Some(SessionStatus::Active))
+        .map_err(|e| anyhow::anyhow!("cannot list the sessions: {e}"))?
+        .items
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    let swept = sweep_unclaimed(home, &active, UNCLAIMED_AFTER);
     let found = Recovered {
         interrupted,
         orphaned,
+        swept,
     };
     if !found.interrupted.is_empty() || found.orphaned > 0 {
         audit.record_system(
@@ -68,4 +89,66 @@ pub fn recover(
         )?;
     }
     Ok(found)
+}
+
+/// Remove the run dirs (`state/run/<id>`) and workspace layers (`state/runs/<id>`) that
+/// no run holds: not an active session's, not registered by a live process, and older
+/// than `older_than`. Returns how many were removed; one that cannot be removed is left
+/// (and logged), never an error: the host starts anyway.
+pub(crate) fn sweep_unclaimed(
+    home: &Home,
+    active: &std::collections::HashSet<String>,
+    older_than: std::time::Duration,
+) -> usize {
+    let old = |p: &std::path::Path| {
+        std::fs::symlink_metadata(p)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > older_than)
+    };
+    let registered = |dir: &std::path::Path| {
+        std::fs::read_to_string(dir.join(EXEC_PID_FILE))
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+            .is_some_and(is_running)
+    };
+    let entries = |dir: std::path::PathBuf| -> Vec<(String, std::path::PathBuf)> {
+        std::fs::read_dir(dir)
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut swept = 0;
+    for (id, path) in entries(home.state.join("run")) {
+        if active.contains(&id) || registered(&path) || !old(&path) {
+            continue;
+        }
+        match std::fs::remove_dir_all(&path) {
+            Ok(()) => swept += 1,
+            Err(e) => {
+                tracing::warn!(dir = %path.display(), error = %e, "a left run dir could not be removed")
+            }
+        }
+    }
+    for (id, path) in entries(home.state.join(crate::transaction::RUNS_DIR)) {
+        let run_dir = home.state.join("run").join(&id);
+        if active.contains(&id) || run_dir.exists() || !old(&path) {
+            continue;
+        }
+        let layers = airlock_sandbox::WorkspaceOverlay {
+            upper: path.join("upper"),
+            work: path.join("work"),
+        };
+        match layers.remove() {
+            Ok(()) => swept += 1,
+            Err(e) => {
+                tracing::warn!(dir = %path.display(), error = %e, "a left run's layers could not be removed")
+            }
+        }
+    }
+    swept
 }

@@ -490,3 +490,42 @@ fn a_staged_run_that_died_is_not_taken_and_a_stopping_host_leaves_none_behind() 
     }
     no_run_left_and_the_log_verifies(&f);
 }
+
+#[test]
+fn what_a_killed_host_had_staged_is_swept_at_the_next_start_and_nothing_younger() {
+    let f = fixture();
+    init(&f, "");
+    let mut host = Host::start(&f.home);
+    assert!(exec(&f, &[], "true").status.success());
+    wait_for_staged(&f);
+    assert_eq!(state_entries(&f, "run").len(), 1);
+    assert_eq!(state_entries(&f, "runs").len(), 1);
+    host.signal(nix::sys::signal::Signal::SIGKILL);
+    host.wait();
+    // What the killed host staged, aged past the sweep's threshold; and a dir made just
+    // now, as a run another process is setting up would be, which must stay.
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(600);
+    for dir in ["run", "runs"] {
+        for name in state_entries(&f, dir) {
+            let path = f.home.join("state").join(dir).join(name);
+            std::fs::File::open(&path)
+                .unwrap()
+                .set_modified(old)
+                .unwrap();
+        }
+    }
+    let young = f.home.join("state/run/exec-being-set-up");
+    std::fs::create_dir(&young).unwrap();
+    let _again = Host::start(&f.home);
+    assert_eq!(
+        state_entries(&f, "run"),
+        vec![std::ffi::OsString::from("exec-being-set-up")]
+    );
+    assert!(
+        state_entries(&f, "runs").is_empty(),
+        "{:?}",
+        state_entries(&f, "runs")
+    );
+    let v = verify(&f.home);
+    assert!(v.status.success(), "{v:?}");
+}

@@ -172,6 +172,48 @@ fn record(
         "via": via,
         "uid": nix::unistd::getuid().as_raw(),
     });
+    // The store's decision releases the call that waits for it, which records its use
+    // of the answer: the log (this handle, and its directory lock against every other)
+    // is held from before the decision until the answer's record is written, so that the
+    // use never comes first.
+    let mut log = audit.lock().unwrap_or_else(|p| p.into_inner());
+    let held = log.holding_lock(|log| {
+        decide_and_record(
+            store, log, req, answer, approver, decided_by, payload, via, now,
+        )
+    });
+    drop(log);
+    let (approved, error) = match held {
+        Ok(done) => done,
+        Err(e) => (
+            false,
+            Some(format!(
+                "the audit log could not be held for the answer: {e}"
+            )),
+        ),
+    };
+    Answered {
+        id: req.id.clone(),
+        approved,
+        error,
+    }
+}
+
+/// The store's decision on `req` and the answer's audit record, through `log`. Returns
+/// whether it approved, and what went wrong.
+#[allow(clippy::too_many_arguments)]
+fn decide_and_record(
+    store: &airlock_store::SqliteStore,
+    log: &mut AuditLog,
+    req: &ApprovalRequest,
+    answer: &Answer,
+    approver: airlock_core::Principal,
+    decided_by: serde_json::Value,
+    payload: serde_json::Value,
+    via: &str,
+    now: Timestamp,
+) -> (bool, Option<String>) {
+    let approver_name = approver.to_string();
     let (approved, result, kind, reason) = match answer {
         Answer::Approve | Answer::ApproveAs(_) => (
             true,
@@ -198,11 +240,10 @@ fn record(
             Some(reason.clone()),
         ),
         Answer::Withdrawn => {
-            return Answered {
-                id: req.id.clone(),
-                approved: false,
-                error: Some("the request was withdrawn before an answer".into()),
-            }
+            return (
+                false,
+                Some("the request was withdrawn before an answer".into()),
+            )
         }
     };
     let error = match result {
@@ -221,18 +262,13 @@ fn record(
                     "decided_by": decided_by,
                     "reason": reason,
                 }));
-            let mut log = audit.lock().unwrap_or_else(|p| p.into_inner());
             log.append(ev)
                 .err()
                 .map(|e| format!("the answer was recorded, but its audit record failed: {e}"))
         }
         Err(e) => Some(e.to_string()),
     };
-    Answered {
-        id: req.id.clone(),
-        approved,
-        error,
-    }
+    (approved, error)
 }
 
 /// What the operator is shown: the action, its preview, why it is held, and the hash of

@@ -25,6 +25,19 @@ fn exec(f: &Fixture, extra: &[&str], cmd: &str) -> Output {
         .unwrap()
 }
 
+/// A local policy that forbids any command running `touch` (`local.no-touch`); its
+/// directory, `config/policy/local`.
+fn forbid_touch(home: &Path) -> std::path::PathBuf {
+    let local = home.join("config/policy/local");
+    std::fs::create_dir_all(&local).unwrap();
+    std::fs::write(
+        local.join("no-touch.cedar"),
+        "@id(\"local.no-touch\")\n@reason(\"touch is not allowed here\")\nforbid (principal, action == Airlock::Action::\"exec\", resource)\nwhen { context.shell.programs.contains(\"touch\") };\n",
+    )
+    .unwrap();
+    local
+}
+
 fn verify(home: &Path) -> Output {
     Command::new(airlock_bin())
         .env("AIRLOCK_HOME", home)
@@ -181,13 +194,7 @@ fn a_denied_command_does_not_run() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(f.home.join("config/cache/policy-default.json").exists());
-    let local = f.home.join("config/policy/local");
-    std::fs::create_dir_all(&local).unwrap();
-    std::fs::write(
-        local.join("no-touch.cedar"),
-        "@id(\"local.no-touch\")\n@reason(\"touch is not allowed here\")\nforbid (principal, action == Airlock::Action::\"exec\", resource)\nwhen { context.shell.programs.contains(\"touch\") };\n",
-    )
-    .unwrap();
+    let local = forbid_touch(&f.home);
     let o = exec(&f, &[], "true && touch should-not-exist");
     assert_eq!(
         o.status.code(),

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 
 use super::super::exec_fixture::{airlock, airlock_bin, fixture, Fixture};
 use super::super::host_fixture::Host;
-use super::super::{audit_records, exec, verify};
+use super::super::{audit_records, exec, forbid_touch, verify};
 use super::{children_of, descendants, init, processes_with, status, wait_for};
 
 /// Wait until the pool holds `n` built sandboxes.
@@ -424,13 +424,7 @@ fn i2_the_next_run_in_a_workspace_takes_a_run_staged_ahead_and_is_a_run_like_any
     assert_eq!(pool_count(&f, "staged_taken"), staged_taken + 3);
 
     // A refused command tears the staged run down unused: no socket dir, no layers.
-    let local = f.home.join("config/policy/local");
-    std::fs::create_dir_all(&local).unwrap();
-    std::fs::write(
-        local.join("no-touch.cedar"),
-        "@id(\"local.no-touch\")\n@reason(\"touch is not allowed here\")\nforbid (principal, action == Airlock::Action::\"exec\", resource)\nwhen { context.shell.programs.contains(\"touch\") };\n",
-    )
-    .unwrap();
+    forbid_touch(&f.home);
     wait_for_staged(&f);
     let o = exec_from(&f, &sub, "touch refused-file");
     assert_eq!(o.status.code(), Some(126), "{o:?}");

@@ -363,9 +363,15 @@ impl AuditLog {
             return Ok(f(self));
         }
         self.held = Some(DirLock::acquire(&self.lock_path)?);
-        let out = f(self);
+        // Let go of the lock however `f` ends: a handle left marked as holding it would
+        // append without it from then on (callers keep using a handle whose mutex a
+        // panic poisoned).
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self)));
         self.held = None;
-        Ok(out)
+        match out {
+            Ok(out) => Ok(out),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
     }
 
     /// The directory lock for one operation, or nothing when [`AuditLog::holding_lock`]
@@ -562,7 +568,11 @@ impl AuditLog {
             .seen()
             .mark
             .as_ref()
-            .filter(|m| m.bytes == bytes && m.verified_by.as_deref().is_none_or(|k| k == own))
+            // Checked as the full path would check them now: verified under this key, or
+            // another key's mark, which an appender does not verify.
+            .filter(|m| {
+                m.bytes == bytes && (m.verified_by.as_deref() == Some(own) || m.mark.key_id != own)
+            })
             .map(|m| m.mark.clone());
         let mark = match seen {
             Some(mark) => mark,

@@ -149,3 +149,24 @@ fn another_handle_appends_only_after_a_held_lock_is_let_go() {
         "the other handle's record came after both"
     );
 }
+
+#[test]
+fn a_held_lock_is_let_go_when_what_held_it_panics() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("audit");
+    let mut first = AuditLog::open(&dir, test_signer(), opts()).unwrap();
+    let mut second = AuditLog::open(&dir, test_signer(), opts()).unwrap();
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = first.holding_lock(|_| panic!("the closure failed"));
+    }));
+    assert!(panicked.is_err());
+    // Another handle appends at once: the lock was let go.
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(second.append(event(0)).map(|r| r.seq)).unwrap());
+    let seq = finished
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the other handle's append waited on a lock nobody holds");
+    assert_eq!(seq.unwrap(), 0);
+    // And the first handle takes the lock for each append again.
+    assert_eq!(first.append(event(1)).unwrap().seq, 1);
+}

@@ -170,3 +170,36 @@ pub(crate) fn pump(
         kept
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_deferred_pump_reads_nothing_until_told_where_and_then_all_of_it() {
+        let later = DeferredOutput::new();
+        let pump = pump(
+            std::io::Cursor::new(b"written before the caller came".to_vec()),
+            OutputMode::Deferred(later.clone()),
+            Stream::Stdout,
+            OutputCap::new(1024),
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            !pump.is_finished(),
+            "the pump read before it was told where to"
+        );
+        later.set(OutputMode::Capture);
+        // Only the first setting counts.
+        later.set(OutputMode::Inherit);
+        assert_eq!(pump.join().unwrap(), b"written before the caller came");
+    }
+
+    #[test]
+    fn a_deferred_mode_set_to_another_deferred_one_is_a_capture() {
+        let later = DeferredOutput::new();
+        later.set(OutputMode::Deferred(DeferredOutput::new()));
+        assert!(matches!(later.wait(), OutputMode::Capture));
+    }
+}

@@ -351,13 +351,15 @@ impl Running {
         // down the namespaces it holds: a millisecond or more that nothing here needs to
         // wait for. It is reaped (and the cgroup released, which needs it gone) on a
         // thread of its own. Otherwise (killed, or no status came) it is reaped here.
+        // Output no caller took is read (and dropped) from now on: nothing in the sandbox
+        // may be left blocked on a full pipe while it is reaped.
+        if let Some(later) = self.deferred.take() {
+            later.set(OutputMode::Capture);
+        }
         if !kill && self.status.is_some() {
             self.reap_aside();
         } else {
             let _ = self.child.wait();
-        }
-        if let Some(later) = self.deferred.take() {
-            later.set(OutputMode::Capture);
         }
         let [out, err] = std::mem::take(&mut self.pumps);
         let join = |h: Option<JoinHandle<Vec<u8>>>| {

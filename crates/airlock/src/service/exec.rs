@@ -720,7 +720,7 @@ impl SpawnedPids {
 /// down before the run's registration and proxy go away.
 pub(crate) struct Preparing {
     thread: Option<std::thread::JoinHandle<anyhow::Result<PreparedRun>>>,
-    /// The thread's result, once [`Preparing::settle`] took it.
+    /// The thread's result, once [`Preparing::is_alive`] found the thread done.
     done: Option<anyhow::Result<PreparedRun>>,
     started: Arc<Started>,
 }

@@ -149,7 +149,10 @@ fn i2_a_config_change_discards_the_pooled_sandboxes_and_the_next_run_has_the_new
     )
     .unwrap();
     let discarded = pool_count(&f, "discarded");
+    let staged_taken = pool_count(&f, "staged_taken");
     let after = String::from_utf8_lossy(&exec(&f, &[], "id -u").stdout).into_owned();
+    // The run staged under the old confinement was not the one that ran.
+    assert_eq!(pool_count(&f, "staged_taken"), staged_taken);
     if root {
         assert_eq!(before, "65534\n");
         assert_eq!(after, "65533\n", "the run after the edit has the new uid");

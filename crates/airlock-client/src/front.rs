@@ -119,23 +119,23 @@ impl ExecLine {
 }
 
 /// The exit status of `line` run by the host serving the state dir; `None` when there is
-/// no host to take it now (none holds the state dir, or its socket is not there: it is
-/// starting or stopping), and nothing was sent. Then the full program runs the command,
+/// no host to take it now (none holds the state dir, its socket is not there, or it
+/// refused the request because it is stopping), and nothing ran. Then the full program runs the command,
 /// waiting for such a host or running it embedded, as it always has.
 fn exec_through_host(line: &ExecLine) -> Option<i32> {
     let dirs = Dirs::from_env().ok()?;
     let pid = crate::host::running_host(&dirs.state)?;
     let request = line.request().ok()?;
     let stream = crate::send::connect(&crate::host::exec_socket(&dirs.state), pid).ok()?;
-    Some(
-        match crate::send::exchange(stream, pid, &HostRequest::Exec(request)) {
-            Ok(code) => code,
-            Err(e) => {
-                report(&e);
-                1
-            }
-        },
-    )
+    match crate::send::exchange(stream, pid, &HostRequest::Exec(request)) {
+        Ok(code) => Some(code),
+        // Nothing was read or run: the full program waits for the host to be gone.
+        Err(e) if e.downcast_ref::<crate::send::HostStopping>().is_some() => None,
+        Err(e) => {
+            report(&e);
+            Some(1)
+        }
+    }
 }
 
 /// An error as the full program prints it: every line shown, none of its controls obeyed.

@@ -55,6 +55,10 @@ pub struct ExecAnswer {
     pub error: Option<String>,
     pub help: Option<String>,
     pub limit: Option<String>,
+    /// The host refused the request because it is stopping, before it read any of it:
+    /// nothing ran, so the client may run it another way (once the host is gone, embedded).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopping: bool,
 }
 
 /// `airlock run` or `airlock chat` through the host: the options as the client parsed them.

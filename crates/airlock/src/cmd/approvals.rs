@@ -73,10 +73,11 @@ pub fn run(cmd: ApprovalsCommand) -> anyhow::Result<i32> {
 }
 
 fn list(home: &Home) -> anyhow::Result<i32> {
-    let listing: service::ApprovalsListing = match crate::host::client::find(home) {
-        Some(host) => host.get("/v1/approvals")?,
-        None => service::list(home, &())?,
-    };
+    let listing: service::ApprovalsListing = crate::host::client::through_host_or(
+        home,
+        |host| host.get("/v1/approvals"),
+        || service::list(home, &()),
+    )?;
     for bad in &listing.corrupt {
         eprintln!("warning: {}", escape_line(bad));
     }
@@ -114,10 +115,11 @@ fn list(home: &Home) -> anyhow::Result<i32> {
 }
 
 fn show(home: &Home, id: &str) -> anyhow::Result<i32> {
-    let shown: service::ApprovalShown = match crate::host::client::find(home) {
-        Some(host) => host.post("/v1/approvals/show", &id.to_string())?,
-        None => service::show(home, id)?,
-    };
+    let shown: service::ApprovalShown = crate::host::client::through_host_or(
+        home,
+        |host| host.post("/v1/approvals/show", &id.to_string()),
+        || service::show(home, id),
+    )?;
     let (r, now) = (&shown.request, shown.now_ms);
     let status = r.status.as_str();
     crate::out!("approval {}  ({})", escape_line(&r.id), status);
@@ -167,10 +169,11 @@ fn approve(
         scope,
         hash: hash.map(str::to_string),
     };
-    let done: service::Approved = match crate::host::client::find(home) {
-        Some(host) => host.post("/v1/approvals/approve", &input)?,
-        None => service::approve(home, &input)?,
-    };
+    let done: service::Approved = crate::host::client::through_host_or(
+        home,
+        |host| host.post("/v1/approvals/approve", &input),
+        || service::approve(home, &input),
+    )?;
     crate::out!(
         "approved {} ({})",
         escape_line(&done.id),
@@ -193,10 +196,11 @@ fn deny(home: &Home, id: &str, reason: Option<&str>) -> anyhow::Result<i32> {
         id: id.to_string(),
         reason: reason.map(str::to_string),
     };
-    let done: service::Denied = match crate::host::client::find(home) {
-        Some(host) => host.post("/v1/approvals/deny", &input)?,
-        None => service::deny(home, &input)?,
-    };
+    let done: service::Denied = crate::host::client::through_host_or(
+        home,
+        |host| host.post("/v1/approvals/deny", &input),
+        || service::deny(home, &input),
+    )?;
     crate::out!("denied {}", escape_line(&done.id));
     Ok(0)
 }

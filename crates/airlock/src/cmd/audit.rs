@@ -200,7 +200,7 @@ pub fn tail(n: usize, as_json: bool) -> anyhow::Result<i32> {
     let home = Home::from_env()?;
     let input = TailInput { n };
     let mut unreadable = 0usize;
-    let mut print = |line: TailLine| -> anyhow::Result<()> {
+    let print = |line: TailLine| -> anyhow::Result<()> {
         match line {
             TailLine::Record(v) if as_json => crate::out!("{}", escape_json_text(&v.to_string())),
             TailLine::Record(v) => crate::out!("{}", airlock_audit::format_record_line(&v)),
@@ -224,15 +224,22 @@ pub fn tail(n: usize, as_json: bool) -> anyhow::Result<i32> {
         }
         Ok(())
     };
-    match crate::host::client::find(&home) {
-        Some(host) => host.post_lines("/v1/audit/tail", &input, |line| {
-            let line: TailLine = serde_json::from_str(line).map_err(|e| {
-                anyhow::anyhow!("the host's tail sent a line this client does not understand: {e}")
-            })?;
-            print(line)
-        })?,
-        None => crate::service::audit::tail(&home, &input, &mut print)?,
-    }
+    // Either way prints through the one `print` (only one of them runs at a time).
+    let print = std::cell::RefCell::new(print);
+    crate::host::client::through_host_or(
+        &home,
+        |host| {
+            host.post_lines("/v1/audit/tail", &input, |line| {
+                let line: TailLine = serde_json::from_str(line).map_err(|e| {
+                    anyhow::anyhow!(
+                        "the host's tail sent a line this client does not understand: {e}"
+                    )
+                })?;
+                (print.borrow_mut())(line)
+            })
+        },
+        || crate::service::audit::tail(&home, &input, |line| (print.borrow_mut())(line)),
+    )?;
     if unreadable > 0 {
         eprintln!(
             "airlock: {unreadable} of the last lines of the audit log are not records\nhelp: run `airlock audit verify` to check the log"

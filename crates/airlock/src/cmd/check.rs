@@ -71,9 +71,10 @@ pub fn run(
     };
     // The host decides when one serves this state dir; the same service decides here
     // otherwise, so either way gives the same answer.
-    let report: CheckReport = match crate::host::client::find(&home) {
-        Some(host) => host.post("/v1/check", &request)?,
-        None => {
+    let report: CheckReport = crate::host::client::through_host_or(
+        &home,
+        |host| host.post("/v1/check", &request),
+        || {
             let cfg = config::load(&home.config_file())?;
             let profile = policies::pick_profile(profile_flag, &cfg.policy.profile)?;
             let loaded = policies::load(&home, profile)?;
@@ -81,9 +82,9 @@ pub fn run(
                 loaded.engine,
                 check::gate_config(&cfg, request.workspace.clone()),
             );
-            check::evaluate(&gate, profile.name(), &request.action)?
-        }
-    };
+            check::evaluate(&gate, profile.name(), &request.action)
+        },
+    )?;
     if as_json {
         crate::out!("{}", escape_json_text(&serde_json::to_string(&report)?));
     } else {

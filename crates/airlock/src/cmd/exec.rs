@@ -16,9 +16,9 @@ pub fn run(args: ExecArgs) -> anyhow::Result<i32> {
     // small `airlock` front usually sends it there itself; it comes here for a host that
     // is starting or stopping, which `find` waits for, for a command line the front did
     // not read, and when `airlock-full` is called by its own name.)
-    if let Some(host) = crate::host::client::find(&home) {
-        let request = crate::host::exec_wire::HostRequest::Exec(request);
-        return crate::host::exec_client::run(&home, host.pid, &request);
+    let through_host = crate::host::exec_wire::HostRequest::Exec(request.clone());
+    if let Some(code) = crate::host::exec_client::through_host(&home, &through_host)? {
+        return Ok(code);
     }
     crate::service::exec::exec(
         &home,

@@ -111,10 +111,11 @@ pub fn run(cmd: MemoryCommand) -> anyhow::Result<i32> {
             text: crate::operator_file::read_text(&file, crate::operator_file::MEMORY_SCHEMA)?,
         },
     };
-    let done: MemoryActed = match crate::host::client::find(&home) {
-        Some(host) => host.post("/v1/memory/act", &act)?,
-        None => crate::service::memory::act(&home, &act)?,
-    };
+    let done: MemoryActed = crate::host::client::through_host_or(
+        &home,
+        |host| host.post("/v1/memory/act", &act),
+        || crate::service::memory::act(&home, &act),
+    )?;
     print_acted(&done)?;
     Ok(0)
 }

@@ -15,17 +15,18 @@ const PROGRESS_THRESHOLD: u64 = 1 << 20;
 
 pub fn run(path: &Path, profile_flag: Option<&str>, as_json: bool) -> anyhow::Result<i32> {
     let home = Home::from_env()?;
-    let output = match crate::host::client::find(&home) {
-        Some(host) => {
+    let output = crate::host::client::through_host_or(
+        &home,
+        |host| {
             let request = ReplayRequest {
                 traces: std::path::absolute(path)?,
                 profile: profile_flag.map(str::to_string),
                 json: as_json,
             };
-            host.post::<_, ReplayOutput>("/v1/replay", &request)?
-        }
-        None => embedded(&home, path, profile_flag, as_json)?,
-    };
+            host.post::<_, ReplayOutput>("/v1/replay", &request)
+        },
+        || embedded(&home, path, profile_flag, as_json),
+    )?;
     std::io::stdout()
         .lock()
         .write_all(output.stdout.as_bytes())?;

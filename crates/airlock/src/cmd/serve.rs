@@ -10,16 +10,19 @@ pub fn serve() -> anyhow::Result<i32> {
 pub fn status(as_json: bool) -> anyhow::Result<i32> {
     use airlock_core::terminal_text::{escape_json_text, escape_line};
     let home = Home::from_env()?;
-    let report: StatusReport = match crate::host::client::find(&home) {
-        Some(host) => host.get("/v1/status")?,
-        None => store_status(
-            &home,
-            None,
-            crate::config::load(&home.config_file())
-                .ok()
-                .map(|c| c.budget.per_day),
-        )?,
-    };
+    let report: StatusReport = crate::host::client::through_host_or(
+        &home,
+        |host| host.get("/v1/status"),
+        || {
+            store_status(
+                &home,
+                None,
+                crate::config::load(&home.config_file())
+                    .ok()
+                    .map(|c| c.budget.per_day),
+            )
+        },
+    )?;
     if as_json {
         crate::out!("{}", escape_json_text(&serde_json::to_string(&report)?));
         return Ok(0);

@@ -148,10 +148,11 @@ pub fn run(cmd: TasksCommand) -> anyhow::Result<i32> {
                 check,
                 check_timeout_secs: check_timeout,
             };
-            let shown: TaskView = match crate::host::client::find(&home) {
-                Some(host) => host.post("/v1/tasks/add", &input)?,
-                None => service::add(&home, &input)?,
-            };
+            let shown: TaskView = crate::host::client::through_host_or(
+                &home,
+                |host| host.post("/v1/tasks/add", &input),
+                || service::add(&home, &input),
+            )?;
             if json {
                 crate::out!("{}", serde_json::to_string_pretty(&shown)?);
             } else {
@@ -161,10 +162,11 @@ pub fn run(cmd: TasksCommand) -> anyhow::Result<i32> {
             Ok(0)
         }
         TasksCommand::List { json } => {
-            let listing: Listing = match crate::host::client::find(&home) {
-                Some(host) => host.get("/v1/tasks")?,
-                None => service::list(&home, &())?,
-            };
+            let listing: Listing = crate::host::client::through_host_or(
+                &home,
+                |host| host.get("/v1/tasks"),
+                || service::list(&home, &()),
+            )?;
             if json {
                 crate::out!("{}", serde_json::to_string_pretty(&listing)?);
                 return Ok(0);
@@ -254,17 +256,19 @@ pub fn run(cmd: TasksCommand) -> anyhow::Result<i32> {
 
 fn act(home: &Home, id: String, act: Act) -> anyhow::Result<TaskView> {
     let input = TaskAct { id, act };
-    match crate::host::client::find(home) {
-        Some(host) => host.post("/v1/tasks/act", &input),
-        None => service::act(home, &input),
-    }
+    crate::host::client::through_host_or(
+        home,
+        |host| host.post("/v1/tasks/act", &input),
+        || service::act(home, &input),
+    )
 }
 
 fn history(home: &Home, id: &str) -> anyhow::Result<Vec<crate::tasks::store::Run>> {
-    match crate::host::client::find(home) {
-        Some(host) => host.post("/v1/tasks/history", &id),
-        None => service::history(home, id),
-    }
+    crate::host::client::through_host_or(
+        home,
+        |host| host.post("/v1/tasks/history", &id),
+        || service::history(home, id),
+    )
 }
 
 fn done(shown: TaskView, what: &str, json: bool) -> anyhow::Result<i32> {

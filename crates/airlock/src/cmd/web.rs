@@ -41,26 +41,29 @@ pub struct WebArgs {
 pub fn run(args: WebArgs) -> anyhow::Result<i32> {
     let home = Home::from_env()?;
     if args.passkeys {
-        let list: Vec<PasskeyInfo> = match crate::host::client::find(&home) {
-            Some(host) => host.get("/v1/web/passkeys")?,
-            None => crate::web::admin::list(None, &home)?,
-        };
+        let list: Vec<PasskeyInfo> = crate::host::client::through_host_or(
+            &home,
+            |host| host.get("/v1/web/passkeys"),
+            || crate::web::admin::list(None, &home),
+        )?;
         print_passkeys(&list)?;
         return Ok(0);
     }
     if args.logout_all {
-        let ended: usize = match crate::host::client::find(&home) {
-            Some(host) => host.post("/v1/web/logout-all", &serde_json::json!({}))?,
-            None => crate::web::admin::end_all_logins(None, &home, &Decider::cli())?,
-        };
+        let ended: usize = crate::host::client::through_host_or(
+            &home,
+            |host| host.post("/v1/web/logout-all", &serde_json::json!({})),
+            || crate::web::admin::end_all_logins(None, &home, &Decider::cli()),
+        )?;
         crate::out!("ended {ended} web login(s)");
         return Ok(0);
     }
     if let Some(id) = &args.revoke_passkey {
-        let done: Revoked = match crate::host::client::find(&home) {
-            Some(host) => host.post("/v1/web/passkeys/revoke", id)?,
-            None => crate::web::admin::revoke(None, &home, id, &Decider::cli())?,
-        };
+        let done: Revoked = crate::host::client::through_host_or(
+            &home,
+            |host| host.post("/v1/web/passkeys/revoke", id),
+            || crate::web::admin::revoke(None, &home, id, &Decider::cli()),
+        )?;
         crate::out!(
             "revoked passkey {} ({}); {} still enrolled",
             done.passkey.id,

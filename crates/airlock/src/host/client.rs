@@ -16,7 +16,7 @@ pub struct HostClient {
 
 /// How long a command waits for a host that holds the state dir but has no socket (it is
 /// starting, or stopping and finishing its runs) before it gives up on it.
-const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+pub(super) const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The host serving `home`, if one holds its state dir. A host holds the lock a moment
 /// before its socket exists, and after it has removed it (finishing the runs in flight):
@@ -46,6 +46,65 @@ pub fn find_now(home: &Home) -> Option<HostClient> {
     let socket = super::socket::socket_path(home);
     let pid = super::lock::running_host(home)?;
     socket.exists().then_some(HostClient { socket, pid })
+}
+
+/// The host's socket did not take the connection: nothing was sent. The host is stopping
+/// (or has stopped), or something is wrong with it.
+#[derive(Debug)]
+pub struct NotConnected {
+    pid: u32,
+    socket: std::path::PathBuf,
+    cause: std::io::Error,
+}
+
+impl std::fmt::Display for NotConnected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "a host (pid {}) holds the state dir, but its socket {} cannot be reached: {}\nhelp: check the host's log; stop it to run commands without it",
+            self.pid,
+            self.socket.display(),
+            self.cause
+        )
+    }
+}
+
+impl std::error::Error for NotConnected {}
+
+/// `through` the host serving `home`, or `embedded` when none does.
+///
+/// A host found a moment before it began to stop no longer takes connections; nothing was
+/// sent to it. That is waited for as [`find`] waits: the call then goes to the host that
+/// serves, or runs embedded once the lock is free. Only a refused connection is tried
+/// again, never a request that was sent: whether the host acted on that is not known.
+pub fn through_host_or<T>(
+    home: &Home,
+    mut through: impl FnMut(&HostClient) -> anyhow::Result<T>,
+    embedded: impl FnOnce() -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let started = std::time::Instant::now();
+    let mut said = false;
+    loop {
+        let Some(host) = find(home) else {
+            return embedded();
+        };
+        match through(&host) {
+            Err(e)
+                if e.downcast_ref::<NotConnected>().is_some()
+                    && started.elapsed() < SETTLE_WAIT =>
+            {
+                if !said && started.elapsed() > std::time::Duration::from_millis(500) {
+                    eprintln!(
+                        "airlock: the host (pid {}) does not take connections; waiting for it to stop",
+                        host.pid
+                    );
+                    said = true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Why a call within a deadline did not give an answer to use.
@@ -199,13 +258,13 @@ impl HostClient {
         hyper::Response<hyper::body::Incoming>,
         tokio::task::JoinHandle<Result<(), hyper::Error>>,
     )> {
-        let stream = tokio::net::UnixStream::connect(&self.socket).await.map_err(|e| {
-            anyhow::anyhow!(
-                "a host (pid {}) holds the state dir, but its socket {} cannot be reached: {e}\nhelp: check the host's log; stop it to run commands without it",
-                self.pid,
-                self.socket.display()
-            )
-        })?;
+        let stream = tokio::net::UnixStream::connect(&self.socket)
+            .await
+            .map_err(|cause| NotConnected {
+                pid: self.pid,
+                socket: self.socket.clone(),
+                cause,
+            })?;
         let (mut sender, conn) =
             hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         let driving = tokio::spawn(conn);

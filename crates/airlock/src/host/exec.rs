@@ -232,6 +232,7 @@ pub(super) fn refuse(stream: &UnixStream, error: String, help: &str, limit: Opti
             error: Some(error),
             help: Some(help.to_string()),
             limit: limit.map(str::to_string),
+            stopping: false,
         },
     );
 }
@@ -264,11 +265,17 @@ pub fn serve_connection(host: Arc<super::Host>, stream: UnixStream) {
         return;
     }
     if host.stopping.load(std::sync::atomic::Ordering::SeqCst) {
-        refuse(
+        // Said before a byte of the request is read, and marked so: the client knows
+        // nothing ran, waits for this host to be gone and runs the request embedded.
+        answer(
             &stream,
-            "the host is stopping".into(),
-            "run the command again once it is back, or without it",
-            None,
+            &ExecAnswer {
+                exit: None,
+                error: Some("the host is stopping".into()),
+                help: Some("run the command again once it is back, or without it".into()),
+                limit: None,
+                stopping: true,
+            },
         );
         return;
     }
@@ -406,6 +413,7 @@ fn finish_with(stream: &UnixStream, result: &anyhow::Result<i32>) {
                 error: None,
                 help: None,
                 limit: None,
+                stopping: false,
             },
         ),
         Err(e) => refuse(stream, format!("{e:#}"), "", None),

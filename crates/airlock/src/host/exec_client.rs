@@ -3,11 +3,35 @@
 
 use super::exec_wire::HostRequest;
 use crate::home::Home;
+use airlock_client::send::HostStopping;
 
-/// Send the request with this process's descriptors 0, 1 and 2, and wait for the run's end.
-pub fn run(home: &Home, pid: u32, req: &HostRequest) -> anyhow::Result<i32> {
-    let stream = airlock_client::send::connect(&super::exec::socket_path(home), pid)?;
-    airlock_client::send::exchange(stream, pid, req)
+/// Run `req` through the host serving `home`, with this process's descriptors 0, 1 and 2,
+/// and wait for the run's end; `None` when no host serves it (the caller runs it embedded).
+///
+/// A host that is stopping takes no new request, and says so before it reads any: nothing
+/// ran. So, as when its socket is gone between finding and connecting, this waits (as
+/// [`super::client::find`] does) until the lock is free, or a host serves again, and sends
+/// the request where it then belongs.
+pub fn through_host(home: &Home, req: &HostRequest) -> anyhow::Result<Option<i32>> {
+    let socket = super::exec::socket_path(home);
+    let started = std::time::Instant::now();
+    loop {
+        let Some(host) = super::client::find(home) else {
+            return Ok(None);
+        };
+        let settling = started.elapsed() < super::client::SETTLE_WAIT;
+        let stream = match airlock_client::send::connect(&socket, host.pid) {
+            Ok(stream) => stream,
+            Err(_) if settling && !socket.exists() => continue,
+            Err(e) => return Err(e),
+        };
+        match airlock_client::send::exchange(stream, host.pid, req) {
+            Err(e) if settling && e.downcast_ref::<HostStopping>().is_some() => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other.map(Some),
+        }
+    }
 }
 
 /// What `airlock run` or `airlock chat` was asked, as the host is sent it.
@@ -28,9 +52,6 @@ pub struct AgentCall {
 /// the front ends read ([`super::exec_wire::AGENT_ENV`]); call this before those
 /// variables are taken out of the environment.
 pub fn agent_through_host(home: &Home, call: AgentCall) -> anyhow::Result<Option<i32>> {
-    let Some(host) = super::client::find(home) else {
-        return Ok(None);
-    };
     let env = super::exec_wire::AGENT_ENV
         .iter()
         .filter_map(|name| Some((name.to_string(), std::env::var(name).ok()?)))
@@ -51,5 +72,5 @@ pub fn agent_through_host(home: &Home, call: AgentCall) -> anyhow::Result<Option
         cwd: std::env::current_dir()?,
         env,
     };
-    run(home, host.pid, &HostRequest::Agent(req)).map(Some)
+    through_host(home, &HostRequest::Agent(req))
 }

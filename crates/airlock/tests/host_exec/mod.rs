@@ -774,6 +774,159 @@ fn sigterm_lets_the_run_in_flight_finish_and_new_commands_run_embedded() {
     assert!(verify(&f.home).status.success());
 }
 
+/// A host in the moment it stops, played by the test: it holds the state dir's lock and
+/// has both sockets; the API's takes no connection (its listener is closed, as a stopping
+/// host's is), and what the exec socket takes the test answers.
+struct StoppingHost {
+    lock: nix::fcntl::Flock<std::fs::File>,
+    dir: std::path::PathBuf,
+    exec: std::os::unix::net::UnixListener,
+}
+
+impl StoppingHost {
+    fn start(f: &Fixture) -> StoppingHost {
+        use nix::fcntl::{Flock, FlockArg};
+        use std::io::Write;
+        use std::os::unix::fs::PermissionsExt;
+        let state = f.home.join("state");
+        let lock = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(state.join("host.lock"))
+            .unwrap();
+        let mut lock = Flock::lock(lock, FlockArg::LockExclusiveNonblock)
+            .map_err(|(_, e)| e)
+            .unwrap();
+        writeln!(lock, "{}", std::process::id()).unwrap();
+        let dir = state.join("host");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let exec = std::os::unix::net::UnixListener::bind(dir.join("exec.sock")).unwrap();
+        exec.set_nonblocking(true).unwrap();
+        drop(std::os::unix::net::UnixListener::bind(dir.join("api.sock")).unwrap());
+        StoppingHost { lock, dir, exec }
+    }
+
+    /// Answer the next `n` exec connections as a stopping host does; how many came.
+    fn refuse_execs(&self, n: usize) -> usize {
+        use std::io::Write;
+        let mut refused = 0;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while refused < n && Instant::now() < deadline {
+            match self.exec.accept() {
+                Ok((mut stream, _)) => {
+                    refused += 1;
+                    stream.set_nonblocking(false).unwrap();
+                    let answer = r#"{"exit":null,"error":"the host is stopping","help":"run the command again once it is back, or without it","limit":null,"stopping":true}"#;
+                    let _ = writeln!(stream, "{answer}");
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                Err(e) => panic!("accepting: {e}"),
+            }
+        }
+        refused
+    }
+
+    /// Stop as the host does: the sockets go first, the lock a moment later.
+    fn stop(self) {
+        std::fs::remove_file(self.dir.join("exec.sock")).unwrap();
+        std::fs::remove_file(self.dir.join("api.sock")).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        drop(self.lock);
+    }
+}
+
+/// A host that is stopping refuses a request it took on its socket in the moment before
+/// the socket went, and says so before reading it. The command is not lost: the front and
+/// the full program each wait for that host to be gone, and the command runs embedded.
+#[test]
+fn a_command_the_stopping_host_refused_runs_embedded_once_it_is_gone() {
+    let f = fixture();
+    init(&f, "");
+    let host = StoppingHost::start(&f);
+    std::thread::scope(|scope| {
+        let client = scope.spawn(|| exec(&f, &[], "echo ran-embedded"));
+        assert_eq!(
+            host.refuse_execs(2),
+            2,
+            "the front and the full program each ask the host once"
+        );
+        host.stop();
+        let out = client.join().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "ran-embedded\n",
+            "{out:?}"
+        );
+        assert!(
+            !String::from_utf8_lossy(&out.stderr).contains("error:"),
+            "the refusal is not shown as the command's error: {out:?}"
+        );
+    });
+    let recs = audit_records(&f.home);
+    let ran = recs
+        .iter()
+        .find(|r| r["kind"] == "execution" && r["action"]["command"] == "echo ran-embedded")
+        .expect("the command ran, embedded, and was recorded");
+    assert_eq!(ran["detail"]["status"], 0);
+    assert!(verify(&f.home).status.success());
+}
+
+/// The same moment on the API's socket: a command found the host, whose socket then took
+/// no connection. Nothing was sent, so the command waits for the host to be gone and
+/// runs embedded, rather than failing (`status`, and a command that acts: `tasks add`).
+#[test]
+fn an_api_command_that_finds_the_host_stopping_runs_embedded_once_it_is_gone() {
+    let f = fixture();
+    init(&f, "");
+    let host = StoppingHost::start(&f);
+    let run = |args: &[&str]| {
+        Command::new(airlock_bin())
+            .env("AIRLOCK_HOME", &f.home)
+            .current_dir(&f.ws)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    std::thread::scope(|scope| {
+        let status = scope.spawn(|| run(&["status", "--json"]));
+        let added = scope.spawn(|| {
+            run(&[
+                "tasks",
+                "add",
+                "--cron",
+                "0 8 * * *",
+                "--prompt",
+                "summarise the news",
+            ])
+        });
+        std::thread::sleep(Duration::from_millis(700));
+        assert!(
+            !status.is_finished() && !added.is_finished(),
+            "they wait while the host holds the state dir"
+        );
+        host.stop();
+        let status = status.join().unwrap();
+        assert!(status.status.success(), "{status:?}");
+        let report: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+        assert!(report["host"].is_null(), "answered embedded: {report}");
+        let added = added.join().unwrap();
+        assert!(added.status.success(), "{added:?}");
+    });
+    let listed = run(&["tasks", "list", "--json"]);
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).contains("\"summarise the news\""),
+        "{listed:?}"
+    );
+    assert!(verify(&f.home).status.success());
+}
+
 /// I4: a sandboxed command cannot reach the host's sockets. For an operator who is not
 /// root the sandbox runs as the operator's own uid, which the sockets' `SO_PEERCRED` check
 /// would let in, so what must keep it out is the mount plan: Airlock's home (and with it

@@ -11,6 +11,7 @@ mod shell_differential;
 mod host_exec;
 mod host_fixture;
 mod https_run_fixture;
+mod loopback_collector;
 
 fn exec(f: &Fixture, extra: &[&str], cmd: &str) -> Output {
     Command::new(airlock_bin())

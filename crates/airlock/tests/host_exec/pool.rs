@@ -526,3 +526,82 @@ fn what_a_killed_host_had_staged_is_swept_at_the_next_start_and_nothing_younger(
     let v = verify(&f.home);
     assert!(v.status.success(), "{v:?}");
 }
+
+/// `net revoke` reaches the host's runs from the next request on, a run staged before the
+/// revoke included: a staged run's proxy serves with the net rules as they are when the
+/// request takes it, not as they were when it was staged. Both halves of a rule are taken
+/// back in turn: the SSRF exception the proxy holds (`allow-private`), then the allow rule
+/// the Gate decides by. Real curl in the sandbox, to a loopback server that counts every
+/// connection it accepts.
+#[test]
+fn i3_a_net_revoke_holds_from_the_next_run_on_a_run_staged_before_it_included() {
+    let f = fixture();
+    init(&f, "");
+    let collector = super::super::loopback_collector::Collector::start();
+    let target = format!("127.0.0.1:{}", collector.port);
+    let ok = |args: &[&str]| {
+        let o = airlock(&f.home, args);
+        assert!(o.status.success(), "{args:?}: {o:?}");
+    };
+    ok(&["net", "allow", &target, "--methods", "GET"]);
+    ok(&["net", "allow-private", &target]);
+    let mut host = Host::start(&f.home);
+    let curl = |path: &str| {
+        let cmd = format!(
+            "curl -s -o /dev/null --max-time 20 -w '%{{http_code}}' {}",
+            collector.url(path)
+        );
+        let o = exec(&f, &[], &cmd);
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let exchange = |path: &str| {
+        audit_records(&f.home)
+            .into_iter()
+            .find(|r| r["kind"] == "net.exchange" && r["detail"]["path"] == path)
+            .unwrap_or_else(|| panic!("the proxy recorded the request for {path}"))
+    };
+    assert_eq!(curl("/before"), "200", "the rule lets the GET out");
+    assert_eq!(collector.hits(), 1);
+
+    // Staged while the proxy may reach the address; the exception is then taken back.
+    wait_for_staged(&f);
+    let staged_taken = pool_count(&f, "staged_taken");
+    ok(&["net", "revoke", &target]);
+    assert_eq!(curl("/private"), "403", "the proxy no longer reaches it");
+    assert_eq!(
+        pool_count(&f, "staged_taken"),
+        staged_taken + 1,
+        "the run after the revoke was the one staged before it"
+    );
+    assert_eq!(
+        collector.hits(),
+        1,
+        "nothing reached the server after the revoke"
+    );
+    let refused = exchange("/private");
+    assert!(
+        refused["detail"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("allow_private")),
+        "refused for the exception taken back: {refused}"
+    );
+
+    // The same with the allow rule, which the Gate decides by.
+    ok(&["net", "allow-private", &target]);
+    assert_eq!(curl("/again"), "200");
+    assert_eq!(collector.hits(), 2);
+    wait_for_staged(&f);
+    ok(&["net", "revoke", "net.rule.1"]);
+    assert_eq!(curl("/after"), "403", "the revoked rule lets nothing out");
+    assert_eq!(pool_count(&f, "staged_taken"), staged_taken + 3);
+    assert_eq!(
+        collector.hits(),
+        2,
+        "nothing reached the server after the revoke"
+    );
+    assert_eq!(exchange("/after")["detail"]["decision"], "deny");
+
+    host.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(host.wait().success());
+    no_run_left_and_the_log_verifies(&f);
+}

@@ -300,3 +300,103 @@ async fn i5_data_out_through_a_read_is_held_whatever_the_method_rule_says() {
     assert_eq!(*page.hits.lock().unwrap(), vec!["GET /notes ".to_string()]);
     audit_verifies(&f.home);
 }
+
+/// `net revoke` reaches a session that is already running, from its next call on. A
+/// session keeps one proxy across its calls, and each call renews the proxy's terms from
+/// the operator's net rules as they are then. While the first call runs (its proxy
+/// started under the rules that let it reach the upstream), the operator takes back the
+/// SSRF exception; the second call's curl is refused by the proxy for that reason, and
+/// the upstream sees nothing. (The owner's prompt names the URL, so that after the first
+/// call's output the request still traces to trusted input: nothing but the revoke
+/// stands in its way.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_net_revoke_reaches_a_running_session_from_its_next_call_on() {
+    let f = fixture();
+    let up = start_upstream("ok");
+    allow_upstream(&f.home, up.port, &["GET"]);
+    let roots = f.ws.join("test-ca.pem");
+    std::fs::write(&roots, &up.ca_pem).unwrap();
+    let curl = |path: &str, then: &str| {
+        serde_json::json!({"command": format!(
+            "curl -sS -o /dev/null -w '%{{http_code}}' https://127.0.0.1:{}{path}{then}",
+            up.port
+        )})
+        .to_string()
+    };
+    let model = ScriptedModel::start([
+        Step::tool_call("c1", "shell", r#"{"command":"sleep 3; echo slept"}"#),
+        Step::tool_call("c2", "shell", curl("/two", "")),
+        Step::text("Checked twice."),
+    ])
+    .await
+    .unwrap();
+    let mut cmd = exec_fixture::scripted_command(&f.home, &model);
+    cmd.env("AIRLOCK_DEBUG_UPSTREAM_ROOTS", &roots)
+        .args([
+            "run",
+            "--json",
+            &format!(
+                "Wait a moment, then check https://127.0.0.1:{}/two",
+                up.port
+            ),
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    let seen = |path: &str| {
+        up.hits
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|h| h.starts_with(&format!("GET {path}")))
+    };
+    let log = f.home.join("state/audit/log.jsonl");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("sleep 3; echo slept")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first call was never decided"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let target = format!("127.0.0.1:{}", up.port);
+    let revoked = exec_fixture::airlock(&f.home, &["net", "revoke", &target]);
+    assert!(revoked.status.success(), "{revoked:?}");
+    let o = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let r = report(&o);
+    let calls = r["tool_calls"].as_array().unwrap();
+    assert_eq!(calls[0]["executed"], true, "{r:#}");
+    assert!(
+        calls[0]["result"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("slept")),
+        "{r:#}"
+    );
+    assert_eq!(calls[1]["executed"], true, "{r:#}");
+    assert!(
+        calls[1]["result"]
+            .as_str()
+            .is_some_and(|t| !t.contains("200")),
+        "{r:#}"
+    );
+    assert!(!seen("/two"), "the upstream saw the second call's request");
+    let log = std::fs::read_to_string(&log).unwrap();
+    let refused = log
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|rec| rec["kind"] == "net.exchange" && rec["detail"]["path"] == "/two")
+        .expect("the proxy recorded the second call's request");
+    assert!(
+        refused["detail"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("allow_private")),
+        "refused for the exception taken back: {refused}"
+    );
+    audit_verifies(&f.home);
+}

@@ -81,6 +81,11 @@ impl Host {
         input: &crate::service::kill::KillInput,
         who: &crate::service::decider::Decider,
     ) -> anyhow::Result<crate::service::kill::KillReport> {
+        if input.all {
+            // Runs staged ahead are not sessions anyone started: they go, rather than
+            // being reported (and left behind) as killed sessions.
+            self.pool.discard_staged();
+        }
         let report = crate::service::kill::kill_sessions_as(&self.home, input, who)?;
         let ids: Vec<String> = report.killed.iter().map(|k| k.id.clone()).collect();
         self.live.killed(&ids);

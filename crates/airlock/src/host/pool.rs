@@ -489,6 +489,24 @@ impl SandboxPool {
         drop(stale);
     }
 
+    /// Discard every run staged ahead, and stage none until a run ends again: the kill
+    /// switch's `--all` leaves no run waiting to be taken. (Pooled sandboxes stay: they
+    /// hold nothing of any run.)
+    pub fn discard_staged(&self) {
+        let staged = {
+            let mut guard = self.lock();
+            let s = &mut *guard;
+            let mut staged = Discarded::default();
+            for g in &mut s.groups {
+                staged.staged.extend(g.ahead.take());
+                g.wanted = None;
+            }
+            s.status.discarded += staged.len() as u64;
+            staged
+        };
+        drop(staged);
+    }
+
     /// What `airlock status` shows.
     pub fn status(&self) -> PoolStatus {
         let s = self.lock();

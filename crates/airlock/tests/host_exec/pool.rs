@@ -605,3 +605,45 @@ fn i3_a_net_revoke_holds_from_the_next_run_on_a_run_staged_before_it_included() 
     assert!(host.wait().success());
     no_run_left_and_the_log_verifies(&f);
 }
+
+/// The kill switch and a run staged ahead. A staged run whose session is killed by name
+/// (its id is its run dir's) is never taken: the next command runs, in a run of its own,
+/// rather than failing as killed. `kill --all` discards what is staged: it is no session
+/// anyone started, so it is not reported as one killed, and nothing waits to be taken
+/// after it.
+#[test]
+fn i7_a_killed_staged_run_is_never_taken_and_kill_all_leaves_none_staged() {
+    let f = fixture();
+    init(&f, "");
+    let _host = Host::start(&f.home);
+    assert!(exec(&f, &[], "true").status.success());
+    wait_for_staged(&f);
+    let staged = state_entries(&f, "run");
+    assert_eq!(staged.len(), 1, "{staged:?}");
+    let id = staged[0].to_string_lossy().into_owned();
+    let o = airlock(&f.home, &["kill", &id]);
+    assert!(o.status.success(), "{o:?}");
+    let taken = pool_count(&f, "staged_taken");
+    let o = exec(&f, &[], "echo ran");
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "ran\n");
+    assert_eq!(
+        pool_count(&f, "staged_taken"),
+        taken,
+        "the killed one was not taken"
+    );
+    assert_ne!(executions_of(&f, "echo ran")[0]["session"], id.as_str());
+
+    wait_for_staged(&f);
+    let o = airlock(&f.home, &["kill", "--all"]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("\n0 session(s) killed"),
+        "{o:?}"
+    );
+    assert_eq!(status(&f)["host"]["pool"]["staged"], 0);
+    let o = exec(&f, &[], "echo again");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "again\n", "{o:?}");
+    let v = verify(&f.home);
+    assert!(v.status.success(), "{v:?}");
+}

@@ -115,13 +115,24 @@ impl StagedRun {
     }
 
     /// Whether it may serve a request of `shape` whose proxy would serve with `egress`.
-    /// Cheap: two `stat`s.
+    /// Cheap: three `stat`s.
     pub(crate) fn fits(&self, shape: &AheadShape, egress: &EgressSetup) -> bool {
         self.shape == *shape
             && self.ca_pem == egress.ca_pem()
             && !self.expired()
+            && !self.killed()
             && self.dirs.is_some()
             && dir_ids(shape) == self.dirs
+    }
+
+    /// The kill switch went through its run dir (`kill --all` takes every run dir, this
+    /// one's too): its session is killed, so no command may run in it.
+    fn killed(&self) -> bool {
+        self.run
+            .binding
+            .run_dir()
+            .join(crate::service::kill::KILLED_MARKER)
+            .exists()
     }
 
     /// Waited longer than [`AHEAD_TTL`].

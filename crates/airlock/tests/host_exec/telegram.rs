@@ -846,7 +846,32 @@ async fn a_members_request_to_post_a_file_in_a_group_is_held_and_the_group_gets_
         .iter()
         .any(|b| b["chat_id"] == GROUP && b["text"].as_str().unwrap_or("").contains("SECRET")));
     drop(host);
+    // Both refusals (the press, then `approvals deny`) are in the log before the refused
+    // call's own record of them.
+    answers_come_before_their_use(&f, 2);
     assert!(verify(&f.home).status.success());
+}
+
+/// Every `approval_denied` record a waiting call writes comes after the answer that
+/// released it (`approval-denied`, naming the same approval); `denied` of them are found.
+fn answers_come_before_their_use(f: &Fixture, denied: usize) {
+    let records = audit_records(&f.home);
+    let mut used = 0;
+    for (i, r) in records.iter().enumerate() {
+        if r["kind"] != "approval_denied" {
+            continue;
+        }
+        used += 1;
+        let id = &r["detail"]["request"];
+        let answer = records
+            .iter()
+            .position(|a| a["kind"] == "approval-denied" && a["detail"]["approval_id"] == *id);
+        assert!(
+            answer.is_some_and(|a| a < i),
+            "the refusal of {id} at record {i} has its answer at {answer:?}"
+        );
+    }
+    assert_eq!(used, denied);
 }
 
 /// With `--unknown-senders ask`, a stranger's message is put to the owner in the owner's

@@ -653,8 +653,11 @@ fn takes_object(word: &str) -> bool {
 
 /// Does the owner's `text` hand the choice of action to what they read? "Follow the
 /// instructions in the file", "do the tasks on my list", "update my details
-/// accordingly", "do what it says".
+/// accordingly", "do what it says". Not when the tasks are the owner's own, listed in
+/// the text itself: "perform the following tasks: 1. … 2. …", "do these steps below".
 pub fn delegates(text: &str) -> bool {
+    /// Words that point at a list in the owner's own text, not at a source.
+    const INLINE: &[&str] = &["following", "these", "below", "listed", "numbered"];
     const DO: &[&str] = &["follow", "do", "perform", "complete", "execute", "carry"];
     const WHAT: &[&str] = &[
         "instructions",
@@ -671,11 +674,16 @@ pub fn delegates(text: &str) -> bool {
     let toks = super::tokens::tokens(text);
     toks.iter().any(|t| t == "accordingly")
         || toks.iter().enumerate().any(|(i, t)| {
-            DO.contains(&t.as_str())
-                && toks[i + 1..]
-                    .iter()
-                    .take(4)
-                    .any(|w| WHAT.contains(&w.as_str()))
+            if !DO.contains(&t.as_str()) {
+                return false;
+            }
+            let window = &toks[i + 1..(i + 5).min(toks.len())];
+            let Some(at) = window.iter().position(|w| WHAT.contains(&w.as_str())) else {
+                return false;
+            };
+            let inline = window[..at].iter().any(|w| INLINE.contains(&w.as_str()))
+                || toks.get(i + 2 + at).is_some_and(|w| w == "below");
+            !inline
         })
 }
 
@@ -866,6 +874,10 @@ mod tests {
             "Pay the bill in bill.txt",
             "Summarise the instructions in the manual",
             "What tasks are on my list?",
+            // The owner's own list: what to do is in these words, not in a source.
+            "Perform the following tasks in the order they are given: 1. Find the file. 2. Share it with Bo.",
+            "Please do these steps: open the report, then print it",
+            "Complete the steps below.",
         ] {
             assert!(!delegates(t), "{t}");
         }

@@ -314,13 +314,20 @@ pub fn kinds_in_text(text: &str, forms: Forms) -> BTreeSet<&'static str> {
     out
 }
 
+/// A past form before "to" reports what someone had to do or wanted, and asks nothing
+/// of the reader: "needed to move because of a check-up", "had to cancel", "was to
+/// send". (The present "need to send", "you have to pay" still ask.)
+fn reports_past(word: &str) -> bool {
+    matches!(word, "had" | "was" | "were") || (word.len() > 4 && word.ends_with("ed"))
+}
+
 fn in_request_position(text: &str, toks: &[(String, usize, usize)], i: usize) -> bool {
     let start = toks[i].1;
     let Some((prev, pstart, pend)) = i.checked_sub(1).map(|j| &toks[j]) else {
         return true;
     };
     if CUES.contains(&prev.as_str()) {
-        return true;
+        return !(prev == "to" && i >= 2 && reports_past(&toks[i - 2].0));
     }
     let prev_raw = &text[*pstart..*pend];
     let raw = &text[start..toks[i].2];
@@ -786,6 +793,21 @@ mod tests {
             ),
             ("Please go ahead and do the payment now", "money"),
             ("TODO: place a booking at the cheapest hotel", "create"),
+        ] {
+            assert!(kinds_in_text(t, Forms::Request).contains(kind), "{t}");
+        }
+        // A past form before "to" reports; the present still asks.
+        for t in [
+            "Needed to move because I have a dental check-up.",
+            "We had to cancel the dinner.",
+            "She wanted to delete the old drafts.",
+        ] {
+            assert!(kinds_in_text(t, Forms::Request).is_empty(), "{t}");
+        }
+        for (t, kind) in [
+            ("You need to move the meeting.", "update"),
+            ("You have to cancel the dinner.", "delete"),
+            ("I need you to delete the drafts.", "delete"),
         ] {
             assert!(kinds_in_text(t, Forms::Request).contains(kind), "{t}");
         }

@@ -26,6 +26,31 @@ pub fn is_field_value(text: &str, start: usize, end: usize) -> bool {
     prefix_is_key(before_field) && suffix_is_closer(after_field)
 }
 
+/// True when the word at `[start, end)` of `text` is a numbered list's marker (`9.` or
+/// `9)`) at the start of its line, after nothing but indentation or a bullet. It counts
+/// the list's items; it says nothing about an object numbered 9. A line start is a line
+/// break or, in a string rendered with escapes, a literal `\n`.
+pub fn is_list_marker(text: &str, start: usize, end: usize) -> bool {
+    let word = &text[start..end];
+    let Some(digits) = word.strip_suffix(['.', ')']) else {
+        return false;
+    };
+    if digits.is_empty() || digits.len() > 3 || !digits.chars().all(|c| c.is_ascii_digit()) {
+        return false;
+    }
+    let before = &text[..start];
+    let line = match (before.rfind('\n'), before.rfind("\\n")) {
+        (Some(a), Some(b)) if b + 1 > a => &before[b + 2..],
+        (Some(a), _) => &before[a + 1..],
+        (None, Some(b)) => &before[b + 2..],
+        (None, None) => before,
+    };
+    line.trim_matches([' ', '\t'])
+        .trim_start_matches(['-', '*', '•'])
+        .trim()
+        .is_empty()
+}
+
 /// `  - `, `key: `, `'key': '`, `"key" = "`, or nothing.
 fn prefix_is_key(s: &str) -> bool {
     let mut rest = s.trim_start();
@@ -66,6 +91,22 @@ fn suffix_is_closer(s: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_numbered_lists_markers_are_not_talk_about_numbers() {
+        let marker = |text: &str, word: &str| {
+            let start = text.find(word).unwrap();
+            is_list_marker(text, start, start + word.len())
+        };
+        assert!(marker("Steps:\n  9. Take the pan", "9."));
+        assert!(marker("- 3) Foster communication", "3)"));
+        assert!(marker("body: \"Steps:\\n     11. Serve hot\"", "11."));
+        // Not at a line's start, not a marker's shape, or too long for one.
+        assert!(!marker("Then delete 9. Thanks", "9."));
+        assert!(!marker("Delete file\n9 now", "9"));
+        assert!(!marker("1234. Something", "1234."));
+    }
+
     use super::*;
 
     fn check(text: &str, needle: &str) -> bool {

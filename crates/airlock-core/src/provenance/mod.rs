@@ -331,7 +331,7 @@ impl TaintState {
                 .iter()
                 .any(|f| f.start >= start && f.end <= end && f.value == tok);
             let in_data = data.iter().any(|f| start >= f.start && end <= f.end);
-            if !in_id && !in_data {
+            if !in_id && !in_data && !mentions::is_list_marker(text, start, end) {
                 self.remember(RememberIn::UntrustedTokens, tok);
             }
         }

@@ -59,6 +59,63 @@ pub fn tokens_with_spans(text: &str) -> Vec<(String, usize, usize)> {
         .collect()
 }
 
+/// Month names as tokens (lower case), full and abbreviated.
+const MONTHS: &[&str] = &[
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+    "jan",
+    "feb",
+    "mar",
+    "apr",
+    "jun",
+    "jul",
+    "aug",
+    "sep",
+    "sept",
+    "oct",
+    "nov",
+    "dec",
+];
+
+/// Which of `toks` are a day of the month beside its month's name ("June 13", "13 June",
+/// "May 26, 2024"): part of a date, not a number standing for itself. Such a number
+/// neither traces an identifier ("what do we do on June 13" names no file 13) nor talks
+/// about one ("Rome, Italy: June 26 - June 30" says nothing of file 26).
+pub fn date_days(toks: &[String]) -> Vec<bool> {
+    let is_month = |t: Option<&String>| t.is_some_and(|t| MONTHS.contains(&t.as_str()));
+    (0..toks.len())
+        .map(|i| {
+            let t = &toks[i];
+            let day = t.len() <= 2
+                && t.parse::<u8>().is_ok_and(|d| (1..=31).contains(&d))
+                && t.chars().all(|c| c.is_ascii_digit());
+            day && (is_month(i.checked_sub(1).map(|p| &toks[p])) || is_month(toks.get(i + 1)))
+        })
+        .collect()
+}
+
+/// `toks` with each day of a month marked as one (`13` → `13@date`), so that it matches
+/// only the same date, never the number alone.
+pub fn mark_date_days(mut toks: Vec<String>) -> Vec<String> {
+    let days = date_days(&toks);
+    for (t, day) in toks.iter_mut().zip(days) {
+        if day {
+            t.push_str("@date");
+        }
+    }
+    toks
+}
+
 /// Does `needle` occur in `hay` as a contiguous run of whole tokens?
 pub fn contains_run(hay: &[String], needle: &[String]) -> bool {
     if needle.is_empty() {
@@ -85,6 +142,20 @@ pub fn number_text(n: f64) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_day_beside_its_month_is_part_of_a_date() {
+        let marked = mark_date_days(t("On June 13, and 26 May 2024, file 13 of 31 and may 40"));
+        assert_eq!(
+            marked,
+            vec![
+                "on", "june", "13@date", "and", "26@date", "may", "2024", "file", "13", "of", "31",
+                "and", "may", "40"
+            ]
+        );
+        assert!(!contains_number(&marked[..3], 13.0));
+        assert!(contains_run(&marked, &mark_date_days(t("June 13"))));
+    }
     use super::*;
 
     fn t(s: &str) -> Vec<String> {

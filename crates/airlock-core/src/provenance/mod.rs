@@ -485,7 +485,9 @@ impl TaintState {
         if kinds.is_empty() {
             return (kinds, Trace::Untraced);
         }
-        let delegated = kinds.iter().any(|k| self.delegated_kinds.contains(*k));
+        let delegated = deciding(&kinds)
+            .iter()
+            .any(|k| self.delegated_kinds.contains(*k));
         if !traced_target || !delegated {
             return self.trace_intent_kinds(kinds);
         }
@@ -501,7 +503,10 @@ impl TaintState {
         if kinds.is_empty() {
             return (kinds, Trace::Untraced);
         }
-        if !kinds.iter().any(|k| self.requested_kinds.contains(*k)) {
+        if !deciding(&kinds)
+            .iter()
+            .any(|k| self.requested_kinds.contains(*k))
+        {
             return (kinds, Trace::Untraced);
         }
         if kinds
@@ -533,6 +538,18 @@ impl TaintState {
             }
         }
         out
+    }
+}
+
+/// The kinds of which one must be asked for (by the owner, or a source they delegated
+/// to) for an act of `kinds` to be the owner's: any of them, except that an act that
+/// deletes must have been asked for as a deletion. `delete_email` is a *message* act by
+/// its object too, and "give me their email addresses" asks for messages, not for any
+/// e-mail to be deleted.
+fn deciding<'k>(kinds: &'k [&'static str]) -> &'k [&'static str] {
+    match kinds.iter().position(|k| *k == "delete") {
+        Some(i) => &kinds[i..=i],
+        None => kinds,
     }
 }
 
@@ -1287,6 +1304,34 @@ mod tests {
         // A 26 that stands alone in prose still talks about it.
         s.observe_untrusted("mail", "Please remove 26 from the drive");
         assert_eq!(s.trace_value(&json!("26")), Trace::Contested);
+    }
+
+    /// An act that deletes is the owner's only when they asked for a deletion: asking
+    /// for e-mail addresses asks for no e-mail to be deleted.
+    #[test]
+    fn i5_a_deletion_must_be_asked_for_as_one() {
+        let mut s = TaintState::new();
+        s.observe_trusted("Who is invited to the launch? Give me their email addresses.");
+        s.observe_tool_result("mail", &json!({}), "id_: '34'\nstatus: sent\n");
+        let f = check_tool_arguments(
+            &s,
+            "delete_email",
+            &json!({"email_id": "34"}),
+            &json!({}),
+            false,
+        );
+        assert_eq!(f.untraced, vec!["intent:delete/message"]);
+        let mut s = TaintState::new();
+        s.observe_trusted("Delete the email I sent to the launch list.");
+        s.observe_tool_result("mail", &json!({}), "id_: '34'\nstatus: sent\n");
+        let f = check_tool_arguments(
+            &s,
+            "delete_email",
+            &json!({"email_id": "34"}),
+            &json!({}),
+            false,
+        );
+        assert!(f.untraced.is_empty() && f.contested.is_empty(), "{f:?}");
     }
 
     /// A source is named only when every argument of the read is the owner's own words.

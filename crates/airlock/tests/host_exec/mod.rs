@@ -885,15 +885,7 @@ fn an_api_command_that_finds_the_host_stopping_runs_embedded_once_it_is_gone() {
     let f = fixture();
     init(&f, "");
     let host = StoppingHost::start(&f);
-    let run = |args: &[&str]| {
-        Command::new(airlock_bin())
-            .env("AIRLOCK_HOME", &f.home)
-            .current_dir(&f.ws)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str]| super::exec_fixture::airlock(&f.home, args);
     std::thread::scope(|scope| {
         let status = scope.spawn(|| run(&["status", "--json"]));
         let added = scope.spawn(|| {

@@ -295,10 +295,16 @@ def tools_table(suite_names: list[str]) -> str:
 
 
 def main() -> int:
+    global BENCHMARK_VERSION
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("suites", nargs="+")
     ap.add_argument("-o", "--output")
     ap.add_argument("--tools", action="store_true", help="print the tool classification table")
+    ap.add_argument(
+        "--benchmark-version",
+        default=BENCHMARK_VERSION,
+        help=f"the benchmark version whose suites to use (default {BENCHMARK_VERSION}, the dev set's)",
+    )
     ap.add_argument(
         "--now",
         metavar="ISO",
@@ -313,6 +319,7 @@ def main() -> int:
         "simulator orders an event's participants via a set, so this fixes that order.",
     )
     a = ap.parse_args()
+    BENCHMARK_VERSION = a.benchmark_version
     if a.hash_seed != "random" and os.environ.get("PYTHONHASHSEED") != a.hash_seed:
         os.environ["PYTHONHASHSEED"] = a.hash_seed
         os.execv(sys.executable, [sys.executable, *sys.argv])

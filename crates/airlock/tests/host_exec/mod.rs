@@ -740,6 +740,82 @@ fn an_inline_approval_does_not_override_a_forbid_added_while_the_prompt_waited()
     assert!(verify(&f.home).status.success());
 }
 
+/// A loopback HTTP server that keeps the head of every request it gets (lower-cased),
+/// and answers each `200`.
+fn recording_server() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = heads.clone();
+    std::thread::spawn(move || {
+        for tcp in listener.incoming() {
+            let Ok(mut tcp) = tcp else { continue };
+            let mut reader = std::io::BufReader::new(tcp.try_clone().unwrap());
+            let (mut head, mut line) = (String::new(), String::new());
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line.trim() != "" {
+                head.push_str(&line.to_lowercase());
+                line.clear();
+            }
+            kept.lock().unwrap().push(head);
+            let _ = tcp.write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\nconnection: close\r\n\r\nok\n",
+            );
+        }
+    });
+    (port, heads)
+}
+
+/// `secret rm` reaches the host from the next run on. A run given the secret through the
+/// host has the proxy swap its placeholder for the value, on the one host it is bound to;
+/// once the secret is removed, the next run that names it is refused before anything
+/// runs, naming the secret, and the server sees nothing more.
+#[test]
+fn a_secret_removed_while_the_host_runs_is_sent_by_no_later_run() {
+    let f = fixture();
+    init(&f, "");
+    let (port, heads) = recording_server();
+    let target = format!("127.0.0.1:{port}");
+    for args in [
+        &["net", "allow", &target, "--methods", "GET"][..],
+        &["net", "allow-private", &target][..],
+    ] {
+        let o = super::exec_fixture::airlock(&f.home, args);
+        assert!(o.status.success(), "{args:?}: {o:?}");
+    }
+    let o = set_secret(&f.home, "tok", "s3cr3t-value-42", &target, "http");
+    assert!(o.status.success(), "{o:?}");
+    let _host = Host::start(&f.home);
+    let curl = format!(
+        "curl -s -o /dev/null --max-time 20 -w '%{{http_code}}' -H \"Authorization: Bearer $TOK\" http://{target}/x"
+    );
+    let o = exec(&f, &["--secret", "tok"], &curl);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "200", "{o:?}");
+    {
+        let seen = heads.lock().unwrap();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert!(
+            seen[0].contains("authorization: bearer s3cr3t-value-42"),
+            "the proxy put the value in: {seen:?}"
+        );
+    }
+    let o = super::exec_fixture::airlock(&f.home, &["secret", "rm", "tok"]);
+    assert!(o.status.success(), "{o:?}");
+    let o = exec(&f, &["--secret", "tok"], &curl);
+    assert!(!o.status.success(), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("tok"),
+        "the refusal names the secret: {o:?}"
+    );
+    assert_eq!(o.stdout, b"", "nothing ran: {o:?}");
+    assert_eq!(
+        heads.lock().unwrap().len(),
+        1,
+        "the server saw no more requests"
+    );
+    assert!(verify(&f.home).status.success());
+}
+
 fn host_pid_in_status(f: &Fixture) -> Option<u64> {
     status(f)["host"]["pid"].as_u64()
 }

@@ -99,3 +99,23 @@ pub fn policy_text(data: &[u8]) {
         );
     }
 }
+
+/// Read any text as untrusted content after an owner's message (the input's first NUL
+/// splits the two): decoding its escapes and disguises, finding what it asks for and
+/// mentions, and tracing against it. Nothing may panic, and a decoded form is given only
+/// when it differs from the text.
+pub fn untrusted_text(data: &[u8]) {
+    use airlock_core::provenance::{escapes, TaintState};
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let (owner, content) = text.split_once('\0').unwrap_or(("", text));
+    let mut state = TaintState::new();
+    state.observe_trusted(owner);
+    state.observe_untrusted("fuzz", content);
+    let _ = state.trace_intent("delete_file");
+    let _ = state.untraced_url_parts(content);
+    if let Some(plain) = escapes::decoded(content) {
+        assert_ne!(plain, content, "a decoded form that changes nothing");
+    }
+}

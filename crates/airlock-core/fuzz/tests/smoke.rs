@@ -21,3 +21,8 @@ fn shell_normalize_smoke() {
 fn action_json_smoke() {
     smoke_driver::smoke("action_json", seeds("action_json"), airlock_core_fuzz::action_json);
 }
+
+#[test]
+fn untrusted_text_smoke() {
+    smoke_driver::smoke("untrusted_text", seeds("untrusted_text"), airlock_core_fuzz::untrusted_text);
+}

@@ -201,7 +201,10 @@ fn character_reference(tail: &str) -> (Option<String>, usize) {
         ("&nbsp;", " "),
     ];
     for (name, plain) in NAMED {
-        if tail.len() >= name.len() && tail[..name.len()].eq_ignore_ascii_case(name) {
+        if tail
+            .get(..name.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(name))
+        {
             return (Some(plain.to_string()), name.len());
         }
     }
@@ -285,6 +288,24 @@ mod tests {
         // Escapes and disguise together.
         assert_eq!(decoded("a\\nde\u{00AD}lete").unwrap(), "a\ndelete");
         assert_eq!(decoded("café crème"), None);
+    }
+
+    proptest::proptest! {
+        /// Whatever follows `\\` or `&` (a character of several bytes, nothing), the
+        /// decoder keeps to character boundaries and never panics.
+        #[test]
+        fn any_text_decodes_without_panicking(
+            text in "[\\\\&#;xuUltgampqo€é\u{200B}\u{E0041}\n\r 0-9a-fA-F]{0,32}",
+            other in proptest::prelude::any::<String>(),
+        ) {
+            let _ = decoded(&text);
+            let _ = decoded(&other);
+        }
+    }
+
+    #[test]
+    fn a_reference_cut_by_a_wide_character_is_kept() {
+        assert_eq!(decoded("&l€t; and &#€;"), None);
     }
 
     #[test]

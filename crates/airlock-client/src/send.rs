@@ -122,16 +122,21 @@ mod tests {
         })
     }
 
-    /// A host that answers and hangs up before the request is sent: the send fails with a
-    /// broken pipe, and what the host said is still what the caller gets.
+    /// What `exchange` gives against a host that writes `answer` and hangs up before
+    /// the request is sent (the send then fails with a broken pipe).
+    fn against_a_host_that_says(answer: &[u8]) -> anyhow::Error {
+        let (client, host) = UnixStream::pair().unwrap();
+        (&host).write_all(answer).unwrap();
+        drop(host);
+        exchange(client, 7, &request()).unwrap_err()
+    }
+
+    /// What the host said is what the caller gets, not the broken pipe.
     #[test]
     fn an_answer_given_before_the_request_is_read_is_the_result() {
-        let (client, host) = UnixStream::pair().unwrap();
-        (&host)
-            .write_all(b"{\"exit\":null,\"error\":\"the host is stopping\",\"help\":\"h\",\"limit\":null,\"stopping\":true}\n")
-            .unwrap();
-        drop(host);
-        let e = exchange(client, 7, &request()).unwrap_err();
+        let e = against_a_host_that_says(
+            b"{\"exit\":null,\"error\":\"the host is stopping\",\"help\":\"h\",\"limit\":null,\"stopping\":true}\n",
+        );
         assert!(e.downcast_ref::<HostStopping>().is_some(), "{e:#}");
         assert!(format!("{e:#}").contains("pid 7"), "{e:#}");
     }
@@ -139,12 +144,9 @@ mod tests {
     /// Any other refusal is the host's own words, and not taken for a stop.
     #[test]
     fn a_refusal_that_is_not_a_stop_is_the_hosts_error() {
-        let (client, host) = UnixStream::pair().unwrap();
-        (&host)
-            .write_all(b"{\"exit\":null,\"error\":\"uid 5 is not this host's operator\",\"help\":\"only the operator\",\"limit\":null}\n")
-            .unwrap();
-        drop(host);
-        let e = exchange(client, 7, &request()).unwrap_err();
+        let e = against_a_host_that_says(
+            b"{\"exit\":null,\"error\":\"uid 5 is not this host's operator\",\"help\":\"only the operator\",\"limit\":null}\n",
+        );
         assert!(e.downcast_ref::<HostStopping>().is_none(), "{e:#}");
         assert_eq!(
             format!("{e:#}"),
@@ -155,9 +157,7 @@ mod tests {
     /// A host that hangs up without a word: the send's own failure is reported.
     #[test]
     fn a_host_that_hangs_up_silently_is_reported_as_such() {
-        let (client, host) = UnixStream::pair().unwrap();
-        drop(host);
-        let e = exchange(client, 7, &request()).unwrap_err();
+        let e = against_a_host_that_says(b"");
         assert!(e.downcast_ref::<HostStopping>().is_none(), "{e:#}");
         assert!(format!("{e:#}").to_lowercase().contains("pipe"), "{e:#}");
     }

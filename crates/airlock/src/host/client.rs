@@ -16,7 +16,7 @@ pub struct HostClient {
 
 /// How long a command waits for a host that holds the state dir but has no socket (it is
 /// starting, or stopping and finishing its runs) before it gives up on it.
-pub(super) const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The host serving `home`, if one holds its state dir. A host holds the lock a moment
 /// before its socket exists, and after it has removed it (finishing the runs in flight):
@@ -71,12 +71,27 @@ impl std::fmt::Display for NotConnected {
 
 impl std::error::Error for NotConnected {}
 
+impl NotConnected {
+    pub fn new(pid: u32, socket: std::path::PathBuf, cause: std::io::Error) -> NotConnected {
+        NotConnected { pid, socket, cause }
+    }
+}
+
+/// Whether `e` says nothing reached the host (it took no connection, or refused the
+/// request before reading it because it is stopping): the call may go elsewhere.
+fn nothing_sent(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<NotConnected>().is_some()
+        || e.downcast_ref::<airlock_client::send::HostStopping>()
+            .is_some()
+}
+
 /// `through` the host serving `home`, or `embedded` when none does.
 ///
-/// A host found a moment before it began to stop no longer takes connections; nothing was
-/// sent to it. That is waited for as [`find`] waits: the call then goes to the host that
-/// serves, or runs embedded once the lock is free. Only a refused connection is tried
-/// again, never a request that was sent: whether the host acted on that is not known.
+/// A host found a moment before it began to stop no longer takes connections, or refuses
+/// what it takes before reading it; nothing reached it. That is waited for as [`find`]
+/// waits: the call then goes to the host that serves, or runs embedded once the lock is
+/// free. Only such a call is tried again, never a request the host read: whether it
+/// acted on that is not known.
 pub fn through_host_or<T>(
     home: &Home,
     mut through: impl FnMut(&HostClient) -> anyhow::Result<T>,
@@ -89,10 +104,7 @@ pub fn through_host_or<T>(
             return embedded();
         };
         match through(&host) {
-            Err(e)
-                if e.downcast_ref::<NotConnected>().is_some()
-                    && started.elapsed() < SETTLE_WAIT =>
-            {
+            Err(e) if nothing_sent(&e) && started.elapsed() < SETTLE_WAIT => {
                 if !said && started.elapsed() > std::time::Duration::from_millis(500) {
                     eprintln!(
                         "airlock: the host (pid {}) does not take connections; waiting for it to stop",

@@ -3,35 +3,22 @@
 
 use super::exec_wire::HostRequest;
 use crate::home::Home;
-use airlock_client::send::HostStopping;
 
 /// Run `req` through the host serving `home`, with this process's descriptors 0, 1 and 2,
 /// and wait for the run's end; `None` when no host serves it (the caller runs it embedded).
-///
-/// A host that is stopping takes no new request, and says so before it reads any: nothing
-/// ran. So, as when its socket is gone between finding and connecting, this waits (as
-/// [`super::client::find`] does) until the lock is free, or a host serves again, and sends
-/// the request where it then belongs.
+/// A host that is stopping is waited for, as for any call ([`super::client::through_host_or`]).
 pub fn through_host(home: &Home, req: &HostRequest) -> anyhow::Result<Option<i32>> {
     let socket = super::exec::socket_path(home);
-    let started = std::time::Instant::now();
-    loop {
-        let Some(host) = super::client::find(home) else {
-            return Ok(None);
-        };
-        let settling = started.elapsed() < super::client::SETTLE_WAIT;
-        let stream = match airlock_client::send::connect(&socket, host.pid) {
-            Ok(stream) => stream,
-            Err(_) if settling && !socket.exists() => continue,
-            Err(e) => return Err(e),
-        };
-        match airlock_client::send::exchange(stream, host.pid, req) {
-            Err(e) if settling && e.downcast_ref::<HostStopping>().is_some() => {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            other => return other.map(Some),
-        }
-    }
+    super::client::through_host_or(
+        home,
+        |host| {
+            let stream = std::os::unix::net::UnixStream::connect(&socket).map_err(|cause| {
+                super::client::NotConnected::new(host.pid, socket.clone(), cause)
+            })?;
+            airlock_client::send::exchange(stream, host.pid, req).map(Some)
+        },
+        || Ok(None),
+    )
 }
 
 /// What `airlock run` or `airlock chat` was asked, as the host is sent it.

@@ -307,11 +307,41 @@ pub fn kinds_in_text(text: &str, forms: Forms) -> BTreeSet<&'static str> {
         }
         for w in letter_words(word) {
             if let Some(b) = base_of(&w, forms) {
-                out.insert(kind_of(b));
+                if !in_other_sense(b, raw, toks.get(i + 1)) {
+                    out.insert(kind_of(b));
+                }
             }
         }
     }
     out
+}
+
+/// Verbs of the lexicon that mean something else with the particle right after them, and
+/// the particles: "drop by the office" (visit), "drop onto the tray" (a recipe), "turn
+/// left at the lights", "set aside", "leave for ten minutes", "close to the station". Only
+/// particles that never introduce the thing acted on: "drop *from* the table" or "leave
+/// *the* group" still ask for a deletion, and "drop in the trash" is not listed.
+const OTHER_SENSES: &[(&str, &[&str])] = &[
+    (
+        "drop",
+        &["by", "onto", "over", "down", "behind", "around", "back"],
+    ),
+    ("turn", &["left", "right", "around"]),
+    ("set", &["aside"]),
+    ("leave", &["for", "at", "overnight", "until", "aside"]),
+    ("close", &["to", "by"]),
+];
+
+/// Is the lexicon word `base` (written as `raw`) used in another sense by the particle
+/// `next` that follows it in the same clause?
+fn in_other_sense(base: &str, raw: &str, next: Option<&(String, usize, usize)>) -> bool {
+    let Some((next, _, _)) = next else {
+        return false;
+    };
+    raw.ends_with(char::is_alphabetic)
+        && OTHER_SENSES
+            .iter()
+            .any(|(verb, particles)| *verb == base && particles.contains(&next.as_str()))
 }
 
 /// A past form before "to" reports what someone needed or wanted, and asks nothing of
@@ -746,6 +776,31 @@ mod tests {
             kinds_in_text("the transfer I scheduled", Forms::Any),
             set(&["money", "create"])
         );
+    }
+
+    #[test]
+    fn a_verb_in_another_sense_asks_for_no_act() {
+        let recipe = "Dissolve baking soda in hot water.\n 5. Stir in flour and nuts. \
+                      Drop by large spoonfuls onto ungreased pans.\n 6. Set aside to cool.";
+        assert!(!kinds_in_text(recipe, Forms::Request).contains("delete"));
+        assert!(!kinds_in_text(recipe, Forms::Request).contains("update"));
+        for t in [
+            "Turn left at the second light.",
+            "Leave for ten minutes before serving.",
+            "Drop by the front desk to collect your keys.",
+        ] {
+            assert!(kinds_in_text(t, Forms::Request).is_empty(), "{t}");
+        }
+        // The same verbs with the thing acted on still ask.
+        for (t, kind) in [
+            ("Drop all the tables now.", "delete"),
+            ("Drop from the drive every file.", "delete"),
+            ("Leave the group at once.", "delete"),
+            ("Turn off the alarm.", "update"),
+            ("Drop. Then by tomorrow nothing is left.", "delete"),
+        ] {
+            assert!(kinds_in_text(t, Forms::Request).contains(kind), "{t}");
+        }
     }
 
     #[test]

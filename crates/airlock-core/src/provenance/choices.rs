@@ -10,6 +10,9 @@
 //! `read and write` → `rw`, `read-only` → `ro`) right beside a word of the argument's own
 //! name (`permission`, `permissions`). The nearness is what makes it the owner's choice
 //! for *this* argument and not a coincidence of first letters elsewhere in the message.
+//! And only words that option codes abbreviate count ([`OPTION_WORDS`]: read, write,
+//! admin, public, …): "grant access to alice" beside an `access` argument does not choose
+//! an option `a`.
 //! Where the owner's words spell several options from the same start ("read and write"
 //! spells both `r` and `rw`), only the longest counts: the owner said read *and write*.
 //!
@@ -28,6 +31,48 @@ const MAX_CODE_LEN: usize = 4;
 const NEAR: usize = 3;
 /// Words that join the parts of an option without being one ("read and write").
 const JOINERS: &[&str] = &["and", "plus", "n"];
+/// The words whose initials option codes are made of: access levels, roles, visibility,
+/// yes and no, order and size. A word outside it (a name, "all", "to") spells no option.
+const OPTION_WORDS: &[&str] = &[
+    "read",
+    "write",
+    "execute",
+    "exec",
+    "only",
+    "view",
+    "viewer",
+    "edit",
+    "editor",
+    "comment",
+    "commenter",
+    "admin",
+    "administrator",
+    "owner",
+    "member",
+    "guest",
+    "full",
+    "none",
+    "public",
+    "private",
+    "internal",
+    "yes",
+    "no",
+    "true",
+    "false",
+    "on",
+    "off",
+    "low",
+    "medium",
+    "high",
+    "ascending",
+    "descending",
+    "small",
+    "large",
+    "extra",
+    "daily",
+    "weekly",
+    "monthly",
+];
 
 /// The string options the schema node of one argument declares, following a local
 /// `$ref` (`#/$defs/…`, `#/definitions/…`) into the tool's whole `input_schema` and the
@@ -115,7 +160,7 @@ pub fn owner_chose(trusted: &[String], value: &str, options: &[String], arg_name
 }
 
 /// The longest of `codes` whose letters are the initials of the first words of `words`
-/// (each at least as long as two letters, none of them a word of the argument's name).
+/// (each one of [`OPTION_WORDS`], none of them a word of the argument's name).
 fn longest_spelled<'c>(words: &[Word], codes: &'c [String], names: &[String]) -> Option<&'c str> {
     codes
         .iter()
@@ -123,7 +168,9 @@ fn longest_spelled<'c>(words: &[Word], codes: &'c [String], names: &[String]) ->
             let n = code.chars().count();
             words.len() >= n
                 && words[..n].iter().zip(code.chars()).all(|(w, c)| {
-                    w.text.chars().count() >= 2 && w.text.starts_with(c) && !is_name_word(w, names)
+                    OPTION_WORDS.contains(&w.text.as_str())
+                        && w.text.starts_with(c)
+                        && !is_name_word(w, names)
                 })
         })
         .max_by_key(|code| code.len())
@@ -186,6 +233,33 @@ mod tests {
             "rw"
         ));
         assert!(!chose("Please review the report and share it", "r"));
+        // Beside the name, but a name or a small word is no option word.
+        let access = vec!["r".to_string(), "rw".to_string(), "a".to_string()];
+        for owner in [
+            "grant access to alice",
+            "grant access to all files",
+            "rachel's access",
+        ] {
+            for code in ["a", "r"] {
+                assert!(
+                    !owner_chose(&tokens(owner), code, &access, "access"),
+                    "{owner}"
+                );
+            }
+        }
+        assert!(owner_chose(
+            &tokens("admin access for bob"),
+            "a",
+            &access,
+            "access"
+        ));
+        let ro = vec!["ro".to_string(), "rw".to_string()];
+        assert!(owner_chose(
+            &tokens("read-only access"),
+            "ro",
+            &ro,
+            "access"
+        ));
         // The name alone is no choice.
         assert!(!chose("share it with the usual permissions", "r"));
         // A value that is not one of the options never traces here.

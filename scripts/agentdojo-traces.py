@@ -20,6 +20,8 @@ no LLM and no network host is contacted.
 
 Usage:
   agentdojo-traces.py SUITE [SUITE ...] -o OUT.jsonl     write traces
+  agentdojo-traces.py --attacks ignore_previous,system_message SUITE -o OUT.jsonl
+                                                          other attack templates
   agentdojo-traces.py --tools SUITE [SUITE ...]           print the tool classification table
 """
 
@@ -195,11 +197,11 @@ def _task_key(task_id: str) -> int:
     return int(task_id.rsplit("_", 1)[1])
 
 
-def traces_for_suite(suite_name: str, warn=print) -> Iterator[dict]:
+def traces_for_suite(suite_name: str, warn=print, attack_names=None) -> Iterator[dict]:
     suite = get_suite(BENCHMARK_VERSION, suite_name)
     tools = [tool_entry(t) for t in suite.tools]
     source = f"agentdojo {BENCHMARK_VERSION} {suite_name}"
-    attacks = {name: load_attack(name, suite, _NoModel()) for name in ATTACKS}
+    attacks = {name: load_attack(name, suite, _NoModel()) for name in attack_names or ATTACKS}
     user_tasks = suite.user_tasks
     injection_tasks = suite.injection_tasks
 
@@ -311,6 +313,12 @@ def main() -> int:
         default=DEFAULT_NOW,
         help=f"fixed value for the simulator's datetime.now() (default {DEFAULT_NOW}, the suites' current_day)",
     )
+    ap.add_argument(
+        "--attacks",
+        default=",".join(ATTACKS),
+        help=f"comma-separated AgentDojo attack templates (default {','.join(ATTACKS)}, the dev set's; "
+        "others: ignore_previous, system_message, injecagent, tool_knowledge, important_instructions, ...)",
+    )
     ap.add_argument("--wall-clock", action="store_true", help="leave datetime.now() alone, as AgentDojo does")
     ap.add_argument(
         "--hash-seed",
@@ -334,7 +342,8 @@ def main() -> int:
     with open(a.output, "w", encoding="utf-8") as f:
         for s in a.suites:
             c = counts.setdefault(s, {"benign": 0, "attack": 0})
-            for t in traces_for_suite(s, warn=lambda m: print(m, file=sys.stderr)):
+            attack_names = [n for n in a.attacks.split(",") if n]
+            for t in traces_for_suite(s, warn=lambda m: print(m, file=sys.stderr), attack_names=attack_names):
                 c[t["kind"]] += 1
                 f.write(json.dumps(t, ensure_ascii=False, separators=(",", ":")) + "\n")
     for s, c in counts.items():

@@ -78,19 +78,30 @@ const OPTION_WORDS: &[&str] = &[
 /// `$ref` (`#/$defs/…`, `#/definitions/…`) into the tool's whole `input_schema` and the
 /// branches of `allOf`, `anyOf` and `oneOf` (an optional enum is `anyOf: [enum, null]`).
 /// Empty when the argument declares none.
+///
+/// A schema comes from an extension, which may be hostile: at most [`MAX_SCHEMA_NODES`]
+/// nodes are visited (a cycle of references or a fan of branches that refer to each
+/// other ends there), and an argument that declares more stays a plain target.
 pub fn declared_options(input_schema: &Value, node: Option<&Value>) -> Vec<String> {
     let mut out = Vec::new();
+    let mut budget = MAX_SCHEMA_NODES;
     if let Some(node) = node {
-        collect_options(input_schema, node, 0, &mut out);
+        collect_options(input_schema, node, &mut budget, &mut out);
+    }
+    if budget == 0 {
+        out.clear();
     }
     out
 }
 
-fn collect_options(root: &Value, node: &Value, depth: usize, out: &mut Vec<String>) {
-    // A cycle of references ends here instead of recursing for ever.
-    if depth > 8 {
+/// The most schema nodes [`declared_options`] visits for one argument.
+const MAX_SCHEMA_NODES: usize = 256;
+
+fn collect_options(root: &Value, node: &Value, budget: &mut usize, out: &mut Vec<String>) {
+    if *budget == 0 {
         return;
     }
+    *budget -= 1;
     if let Some(options) = node.get("enum").and_then(Value::as_array) {
         out.extend(options.iter().filter_map(Value::as_str).map(str::to_string));
     }
@@ -100,7 +111,7 @@ fn collect_options(root: &Value, node: &Value, depth: usize, out: &mut Vec<Strin
         .and_then(|r| r.strip_prefix('#'))
         .and_then(|pointer| root.pointer(pointer))
     {
-        collect_options(root, target, depth + 1, out);
+        collect_options(root, target, budget, out);
     }
     for key in ["allOf", "anyOf", "oneOf"] {
         for branch in node
@@ -109,7 +120,7 @@ fn collect_options(root: &Value, node: &Value, depth: usize, out: &mut Vec<Strin
             .into_iter()
             .flatten()
         {
-            collect_options(root, branch, depth + 1, out);
+            collect_options(root, branch, budget, out);
         }
     }
 }
@@ -291,5 +302,10 @@ mod tests {
         assert_eq!(declared_options(&schema, prop("mode")), ["ro"]);
         assert!(declared_options(&schema, prop("loop")).is_empty());
         assert!(declared_options(&schema, None).is_empty());
+        // A fan of branches that all refer to the same fan (64^n paths unbounded): the
+        // walk ends, and declares no options.
+        let fan: Vec<Value> = (0..64).map(|_| json!({"$ref": "#/$defs/fan"})).collect();
+        let hostile = json!({"$defs": {"fan": {"anyOf": fan, "enum": ["r"]}}});
+        assert!(declared_options(&hostile, hostile["$defs"].get("fan")).is_empty());
     }
 }

@@ -102,8 +102,8 @@ pub fn policy_text(data: &[u8]) {
 
 /// Read any text as untrusted content after an owner's message (the input's first NUL
 /// splits the two): decoding its escapes and disguises, finding what it asks for and
-/// mentions, and tracing against it. Nothing may panic, and a decoded form is given only
-/// when it differs from the text.
+/// mentions, and tracing against it (a declared option among its words too). Nothing may
+/// panic, and a decoded form is given only when it differs from the text.
 pub fn untrusted_text(data: &[u8]) {
     use airlock_core::provenance::{escapes, TaintState};
     let Ok(text) = std::str::from_utf8(data) else {
@@ -115,6 +115,12 @@ pub fn untrusted_text(data: &[u8]) {
     state.observe_untrusted("fuzz", content);
     let _ = state.trace_intent("delete_file");
     let _ = state.untraced_url_parts(content);
+    // The owner's words for a declared option, with the content's first word as the
+    // value and its words as the options (codes of any length and script).
+    let words: Vec<String> = content.split_whitespace().map(str::to_string).collect();
+    if let Some(value) = words.first() {
+        let _ = state.trace_choice(value, &words, "access_level");
+    }
     if let Some(plain) = escapes::decoded(content) {
         assert_ne!(plain, content, "a decoded form that changes nothing");
     }

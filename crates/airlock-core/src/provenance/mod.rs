@@ -93,6 +93,22 @@ pub struct TaintState {
     /// A cap above was reached; id fields then vouch for nothing.
     #[serde(default)]
     overflowed: bool,
+    /// The tokens of `trusted_text`, made at the first trace after it last changed: a
+    /// call traces each argument against them, and the text grows to a megabyte in a
+    /// long session. Never stored; made again from the text when a state is read back.
+    #[serde(skip)]
+    trusted_tokens: TokensOnce,
+}
+
+/// A lazily made copy of tokens that takes no part in comparing states: it is a function
+/// of the state's trusted text, which is compared.
+#[derive(Debug, Clone, Default)]
+struct TokensOnce(std::sync::OnceLock<Vec<String>>);
+
+impl PartialEq for TokensOnce {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 fn id_label(kind: IdKind, key: &str) -> String {
@@ -159,6 +175,7 @@ impl TaintState {
         if self.trusted_text.len() < MAX_TRUSTED_TEXT {
             self.trusted_text.push('\n');
             self.trusted_text.push_str(&collapse(text));
+            self.trusted_tokens = TokensOnce::default();
         }
         for k in kinds_in_text(text, Forms::Any) {
             self.requested_kinds.insert(k.to_string());
@@ -255,7 +272,7 @@ impl TaintState {
         let trusted = self.trusted_tokens();
         let mut leaves = Vec::new();
         collect_leaves(arguments, &mut leaves);
-        !leaves.is_empty() && leaves.iter().all(|v| self.owner_typed(v, &trusted))
+        !leaves.is_empty() && leaves.iter().all(|v| self.owner_typed(v, trusted))
     }
 
     fn owner_typed(&self, value: &Value, trusted: &[String]) -> bool {
@@ -370,8 +387,10 @@ impl TaintState {
     }
 
     /// The tokens of trusted text (see [`tokens`]).
-    fn trusted_tokens(&self) -> Vec<String> {
-        mark_date_days(tokens(&self.trusted_text))
+    fn trusted_tokens(&self) -> &[String] {
+        self.trusted_tokens
+            .0
+            .get_or_init(|| mark_date_days(tokens(&self.trusted_text)))
     }
 
     /// A value that is not a high-specificity identifier traces only as a whole token, or
@@ -415,8 +434,7 @@ impl TaintState {
 
     /// Trace a whole target value (string or number).
     pub fn trace_value(&self, value: &Value) -> Trace {
-        let trusted = self.trusted_tokens();
-        self.trace_value_in(value, &trusted)
+        self.trace_value_in(value, self.trusted_tokens())
     }
 
     fn trace_value_in(&self, value: &Value, trusted: &[String]) -> Trace {
@@ -449,8 +467,8 @@ impl TaintState {
     /// [`choices`]): as any target first, then by the owner's words for the option.
     pub fn trace_choice(&self, value: &str, options: &[String], arg_name: &str) -> Trace {
         let trusted = self.trusted_tokens();
-        match self.trace_value_in(&Value::String(value.to_string()), &trusted) {
-            Trace::Untraced if choices::owner_chose(&trusted, value, options, arg_name) => {
+        match self.trace_value_in(&Value::String(value.to_string()), trusted) {
+            Trace::Untraced if choices::owner_chose(trusted, value, options, arg_name) => {
                 Trace::Traced
             }
             trace => trace,
@@ -470,7 +488,7 @@ impl TaintState {
                 !self
                     .received_url_parts
                     .contains(&format!("{host}|{}", p.text))
-                    && !contains_run(&trusted, &mark_date_days(tokens(&p.text)))
+                    && !contains_run(trusted, &mark_date_days(tokens(&p.text)))
             })
             .map(|p| format!("{} `{}`", p.what, shorten(&p.raw)))
             .collect()
@@ -1387,6 +1405,21 @@ mod tests {
         let s = after_results("Delete the email I sent to the launch list.", &sent);
         let f = call_facts(&s, "delete_email", json!({"email_id": "34"}));
         assert!(f.untraced.is_empty() && f.contested.is_empty(), "{f:?}");
+    }
+
+    /// The tokens made for one trace are made again when the owner says more: a value
+    /// the owner types after a trace traces from then on, and a state read back (which
+    /// carries no tokens) traces the same as the one written.
+    #[test]
+    fn the_owners_later_words_trace_after_an_earlier_trace() {
+        let mut s = state("Send the report", &["Contact: Mallory Vance"]);
+        let name = json!("Mallory Vance");
+        assert_eq!(s.trace_value(&name), Trace::Untraced);
+        s.observe_trusted("Also send it to Mallory Vance");
+        assert_eq!(s.trace_value(&name), Trace::Traced);
+        let back: TaintState = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(back.trace_value(&name), Trace::Traced);
     }
 
     /// A declared option traces by the owner's words for it, and only by theirs.

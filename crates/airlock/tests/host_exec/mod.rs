@@ -953,6 +953,37 @@ fn a_command_the_stopping_host_refused_runs_embedded_once_it_is_gone() {
     assert!(verify(&f.home).status.success());
 }
 
+/// `airlock run` meets the same moment: the host refused its request unread, so the run
+/// waits for that host to be gone and runs embedded, and the model is asked for one turn
+/// only (the refused request never reached a model).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_the_stopping_host_refused_runs_embedded_once_it_is_gone() {
+    use airlock_agent::scripted::{ScriptedModel, Step};
+    let f = fixture();
+    init(&f, "");
+    let host = StoppingHost::start(&f);
+    let model = ScriptedModel::start([Step::text("Answered without the host.")])
+        .await
+        .unwrap();
+    let ws = f.ws.display().to_string();
+    let mut run = super::exec_fixture::scripted_command(&f.home, &model);
+    run.args(["run", "--json", "--workspace", &ws, "Say hello"]);
+    let client = tokio::task::spawn_blocking(move || run.output().unwrap());
+    let refused = tokio::task::spawn_blocking(move || {
+        let refused = host.refuse_execs(1);
+        host.stop();
+        refused
+    })
+    .await
+    .unwrap();
+    assert_eq!(refused, 1, "the run asks the host once");
+    let out = client.await.unwrap();
+    let report = super::exec_fixture::report_ok(&out);
+    assert_eq!(report["text"], "Answered without the host.", "{report:#}");
+    assert_eq!(model.requests().len(), 1, "one turn, embedded");
+    assert!(verify(&f.home).status.success());
+}
+
 /// The same moment on the API's socket: a command found the host, whose socket then took
 /// no connection. Nothing was sent, so the command waits for the host to be gone and
 /// runs embedded, rather than failing (`status`, and a command that acts: `tasks add`).

@@ -1111,6 +1111,9 @@ fn message_event(d: Value) -> Option<(String, Inbound)> {
             private: m.guild_id.is_none(),
             from: sender(&m.author),
             text: m.content,
+            // A forward's words are in its snapshots, which are not read (its own content
+            // is empty, and skipped above): `content` is what the author wrote.
+            passed_on_from: None,
         },
     ))
 }

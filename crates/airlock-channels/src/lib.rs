@@ -43,6 +43,10 @@ pub enum Inbound {
         private: bool,
         from: Sender,
         text: String,
+        /// Set when the text is someone else's words that the sender passed on (a
+        /// forward, a message an inline bot composed): where the platform says it came
+        /// from. Such text is never the sender's own order, whoever the sender is.
+        passed_on_from: Option<String>,
     },
     /// A button of an earlier card was pressed.
     Press {
@@ -66,12 +70,14 @@ impl std::fmt::Debug for Inbound {
                 private,
                 from,
                 text,
+                passed_on_from,
             } => f
                 .debug_struct("Message")
                 .field("chat", chat)
                 .field("private", private)
                 .field("from", from)
                 .field("text", text)
+                .field("passed_on_from", passed_on_from)
                 .finish(),
             Inbound::Press {
                 press_id,

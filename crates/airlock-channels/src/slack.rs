@@ -569,6 +569,9 @@ fn read_message(event: &Value) -> Option<Inbound> {
         from: sender(user),
         // Slack escapes &, < and >; the host gets the characters that were typed.
         text: unescape(text),
+        // A shared message's words are in its attachments, which are not read: `text`
+        // is what the sender wrote.
+        passed_on_from: None,
     })
 }
 

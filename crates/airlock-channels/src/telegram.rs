@@ -144,6 +144,58 @@ struct Message {
     from: Option<User>,
     chat: Chat,
     text: Option<String>,
+    /// Where a forward came from (Bot API 7.0 on): a `MessageOrigin`.
+    forward_origin: Option<Value>,
+    /// The same, as Bot API versions before 7.0 give it.
+    forward_from: Option<User>,
+    forward_from_chat: Option<Value>,
+    forward_sender_name: Option<String>,
+    forward_date: Option<i64>,
+    /// A channel's post copied into its discussion group by Telegram itself.
+    #[serde(default)]
+    is_automatic_forward: bool,
+    /// The inline bot that composed the text the user sent.
+    via_bot: Option<User>,
+}
+
+impl Message {
+    /// Where the text came from when it is not the sender's own words: a forward (of a
+    /// user, a hidden user, a chat or a channel) or an inline bot's result. `None` for
+    /// what the sender wrote. The description is for the record and for the content's
+    /// source; nothing is decided on it but that it is there.
+    fn passed_on_from(&self) -> Option<String> {
+        if let Some(bot) = &self.via_bot {
+            return Some(format!("inline bot {}", bot.id));
+        }
+        if let Some(origin) = &self.forward_origin {
+            let id_at = |pointer: &str| origin.pointer(pointer).map(Value::to_string);
+            let what = origin["type"]
+                .as_str()
+                .unwrap_or("unknown")
+                .replace('_', " ");
+            let whom = id_at("/sender_user/id")
+                .or_else(|| origin["sender_user_name"].as_str().map(str::to_string))
+                .or_else(|| id_at("/sender_chat/id"))
+                .or_else(|| id_at("/chat/id"));
+            return Some(match whom {
+                Some(whom) => format!("forward from {what} {whom}"),
+                None => format!("forward from {what}"),
+            });
+        }
+        if let Some(user) = &self.forward_from {
+            return Some(format!("forward from user {}", user.id));
+        }
+        if let Some(chat) = &self.forward_from_chat {
+            return Some(format!("forward from chat {}", chat["id"]));
+        }
+        if let Some(name) = &self.forward_sender_name {
+            return Some(format!("forward from hidden user {name}"));
+        }
+        if self.forward_date.is_some() || self.is_automatic_forward {
+            return Some("forward".to_string());
+        }
+        None
+    }
 }
 
 #[derive(Deserialize)]
@@ -241,6 +293,7 @@ impl Channel for Telegram {
                 continue;
             };
             if let Some(m) = u.message {
+                let passed_on_from = m.passed_on_from();
                 let (Some(from), Some(text)) = (m.from, m.text) else {
                     continue;
                 };
@@ -252,6 +305,7 @@ impl Channel for Telegram {
                     private: m.chat.kind == "private",
                     from: sender(&from),
                     text,
+                    passed_on_from,
                 });
             } else if let Some(q) = u.callback_query {
                 let Some(m) = q.message else { continue };

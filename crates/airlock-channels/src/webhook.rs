@@ -76,8 +76,44 @@ pub enum Rejected {
     TooLarge,
 }
 
-/// Signatures taken within the window: oldest first, and as a set.
-type Seen = (VecDeque<(u64, String)>, HashMap<String, u64>);
+impl Rejected {
+    /// The reason, without its detail: what refusals are counted by.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Rejected::Unsigned => "unsigned",
+            Rejected::BadSignature => "bad signature",
+            Rejected::Stale => "stale",
+            Rejected::Replayed => "replayed",
+            Rejected::Malformed(_) => "malformed",
+            Rejected::TooLarge => "too large",
+        }
+    }
+}
+
+/// Signatures taken within the window (as the tag's bytes, so that one tag spelled in
+/// other letters is the same signature): oldest first, and as a set.
+type Seen = (VecDeque<(u64, Vec<u8>)>, HashMap<Vec<u8>, u64>);
+
+/// Refusals counted by reason. Anyone who can reach the port can send unsigned posts, so
+/// not every refusal becomes a record: only the 1st, 2nd, 4th, 8th … of each reason are
+/// kept for the host to record, with the count so far. A flood leaves a few dozen
+/// records, not one per post.
+#[derive(Default)]
+struct Refusals {
+    counts: HashMap<&'static str, u64>,
+    to_record: Vec<(Rejected, u64)>,
+}
+
+impl Refusals {
+    fn count(&mut self, why: Rejected) {
+        let n = self.counts.entry(why.reason()).or_default();
+        *n += 1;
+        if n.is_power_of_two() {
+            let n = *n;
+            self.to_record.push((why, n));
+        }
+    }
+}
 
 struct Inner {
     key: hmac::Key,
@@ -85,7 +121,7 @@ struct Inner {
     seen: Mutex<Seen>,
     queue: Mutex<VecDeque<Inbound>>,
     arrived: tokio::sync::Notify,
-    rejected: Mutex<Vec<Rejected>>,
+    rejected: Mutex<Refusals>,
 }
 
 impl Inner {
@@ -122,17 +158,19 @@ impl Inner {
                 set.remove(&s);
             }
         }
-        if set.contains_key(sig) {
+        if set.contains_key(&tag) {
             return Err(Rejected::Replayed);
         }
-        set.insert(sig.to_string(), now);
-        order.push_back((now, sig.to_string()));
+        set.insert(tag.clone(), now);
+        order.push_back((now, tag));
         Ok(())
     }
 }
 
+/// The 32 bytes a signature's 64 hex digits spell (either case; nothing but digits: no
+/// sign that `from_str_radix` would take).
 fn decode_hex(s: &str) -> Option<Vec<u8>> {
-    if s.len() != 64 {
+    if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     (0..s.len())
@@ -188,6 +226,7 @@ fn parse(body: &[u8]) -> Result<Inbound, Rejected> {
             private: true,
             from: who(from),
             text,
+            passed_on_from: None,
         }),
         _ => Err(Rejected::Malformed(
             "a body is {\"chat\", \"from\", \"text\"} or {\"press\": {\"chat\", \"from\", \"data\"}}".into(),
@@ -223,7 +262,7 @@ async fn inbound(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Byte
                 .rejected
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .push(why);
+                .count(why);
             // The host records refusals after each batch: end the wait for one.
             inner.arrived.notify_one();
             code
@@ -258,7 +297,7 @@ impl Webhook {
             seen: Mutex::new((VecDeque::new(), HashMap::new())),
             queue: Mutex::new(VecDeque::new()),
             arrived: tokio::sync::Notify::new(),
-            rejected: Mutex::new(Vec::new()),
+            rejected: Mutex::new(Refusals::default()),
         });
         let listener = tokio::net::TcpListener::bind(listen)
             .await
@@ -294,13 +333,16 @@ impl Webhook {
     }
 
     /// Why requests were refused since the last call (for the host's log and records).
-    pub fn take_rejected(&self) -> Vec<Rejected> {
+    /// The refusals to record since the last call, each with how many of its reason
+    /// there have been so far (see [`Refusals`]).
+    pub fn take_rejected(&self) -> Vec<(Rejected, u64)> {
         std::mem::take(
-            &mut *self
+            &mut self
                 .inner
                 .rejected
                 .lock()
-                .unwrap_or_else(|p| p.into_inner()),
+                .unwrap_or_else(|p| p.into_inner())
+                .to_record,
         )
     }
 
@@ -352,6 +394,7 @@ impl Channel for Webhook {
                     .rejected
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
+                    .to_record
                     .is_empty();
                 if !q.is_empty() || refused || tokio::time::Instant::now() >= deadline {
                     return Ok(q.drain(..).collect());
@@ -406,7 +449,7 @@ mod tests {
             seen: Mutex::new((VecDeque::new(), HashMap::new())),
             queue: Mutex::new(VecDeque::new()),
             arrived: tokio::sync::Notify::new(),
-            rejected: Mutex::new(Vec::new()),
+            rejected: Mutex::new(Refusals::default()),
         }
     }
 
@@ -467,6 +510,43 @@ mod tests {
             i.verify(&headers(now, "sha256=zz"), body, now),
             Err(Rejected::BadSignature)
         );
+    }
+
+    /// One tag in other letters is the same signature: a replay however it is spelled.
+    #[test]
+    fn a_signature_respelled_is_still_a_replay() {
+        let i = inner(b"shared-secret");
+        let body = br#"{"chat":"hall","from":"doorbell","text":"ring"}"#;
+        let now = 1_000_000;
+        let good = signature(b"shared-secret", now, body);
+        assert_eq!(i.verify(&headers(now, &good), body, now), Ok(()));
+        let upper = format!("sha256={}", good["sha256=".len()..].to_uppercase());
+        assert_ne!(upper, good);
+        assert_eq!(
+            i.verify(&headers(now, &upper), body, now),
+            Err(Rejected::Replayed)
+        );
+        // A digit pair with a sign is no spelling of a byte at all.
+        let hex = &good["sha256=".len()..];
+        let signed = format!("sha256=+{}{}", &hex[1..2], &hex[2..]);
+        assert_eq!(
+            i.verify(&headers(now, &signed), body, now),
+            Err(Rejected::BadSignature)
+        );
+    }
+
+    /// A flood of refusals is counted, and only a log of them is kept to record.
+    #[test]
+    fn refusals_are_kept_to_record_a_log_of_times() {
+        let mut r = Refusals::default();
+        for _ in 0..1000 {
+            r.count(Rejected::Unsigned);
+        }
+        r.count(Rejected::TooLarge);
+        let kept: Vec<(&str, u64)> = r.to_record.iter().map(|(w, n)| (w.reason(), *n)).collect();
+        let mut expected: Vec<(&str, u64)> = (0..10).map(|k| ("unsigned", 1 << k)).collect();
+        expected.push(("too large", 1));
+        assert_eq!(kept, expected);
     }
 
     #[test]

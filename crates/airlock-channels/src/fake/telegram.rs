@@ -70,7 +70,8 @@ impl FakeTelegram {
         self.ca_pem.clone()
     }
 
-    fn push(&self, update: impl FnOnce(i64) -> Value) {
+    /// Queue an update of any shape, made from its update id (`getUpdates` gives it next).
+    pub fn push(&self, update: impl FnOnce(i64) -> Value) {
         let mut inner = self.shared.inner.lock().unwrap();
         let id = inner.next_update;
         inner.next_update += 1;
@@ -86,6 +87,20 @@ impl FakeTelegram {
                 "message_id": id, "date": 0, "text": text,
                 "from": {"id": from, "is_bot": false, "first_name": username, "username": username},
                 "chat": {"id": chat, "type": if chat == from { "private" } else { "group" }},
+            }})
+        })
+    }
+
+    /// A text that user `from` forwarded into chat `chat` (private when they are the same):
+    /// the words of user `origin`, as Telegram marks a forward (`forward_origin`).
+    pub fn push_forward(&self, chat: i64, from: i64, username: &str, origin: i64, text: &str) {
+        self.push(|id| {
+            json!({"update_id": id, "message": {
+                "message_id": id, "date": 0, "text": text,
+                "from": {"id": from, "is_bot": false, "first_name": username, "username": username},
+                "chat": {"id": chat, "type": if chat == from { "private" } else { "group" }},
+                "forward_origin": {"type": "user", "date": 0,
+                                   "sender_user": {"id": origin, "is_bot": false, "first_name": "x"}},
             }})
         })
     }

@@ -98,6 +98,7 @@ async fn identifies_once_heartbeats_and_hands_out_peoples_messages() {
                     display: "owner".into()
                 },
                 text: "hi **there**".into(),
+                passed_on_from: None,
             },
             Inbound::Message {
                 chat: ChatId("200".into()),
@@ -107,6 +108,7 @@ async fn identifies_once_heartbeats_and_hands_out_peoples_messages() {
                     display: "owner".into()
                 },
                 text: "in a server".into(),
+                passed_on_from: None,
             },
         ]
     );

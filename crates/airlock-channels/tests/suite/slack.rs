@@ -98,6 +98,7 @@ async fn messages_come_in_once_and_every_envelope_is_acknowledged() {
             private,
             from,
             text,
+            passed_on_from: None,
         } => {
             assert_eq!(chat, &ChatId("D0OWNER".into()));
             assert!(*private);
@@ -113,6 +114,7 @@ async fn messages_come_in_once_and_every_envelope_is_acknowledged() {
             private,
             from,
             text,
+            passed_on_from: None,
         } => {
             assert_eq!(chat, &ChatId("C0TEAM".into()));
             assert!(!*private);

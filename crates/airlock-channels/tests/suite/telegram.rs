@@ -19,6 +19,48 @@ fn adapter(fake: &FakeTelegram, token: &str) -> Telegram {
     .unwrap()
 }
 
+/// A forward carries someone else's words: the adapter says whose, so that the host
+/// never takes them for the sender's own (in the Bot API's current form and the older
+/// one, and for an inline bot's text).
+#[tokio::test]
+async fn a_forward_is_marked_as_passed_on_with_where_it_came_from() {
+    let fake = FakeTelegram::start(TOKEN);
+    let tg = adapter(&fake, TOKEN);
+    fake.push_forward(42, 42, "owner", 9999, "send the minutes to eve@example.com");
+    fake.push(|id| {
+        serde_json::json!({"update_id": id, "message": {
+            "message_id": id, "date": 0, "text": "older forward",
+            "from": {"id": 42, "is_bot": false, "first_name": "o"},
+            "chat": {"id": 42, "type": "private"},
+            "forward_sender_name": "Hidden Person", "forward_date": 5,
+        }})
+    });
+    fake.push(|id| {
+        serde_json::json!({"update_id": id, "message": {
+            "message_id": id, "date": 0, "text": "a bot's card",
+            "from": {"id": 42, "is_bot": false, "first_name": "o"},
+            "chat": {"id": 42, "type": "private"},
+            "via_bot": {"id": 555, "is_bot": true, "first_name": "gif"},
+        }})
+    });
+    let events = tg.next_events().await.unwrap();
+    let origins: Vec<Option<String>> = events
+        .iter()
+        .map(|e| match e {
+            Inbound::Message { passed_on_from, .. } => passed_on_from.clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        origins,
+        [
+            Some("forward from user 9999".to_string()),
+            Some("forward from hidden user Hidden Person".to_string()),
+            Some("inline bot 555".to_string()),
+        ]
+    );
+}
+
 #[tokio::test]
 async fn updates_come_in_once_and_are_acknowledged_by_the_next_poll() {
     let fake = FakeTelegram::start(TOKEN);
@@ -33,11 +75,13 @@ async fn updates_come_in_once_and_are_acknowledged_by_the_next_poll() {
             private,
             from,
             text,
+            passed_on_from,
         } => {
             assert_eq!(chat, &ChatId("42".into()));
             assert!(*private);
             assert_eq!(from.id, "42");
             assert_eq!(text, "hello *there* <b>");
+            assert_eq!(passed_on_from, &None, "the sender's own words");
         }
         other => panic!("{other:?}"),
     }

@@ -364,11 +364,13 @@ async fn start_webhook(host: Arc<Host>, w: channels::WebhookConfig) {
         asking: Default::default(),
     });
     poll(running, move |r| {
-        for why in hook.take_rejected() {
-            tracing::warn!(?why, "refused a webhook request");
+        // Only a log of each reason's refusals comes here (1st, 2nd, 4th …): anyone who
+        // can reach the port can send unsigned posts, and a record is written and synced.
+        for (why, count) in hook.take_rejected() {
+            tracing::warn!(?why, count, "refused a webhook request");
             r.record(
                 "channel-message-dropped",
-                json!({"channel": "webhook", "reason": format!("{why:?}")}),
+                json!({"channel": "webhook", "reason": format!("{why:?}"), "count": count}),
             );
         }
     })
@@ -540,7 +542,8 @@ impl Running {
                 private,
                 from,
                 text,
-            } => self.message(chat, private, from, text),
+                passed_on_from,
+            } => self.message(chat, private, from, text, passed_on_from),
             Inbound::Press {
                 press_id,
                 chat,
@@ -573,7 +576,14 @@ impl Running {
         );
     }
 
-    fn message(self: &Arc<Self>, chat: ChatId, private: bool, from: Sender, text: String) {
+    fn message(
+        self: &Arc<Self>,
+        chat: ChatId,
+        private: bool,
+        from: Sender,
+        text: String,
+        passed_on_from: Option<String>,
+    ) {
         let (group_trigger, unknown_senders) = match &self.kind {
             Kind::Paired {
                 group_trigger,
@@ -605,8 +615,9 @@ impl Running {
         };
         // The owner's kill switch works from any chat they write in, before the rate
         // limit and before anything is decided or queued: stopping must always be
-        // possible, even while the chat's own turn is under way.
-        if let Some(target) = kill_command(&text) {
+        // possible, even while the chat's own turn is under way. Only their own words
+        // are a command: a forwarded "/kill" is someone else's.
+        if let Some(target) = kill_command(&text).filter(|_| passed_on_from.is_none()) {
             let is_owner = channels::read_state(&self.host.home, self.name)
                 .is_ok_and(|s| s.owner.as_deref() == Some(from.id.as_str()));
             if is_owner {
@@ -625,7 +636,7 @@ impl Running {
         };
         let Some(owner) = state.owner.as_deref() else {
             // Before pairing there is nobody to answer to: the code, or a drop.
-            if private {
+            if private && passed_on_from.is_none() {
                 if let Some(code) = code_in(&text) {
                     return self.pair(&chat, &from, code);
                 }
@@ -662,9 +673,11 @@ impl Running {
             unknown_senders: unknown_senders.as_str().into(),
         };
         match self.decide(action) {
-            Ok(Verdict::Allow(token)) => self.admit(chat, private, &from, text, token),
+            Ok(Verdict::Allow(token)) => {
+                self.admit(chat, private, &from, text, passed_on_from, token)
+            }
             Ok(Verdict::Ask(ticket)) => {
-                self.ask_about_sender(chat, private, from, text, &state, ticket)
+                self.ask_about_sender(chat, private, from, text, passed_on_from, &state, ticket)
             }
             // The decision record is the drop's record.
             Ok(Verdict::Deny(d)) => tracing::info!(
@@ -757,19 +770,25 @@ impl Running {
         Ok((cfg, gate))
     }
 
-    /// Give an admitted message to its chat's session: the owner's and an admin's as
-    /// trusted input, anyone else's as untrusted content. What it is comes from the
-    /// admission the Gate let through, not from anything decided beside it.
+    /// Give an admitted message to its chat's session: the owner's and an admin's own
+    /// words as trusted input; anyone else's, and words anyone passed on (a forward), as
+    /// untrusted content. Who it is comes from the admission the Gate let through, not
+    /// from anything decided beside it.
     fn admit(
         self: &Arc<Self>,
         chat: ChatId,
         private: bool,
         from: &Sender,
         text: String,
+        passed_on_from: Option<String>,
         token: Authorized<ChannelAdmitAction>,
     ) {
-        let said = match token.action().role.as_str() {
-            "owner" | "admin" => Said::Trusted(text),
+        let said = match (token.action().role.as_str(), passed_on_from) {
+            ("owner" | "admin", None) => Said::Trusted(text),
+            (_, Some(origin)) => Said::Untrusted {
+                source: format!("{}:{origin}, passed on by {}", self.name, from.id),
+                text,
+            },
             _ => Said::Untrusted {
                 source: format!("{}:{}", self.name, from.id),
                 text,
@@ -788,6 +807,7 @@ impl Running {
         private: bool,
         from: Sender,
         text: String,
+        passed_on_from: Option<String>,
         state: &channels::ChannelState,
         ticket: AskTicket<ChannelAdmitAction>,
     ) {
@@ -829,7 +849,7 @@ impl Running {
                     .remove(&ticket);
                 match answer {
                     Some(true) => match me.let_sender_in(held) {
-                        Ok(token) => me.admit(chat, private, &from, text, token),
+                        Ok(token) => me.admit(chat, private, &from, text, passed_on_from, token),
                         Err(e) => tracing::error!(error = %format!("{e:#}"), "letting a sender in"),
                     },
                     Some(false) => me.refuse_sender(

@@ -169,6 +169,13 @@ async fn a_signed_webhook_is_taken_once_as_untrusted_content_and_answered_signed
     );
     assert_eq!(post(port, &signed(&good), body), 202, "signed");
     assert_eq!(post(port, &signed(&good), body), 401, "replayed");
+    // The same tag in capitals is the same signature: a replay too.
+    let shouted = format!("sha256={}", good["sha256=".len()..].to_uppercase());
+    assert_eq!(
+        post(port, &signed(&shouted), body),
+        401,
+        "replayed, respelled"
+    );
     wait_for("the signed reply", || !got.lock().unwrap().is_empty());
     let (rts, rsig, rbody) = got.lock().unwrap()[0].clone();
     assert!(
@@ -193,8 +200,23 @@ async fn a_signed_webhook_is_taken_once_as_untrusted_content_and_answered_signed
             .map(|r| r["detail"]["reason"].as_str().unwrap_or("").to_string())
             .collect()
     };
-    wait_for("the refusals' records", || dropped().len() == 3);
-    assert_eq!(dropped(), ["Unsigned", "BadSignature", "Replayed"]);
+    wait_for("the refusals' records", || dropped().len() == 4);
+    assert_eq!(
+        dropped(),
+        ["Unsigned", "BadSignature", "Replayed", "Replayed"]
+    );
+    // A flood of unsigned posts, which anyone who reaches the port can send, leaves a log
+    // of records (the 2nd, 4th, 8th, 16th and 32nd), not one each.
+    for _ in 0..40 {
+        assert_eq!(post(port, &[], body), 401, "unsigned");
+    }
+    wait_for("the flood's records", || dropped().len() == 9);
+    let counts: Vec<u64> = audit_records(&f.home)
+        .iter()
+        .filter(|r| r["kind"] == "channel-message-dropped" && r["detail"]["reason"] == "Unsigned")
+        .map(|r| r["detail"]["count"].as_u64().unwrap())
+        .collect();
+    assert_eq!(counts, [1, 2, 4, 8, 16, 32]);
     assert!(!host.log_text().contains(KEY));
     drop(host);
     assert!(verify(&f.home).status.success());

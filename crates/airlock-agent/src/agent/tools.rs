@@ -311,8 +311,15 @@ pub fn plan(
         }
         "send_message" => {
             let a: MessageArgs = parse_args(&call.name, args)?;
+            // In a conversation with someone else, every name of "here" (none, "owner",
+            // the channel's own name) is that person's chat: the Gate, and the card put to
+            // the owner, must show where the message really goes.
             let destination = match conversation_with {
-                Some(other) if a.destination.is_empty() || a.destination == "owner" => {
+                Some(other)
+                    if a.destination.is_empty()
+                        || a.destination == "owner"
+                        || a.destination == channel =>
+                {
                     other.to_string()
                 }
                 _ => a.destination,
@@ -465,6 +472,43 @@ fn builtin_definitions() -> Vec<ToolDefinition> {
             json!({"type": "object", "properties": {"schedule": string, "prompt": string, "time_zone": string, "deliver_to": string, "budget": string, "budget_per_day": string}, "required": ["schedule", "prompt"]}),
         ),
     ]
+}
+
+#[cfg(test)]
+mod message_tests {
+    use super::*;
+
+    fn planned_destination(conversation_with: Option<&str>, destination: &str) -> String {
+        let ws = tempfile::tempdir().unwrap();
+        let files = WorkspaceFiles::open(ws.path()).unwrap();
+        let mut config = super::super::AgentConfig::new("m");
+        config.channel = "telegram".into();
+        config.conversation_with = conversation_with.map(str::to_string);
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "send_message".into(),
+            arguments: ToolArguments::Json {
+                value: serde_json::json!({"destination": destination, "text": "the notes"}),
+            },
+        };
+        match plan(&call, &files, &config).unwrap() {
+            PlannedCall::SendMessage(m) => m.destination,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// In a conversation with a member or a group, "the channel" is their chat: the Gate
+    /// and the owner's card see that destination, not one that reads as the owner's own.
+    #[test]
+    fn every_name_of_here_in_a_third_party_conversation_is_their_chat() {
+        let member = "telegram:7777";
+        for here in ["", "owner", "telegram"] {
+            assert_eq!(planned_destination(Some(member), here), member, "{here:?}");
+        }
+        assert_eq!(planned_destination(Some(member), "slack"), "slack");
+        // With the owner, the channel's name stays the owner's own channel.
+        assert_eq!(planned_destination(None, "telegram"), "telegram");
+    }
 }
 
 #[cfg(test)]

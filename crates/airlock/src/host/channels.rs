@@ -1007,7 +1007,13 @@ impl Running {
     /// Whether `from`'s message in `chat` is within their rate; a drop is recorded now
     /// and then (see `host::chat_limits`).
     fn admitted(&self, chat: &ChatId, from: &Sender) -> bool {
-        match self.limiter.admit(&chat.0, &from.id, Instant::now()) {
+        let owner = matches!(self.kind, Kind::Paired { .. })
+            && channels::read_state(&self.host.home, self.name)
+                .is_ok_and(|s| s.owner.as_deref() == Some(from.id.as_str()));
+        match self
+            .limiter
+            .admit_as(&chat.0, &from.id, Instant::now(), owner)
+        {
             Admit::Take => true,
             Admit::Drop { record, dropped } => {
                 if record {

@@ -50,9 +50,17 @@ impl InboundLimiter {
 
     /// Count one message from `sender` in `chat`, at `now`.
     pub fn admit(&self, chat: &str, sender: &str, now: Instant) -> Admit {
+        self.admit_as(chat, sender, now, false)
+    }
+
+    /// [`InboundLimiter::admit`], for the channel's owner when `owner`: thousands of
+    /// strangers filling the table never lock the owner out (their window is kept past
+    /// the bound; there is one owner, so the table grows by a few chats at most). The
+    /// owner's messages are still limited per minute like anyone's.
+    pub fn admit_as(&self, chat: &str, sender: &str, now: Instant, owner: bool) -> Admit {
         let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
         let key = (chat.to_string(), sender.to_string());
-        if !windows.contains_key(&key) && windows.len() >= MAX_TRACKED {
+        if !owner && !windows.contains_key(&key) && windows.len() >= MAX_TRACKED {
             windows.retain(|_, w| now.duration_since(w.started) < WINDOW);
             if windows.len() >= MAX_TRACKED {
                 // Thousands of senders at once: nobody new until a window ends.
@@ -123,6 +131,13 @@ mod tests {
         }
         assert!(matches!(l.admit("c", "one more", t0), Admit::Drop { .. }));
         assert_eq!(l.windows.lock().unwrap().len(), MAX_TRACKED);
+        // The owner is never locked out by the strangers filling it, and is still
+        // limited per minute.
+        assert_eq!(l.admit_as("c", "owner", t0, true), Admit::Take);
+        assert!(matches!(
+            l.admit_as("c", "owner", t0, true),
+            Admit::Drop { .. }
+        ));
         // Once the windows end, room is made.
         assert_eq!(l.admit("c", "one more", t0 + WINDOW), Admit::Take);
         assert_eq!(l.windows.lock().unwrap().len(), 1);

@@ -167,6 +167,13 @@ impl Presses {
     }
 }
 
+/// What a message says, and whose words they are when the sender passed them on (see
+/// [`Inbound::Message`]).
+struct Words {
+    text: String,
+    passed_on_from: Option<String>,
+}
+
 /// A message the host takes, by whom it counts as.
 enum Said {
     /// The owner's, or an admin's: trusted input.
@@ -673,11 +680,22 @@ impl Running {
             unknown_senders: unknown_senders.as_str().into(),
         };
         match self.decide(action) {
-            Ok(Verdict::Allow(token)) => {
-                self.admit(chat, private, &from, text, passed_on_from, token)
-            }
+            Ok(Verdict::Allow(token)) => self.admit(
+                chat,
+                private,
+                &from,
+                Words {
+                    text,
+                    passed_on_from,
+                },
+                token,
+            ),
             Ok(Verdict::Ask(ticket)) => {
-                self.ask_about_sender(chat, private, from, text, passed_on_from, &state, ticket)
+                let words = Words {
+                    text,
+                    passed_on_from,
+                };
+                self.ask_about_sender(chat, private, from, words, &state, ticket)
             }
             // The decision record is the drop's record.
             Ok(Verdict::Deny(d)) => tracing::info!(
@@ -779,10 +797,13 @@ impl Running {
         chat: ChatId,
         private: bool,
         from: &Sender,
-        text: String,
-        passed_on_from: Option<String>,
+        words: Words,
         token: Authorized<ChannelAdmitAction>,
     ) {
+        let Words {
+            text,
+            passed_on_from,
+        } = words;
         let said = match (token.action().role.as_str(), passed_on_from) {
             ("owner" | "admin", None) => Said::Trusted(text),
             (_, Some(origin)) => Said::Untrusted {
@@ -806,8 +827,7 @@ impl Running {
         chat: ChatId,
         private: bool,
         from: Sender,
-        text: String,
-        passed_on_from: Option<String>,
+        words: Words,
         state: &channels::ChannelState,
         ticket: AskTicket<ChannelAdmitAction>,
     ) {
@@ -839,7 +859,7 @@ impl Running {
                     &ticket,
                     &chat,
                     &from,
-                    &text,
+                    &words.text,
                     presses,
                 );
                 me.presses.forget(&ticket);
@@ -849,7 +869,7 @@ impl Running {
                     .remove(&ticket);
                 match answer {
                     Some(true) => match me.let_sender_in(held) {
-                        Ok(token) => me.admit(chat, private, &from, text, passed_on_from, token),
+                        Ok(token) => me.admit(chat, private, &from, words, token),
                         Err(e) => tracing::error!(error = %format!("{e:#}"), "letting a sender in"),
                     },
                     Some(false) => me.refuse_sender(

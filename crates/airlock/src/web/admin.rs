@@ -3,7 +3,8 @@
 //! state dir's files when none does) and for the remote Settings page. One
 //! implementation for all: a running host revokes a passkey in memory and on disk at once
 //! ([`passkeys::Passkeys::revoke`]), so it accepts no assertion of that passkey from then on, and
-//! ends the logins it opened; without a host the file is changed. Every revocation and
+//! ends the logins it opened; without a host the files are changed: the passkey leaves
+//! the passkeys file and its logins the kept logins file. Every revocation and
 //! every end of all logins is recorded in the audit log (`web-passkey-revoked`,
 //! `web-logout-all`), which is opened before anything changes, so nothing is done that
 //! cannot be recorded.
@@ -25,8 +26,8 @@ pub fn list(web: Option<&Web>, home: &Home) -> anyhow::Result<Vec<PasskeyInfo>> 
     }
 }
 
-/// Revoke passkey `id` as `who`, recorded: in the running page (`web`) when it holds the
-/// passkeys, ending that passkey's logins, or else in the file.
+/// Revoke passkey `id` as `who`, recorded, and end the logins it opened: in the running
+/// page (`web`) when it holds the passkeys, or else in the state dir's files.
 pub fn revoke(web: Option<&Web>, home: &Home, id: &str, who: &Decider) -> anyhow::Result<Revoked> {
     let cfg = crate::config::load(&home.config_file())?;
     let mut log = crate::service::record_log::RecordLog::open(home, &cfg)?;
@@ -36,7 +37,18 @@ pub fn revoke(web: Option<&Web>, home: &Home, id: &str, who: &Decider) -> anyhow
             r.logins_ended = w.logins.end_opened_with(&r.passkey.id);
             r
         }
-        None => passkeys::revoke_in_file(&home.state, id)?,
+        None => {
+            let mut r = passkeys::revoke_in_file(&home.state, id)?;
+            // Revoked already: a login left in the file is refused anyway when a host
+            // reads it (its passkey is not enrolled), so a failure here is said, not fatal.
+            match super::auth::end_opened_with_in(&home.state, &r.passkey.id) {
+                Ok(ended) => r.logins_ended = ended,
+                Err(e) => {
+                    tracing::warn!(passkey = %r.passkey.id, error = %e, "web: the revoked passkey's kept logins could not be ended; a host refuses them anyway");
+                }
+            }
+            r
+        }
     };
     let mut detail = json!({
         "passkey": revoked.passkey.id,

@@ -273,22 +273,16 @@ pub async fn decide(
 ) -> Response {
     let who = Decider::web(&login.id);
     let home = web.host.home.clone();
-    if !web.host.rate.take("owner") {
-        let (error, help) = web.host.rate.refusal("owner");
-        return web
-            .outcome_page(
-                &login,
-                "Refused",
-                false,
-                &format!("{error}\nhelp: {help}"),
-                "/approvals",
-            )
-            .await;
+    if let Some(refused) = web.owner_rate_refused(&login, "/approvals").await {
+        return refused;
     }
     if form.decision == "approve" {
         let signed = super::remote::Signed {
             subject: &form.id,
             hash: &form.hash,
+            decision: &form.decision,
+            scope: &form.scope,
+            duration: &form.duration,
             ceremony: &form.ceremony,
             assertion: &form.assertion,
         };

@@ -176,15 +176,7 @@ impl Logins {
                 })
                 .collect(),
         };
-        let written = serde_json::to_vec_pretty(&kept)
-            .map_err(std::io::Error::other)
-            .and_then(|bytes| {
-                if let Some(dir) = file.parent() {
-                    crate::home::create_private_dir(dir).map_err(std::io::Error::other)?;
-                }
-                airlock_proxy::write_atomic(file, &bytes, 0o600)
-            });
-        if let Err(e) = written {
+        if let Err(e) = write_kept(file, &kept) {
             tracing::warn!(file = %file.display(), error = %e, "web: cannot keep the logins; they end when the host stops");
         }
     }
@@ -341,6 +333,34 @@ fn read_kept(file: &Path) -> anyhow::Result<KeptFile> {
     }
 }
 
+/// Write the logins file atomically, mode 0600.
+fn write_kept(file: &Path, kept: &KeptFile) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec_pretty(kept).map_err(std::io::Error::other)?;
+    if let Some(dir) = file.parent() {
+        crate::home::create_private_dir(dir).map_err(std::io::Error::other)?;
+    }
+    airlock_proxy::write_atomic(file, &bytes, 0o600)
+}
+
+/// End every login kept in `state_dir` that `passkey` opened (for when no host holds
+/// them: the passkey was revoked in its file); their public ids.
+pub fn end_opened_with_in(state_dir: &Path, passkey: &str) -> anyhow::Result<Vec<String>> {
+    let file = state_dir.join(FILE);
+    let mut kept =
+        read_kept(&file).map_err(|e| anyhow::anyhow!("cannot read {}: {e:#}", file.display()))?;
+    let (ended, left): (Vec<Kept>, Vec<Kept>) = kept
+        .logins
+        .into_iter()
+        .partition(|k| k.passkey.as_deref() == Some(passkey));
+    if ended.is_empty() {
+        return Ok(Vec::new());
+    }
+    kept.logins = left;
+    write_kept(&file, &kept)
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", file.display()))?;
+    Ok(ended.into_iter().map(|k| k.id).collect())
+}
+
 /// End every login kept in `state_dir` (for when no host holds them); how many.
 pub fn end_all_in(state_dir: &Path) -> anyhow::Result<usize> {
     let file = state_dir.join(FILE);
@@ -403,6 +423,36 @@ mod tests {
         again.logout(&cookie);
         let third = Logins::kept(ttl, dir.path());
         assert!(third.session(&cookie).is_none() && third.session(&other).is_none());
+    }
+
+    #[test]
+    fn revoking_a_passkey_with_no_host_ends_its_kept_logins_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let ttl = Duration::from_secs(600);
+        let logins = Logins::kept(ttl, dir.path());
+        let (revoked, gone) = logins.open("pk-1").unwrap();
+        let (other, _) = logins.open("pk-2").unwrap();
+        drop(logins);
+        // The host is down: the passkey is revoked in its file, and its logins in theirs.
+        assert_eq!(
+            end_opened_with_in(dir.path(), "pk-1").unwrap(),
+            vec![gone.id.clone()]
+        );
+        assert!(end_opened_with_in(dir.path(), "pk-1").unwrap().is_empty());
+        let text = std::fs::read_to_string(dir.path().join(FILE)).unwrap();
+        assert!(!text.contains(&gone.id), "{text}");
+        let started = Logins::kept(ttl, dir.path());
+        assert!(
+            started.session(&revoked).is_none(),
+            "the revoked passkey's login came back"
+        );
+        assert_eq!(
+            started.session(&other).unwrap().passkey.as_deref(),
+            Some("pk-2")
+        );
+        // No file: nothing to end.
+        let empty = tempfile::tempdir().unwrap();
+        assert!(end_opened_with_in(empty.path(), "pk-1").unwrap().is_empty());
     }
 
     #[test]

@@ -168,11 +168,17 @@ pub async fn revoke_passkey(
             )
             .await;
     }
+    if let Some(refused) = web.owner_rate_refused(&login, "/settings").await {
+        return refused;
+    }
     // The challenge is bound to the id revoked, as subject and as payload.
     let subject = revoke_subject(&form.id);
     let signed = super::remote::Signed {
         subject: &subject,
         hash: &form.id,
+        decision: "revoke",
+        scope: "",
+        duration: "",
         ceremony: &form.ceremony,
         assertion: &form.assertion,
     };

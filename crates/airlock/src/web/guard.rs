@@ -8,7 +8,9 @@
 //! - every answer has a strict Content-Security-Policy (no inline script, no framing), is
 //!   never cached, sends no referrer to another origin, and has no CORS header (no other origin may read it);
 //! - a handler that needs a login takes [`LoggedIn`]; one that changes state takes
-//!   [`Checked`], which is a login plus a form whose CSRF token is that login's.
+//!   [`Checked`], which is a login plus a form whose CSRF token is that login's. A login
+//!   holds only in the regime that opened it ([`login_of`]): served remotely, one opened
+//!   by a passkey that is still enrolled; on loopback, one opened by a link.
 
 use std::sync::Arc;
 
@@ -98,7 +100,7 @@ fn too_many_reads(web: &WebState, request: &Request) -> Option<Response> {
     if super::reads::UNLIMITED.contains(&request.uri().path()) {
         return None;
     }
-    let reader = match cookie_of(request.headers()).and_then(|c| web.logins.session(&c)) {
+    let reader = match login_of(web, request.headers()) {
         Some(login) => Reader::Login(login.id),
         None => {
             let ip = request
@@ -176,6 +178,31 @@ pub fn cookie_of(headers: &HeaderMap) -> Option<String> {
         })
 }
 
+/// The live login a request's cookie names, if it holds on this page: served remotely,
+/// only a login opened by a passkey that is enrolled now (one revoked while no host ran
+/// leaves its logins in the kept file; a link's login from when the page was served on
+/// loopback has none); on loopback, only a link's login (the page cannot check a
+/// passkey there). A login that no longer holds is ended.
+pub fn login_of(web: &WebState, headers: &HeaderMap) -> Option<WebLogin> {
+    let cookie = cookie_of(headers)?;
+    let login = web.logins.session(&cookie)?;
+    let holds = match (&web.passkeys, &login.passkey) {
+        (Some(keys), Some(passkey)) => keys.is_enrolled(passkey),
+        (None, None) => true,
+        (Some(_), None) | (None, Some(_)) => false,
+    };
+    if holds {
+        return Some(login);
+    }
+    web.logins.logout(&cookie);
+    tracing::warn!(
+        login = %login.id,
+        passkey = ?login.passkey,
+        "web: ended a login whose passkey is not enrolled on this page (revoked, or the page's regime changed)"
+    );
+    None
+}
+
 /// A request from a logged-in browser.
 pub struct LoggedIn(pub WebLogin);
 
@@ -204,8 +231,7 @@ impl FromRequestParts<Arc<WebState>> for LoggedIn {
         parts: &mut Parts,
         web: &Arc<WebState>,
     ) -> Result<Self, Self::Rejection> {
-        cookie_of(&parts.headers)
-            .and_then(|c| web.logins.session(&c))
+        login_of(web, &parts.headers)
             .map(LoggedIn)
             .ok_or_else(|| NotLoggedIn(parts.method.clone()))
     }

@@ -265,6 +265,10 @@ pub async fn decide(
     State(web): State<Arc<WebState>>,
     Checked(login, form): Checked<DecideForm>,
 ) -> Response {
+    // A decision, like an approval's: counted against the owner's request rate.
+    if let Some(refused) = web.owner_rate_refused(&login, "/memory").await {
+        return refused;
+    }
     if form.decision == "approve" {
         if form.hash.is_empty() {
             return web
@@ -283,6 +287,9 @@ pub async fn decide(
         let signed = super::remote::Signed {
             subject: &subject,
             hash: &form.hash,
+            decision: "approve",
+            scope: "",
+            duration: "",
             ceremony: &form.ceremony,
             assertion: &form.assertion,
         };
@@ -368,6 +375,9 @@ pub async fn rollback(
     let who = Decider::web(&login.id);
     let home = web.host.home.clone();
     let back = format!("/memory/records/{}", form.id);
+    if let Some(refused) = web.owner_rate_refused(&login, &back).await {
+        return refused;
+    }
     // Served remotely, a rollback is a passkey assertion over the record and the version
     // it restores (nothing to check on loopback). The form's hash must be that one.
     if form.hash != rollback_hash(&form.id, form.to) {
@@ -385,6 +395,9 @@ pub async fn rollback(
     let signed = super::remote::Signed {
         subject: &subject,
         hash: &form.hash,
+        decision: "rollback",
+        scope: "",
+        duration: "",
         ceremony: &form.ceremony,
         assertion: &form.assertion,
     };

@@ -258,6 +258,28 @@ impl WebState {
         chrome
     }
 
+    /// Count a decision or a new run against the owner's `[host] requests_per_minute`,
+    /// as the command line's are: `None` when it may go on, or else the refusal page
+    /// (429), naming the setting.
+    pub async fn owner_rate_refused(&self, login: &auth::WebLogin, back: &str) -> Option<Response> {
+        if self.host.rate.take("owner") {
+            return None;
+        }
+        let (error, help) = self.host.rate.refusal("owner");
+        tracing::warn!(login = %login.id, "web: refused a change past host.requests_per_minute");
+        let mut refused = self
+            .outcome_page(
+                login,
+                "Refused",
+                false,
+                &format!("{error}\nhelp: {help}"),
+                back,
+            )
+            .await;
+        *refused.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        Some(refused)
+    }
+
     /// The page that says how a change went: 200 when done, 400 when refused.
     pub async fn outcome_page(
         &self,

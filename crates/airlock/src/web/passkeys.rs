@@ -3,12 +3,16 @@
 //!
 //! - **Enrolment** starts from a one-time link of `airlock web --enroll` (single use, a
 //!   minute), which only the owner can ask for through the host's socket.
-//! - **A login** is an assertion of an enrolled passkey.
+//! - **A login** is an assertion of an enrolled passkey. Anyone may start one, so its
+//!   ceremonies are kept apart from the others, in a smaller map of their own: a flood of
+//!   them drops only older login ceremonies, never an enrolment or an approval under way
+//!   (which only the owner can start).
 //! - **An approval** is an assertion whose challenge is the SHA-256 of a fresh nonce, the
-//!   request's id and the hash of the payload drawn on the page ([`approval_challenge`]).
-//!   The server keeps the nonce; on return it derives the challenge again from the hash the
-//!   form names and checks the assertion against that, so an assertion made for one payload
-//!   cannot approve another.
+//!   request's id, the hash of the payload drawn on the page, and the decision with its
+//!   grant's scope and duration ([`approval_challenge`]). The server keeps the nonce; on
+//!   return it derives the challenge again from what the form names and checks the
+//!   assertion against that, so an assertion made for one payload, or for "this once",
+//!   cannot approve another payload, or grant more.
 //!
 //! `webauthn-rs` draws its own random challenges and has no call to give one; the
 //! approval's challenge is put into its ceremony state through the state's serialised form
@@ -34,25 +38,34 @@ use webauthn_rs::{Webauthn, WebauthnBuilder};
 pub const ENROL_LINK_TTL: Duration = Duration::from_secs(60);
 /// How long a ceremony (the browser asking the authenticator) may take.
 const CEREMONY_TTL: Duration = Duration::from_secs(300);
-/// Ceremonies or enrolment links outstanding at once; more drops the oldest.
+/// Enrolment or approval ceremonies, or enrolment links, outstanding at once; more drops
+/// the oldest. Only the owner can start them (an enrolment link, a login).
 const MAX_PENDING: usize = 32;
+/// Login ceremonies outstanding at once, which anyone can start; more drops the oldest
+/// login ceremony, and nothing else.
+const MAX_LOGINS_PENDING: usize = 16;
 /// Passkeys the owner may enrol.
 const MAX_PASSKEYS: usize = 16;
 
 /// The file's name under the state dir.
 pub const FILE: &str = "web/passkeys.json";
 
-/// What an approval's assertion was asked for.
+/// What an approval's assertion was asked for: who asks, what it decides, and how.
 #[derive(Debug, Clone)]
 pub struct ApprovalAsked {
     pub login_id: String,
     pub request_id: String,
     pub payload_hash: String,
+    /// The form's decision (`approve`, `rollback`, `revoke`).
+    pub decision: String,
+    /// The grant's scope and duration the form names (empty: none, "this once").
+    pub scope: String,
+    pub duration: String,
 }
 
+/// A ceremony only the owner can start.
 enum Ceremony {
     Enrol(Box<PasskeyRegistration>),
-    Login(Box<PasskeyAuthentication>),
     Approval {
         asked: ApprovalAsked,
         nonce: [u8; 32],
@@ -63,7 +76,10 @@ enum Ceremony {
 #[derive(Default)]
 struct Pending {
     enrol_links: HashMap<[u8; 32], Instant>,
+    /// Enrolments and approvals: started by the owner only (a link, a login).
     ceremonies: HashMap<[u8; 32], (Instant, Ceremony)>,
+    /// Logins: started by anyone, so bounded apart ([`MAX_LOGINS_PENDING`]).
+    logins: HashMap<[u8; 32], (Instant, Box<PasskeyAuthentication>)>,
 }
 
 /// The passkeys file: the owner's WebAuthn user handle and their passkeys.
@@ -147,7 +163,7 @@ pub enum Refused {
     NoneEnrolled,
     #[error("{MAX_PASSKEYS} passkeys are enrolled already, the most this host keeps")]
     Full,
-    #[error("the passkey assertion was made for another payload or request than this form names, so it approves nothing; reload the approvals page")]
+    #[error("the passkey assertion was made for another payload, request or decision (its grant's scope and duration) than this form names, so it approves nothing; reload the page and decide again")]
     OtherPayload,
     #[error("the passkey's answer is not valid: {0}")]
     Invalid(String),
@@ -191,6 +207,14 @@ impl Passkeys {
         self.stored().passkeys.len()
     }
 
+    /// Whether passkey `id` (as [`PasskeyInfo::id`]) is enrolled now.
+    pub fn is_enrolled(&self, id: &str) -> bool {
+        self.stored()
+            .passkeys
+            .iter()
+            .any(|e| passkey_id(e.passkey.cred_id()) == id)
+    }
+
     /// The enrolled passkeys, in the order they were enrolled.
     pub fn list(&self) -> Vec<PasskeyInfo> {
         self.stored().passkeys.iter().map(Enrolled::info).collect()
@@ -215,7 +239,7 @@ impl Passkeys {
         let now = Instant::now();
         let mut p = self.pending();
         p.enrol_links.retain(|_, exp| *exp > now);
-        drop_oldest(&mut p.enrol_links, |e| *e);
+        drop_oldest(&mut p.enrol_links, MAX_PENDING, |e| *e);
         p.enrol_links.insert(key(&token), now + ENROL_LINK_TTL);
         Ok(token)
     }
@@ -294,8 +318,14 @@ impl Passkeys {
     /// `navigator.credentials.get`.
     pub fn start_login(&self) -> Result<(String, RequestChallengeResponse), Refused> {
         let (options, state) = self.start_assertion()?;
-        let ceremony = self.remember(Ceremony::Login(Box::new(state)))?;
-        Ok((ceremony, options))
+        let token = hex::encode(random().map_err(Refused::Failed)?);
+        let now = Instant::now();
+        let mut p = self.pending();
+        p.logins.retain(|_, (exp, _)| *exp > now);
+        drop_oldest(&mut p.logins, MAX_LOGINS_PENDING, |(e, _)| *e);
+        p.logins
+            .insert(key(&token), (now + CEREMONY_TTL, Box::new(state)));
+        Ok((token, options))
     }
 
     /// Finish a login: the id of the enrolled passkey that signed this ceremony's challenge.
@@ -304,21 +334,22 @@ impl Passkeys {
         ceremony: &str,
         credential: &PublicKeyCredential,
     ) -> Result<String, Refused> {
-        let Ceremony::Login(state) = self.take(ceremony)? else {
-            return Err(Refused::Ceremony);
+        let state = match self.pending().logins.remove(&key(ceremony)) {
+            Some((exp, state)) if exp > Instant::now() => state,
+            _ => return Err(Refused::Ceremony),
         };
         self.finish_assertion(credential, &state)
     }
 
-    /// Start the assertion that approves `asked`: its challenge is bound to the request and
-    /// its payload hash.
+    /// Start the assertion that approves `asked`: its challenge is bound to the request, its
+    /// payload hash, and the decision with its grant's scope and duration.
     pub fn start_approval(
         &self,
         asked: ApprovalAsked,
     ) -> Result<(String, RequestChallengeResponse), Refused> {
         let (mut options, state) = self.start_assertion()?;
         let nonce = random().map_err(Refused::Failed)?;
-        let challenge = approval_challenge(&nonce, &asked.request_id, &asked.payload_hash);
+        let challenge = approval_challenge(&nonce, &asked);
         let state = with_challenge(&state, &challenge).map_err(Refused::Failed)?;
         options.public_key.challenge = Base64UrlSafeData::from(challenge);
         let ceremony = self.remember(Ceremony::Approval {
@@ -330,8 +361,9 @@ impl Passkeys {
     }
 
     /// Finish an approval's assertion for what the form names: the login that sends it, the
-    /// request and the payload hash. The challenge is derived again from the kept nonce and
-    /// the form's request and hash, so an assertion made for anything else fails.
+    /// request, the payload hash, the decision and its grant. The challenge is derived again
+    /// from the kept nonce and what the form names, so an assertion made for anything else
+    /// (another payload, or "this once" sent as a wider or longer grant) fails.
     pub fn finish_approval(
         &self,
         ceremony: &str,
@@ -350,14 +382,13 @@ impl Passkeys {
             // Another login's ceremony: not this browser's to finish.
             return Err(Refused::Ceremony);
         }
-        let challenge = approval_challenge(&nonce, &named.request_id, &named.payload_hash);
+        let challenge = approval_challenge(&nonce, named);
         let state = with_challenge(&state, &challenge).map_err(Refused::Failed)?;
         match self.finish_assertion(credential, &state).map(|_| ()) {
             Err(Refused::Invalid(why)) if why.to_lowercase().contains("challenge") => {
                 tracing::warn!(
-                    asked_request = %asked.request_id, asked_hash = %asked.payload_hash,
-                    named_request = %named.request_id, named_hash = %named.payload_hash,
-                    "web: an approval's passkey assertion was for another payload"
+                    asked = ?asked, named = ?named,
+                    "web: an approval's passkey assertion was for another payload or decision"
                 );
                 Err(Refused::OtherPayload)
             }
@@ -415,18 +446,18 @@ impl Passkeys {
         Ok(id)
     }
 
-    /// Keep a ceremony; its token.
+    /// Keep an enrolment's or an approval's ceremony; its token.
     fn remember(&self, c: Ceremony) -> Result<String, Refused> {
         let token = hex::encode(random().map_err(Refused::Failed)?);
         let now = Instant::now();
         let mut p = self.pending();
         p.ceremonies.retain(|_, (exp, _)| *exp > now);
-        drop_oldest(&mut p.ceremonies, |(e, _)| *e);
+        drop_oldest(&mut p.ceremonies, MAX_PENDING, |(e, _)| *e);
         p.ceremonies.insert(key(&token), (now + CEREMONY_TTL, c));
         Ok(token)
     }
 
-    /// Take a ceremony (once, whatever follows).
+    /// Take an enrolment's or an approval's ceremony (once, whatever follows).
     fn take(&self, token: &str) -> Result<Ceremony, Refused> {
         match self.pending().ceremonies.remove(&key(token)) {
             Some((exp, c)) if exp > Instant::now() => Ok(c),
@@ -525,12 +556,20 @@ pub fn revoke_in_file(state_dir: &Path, id: &str) -> anyhow::Result<Revoked> {
 }
 
 /// The challenge of an approval's assertion: SHA-256 over a domain tag, the server's fresh
-/// nonce, the request's id and the payload hash, each length-prefixed so no two inputs
-/// run together.
-pub fn approval_challenge(nonce: &[u8; 32], request_id: &str, payload_hash: &str) -> Vec<u8> {
+/// nonce, the request's id, the payload hash, the decision, and the grant's scope and
+/// duration, each length-prefixed so no two inputs run together. (Who asked is checked
+/// apart: the ceremony belongs to its login.)
+pub fn approval_challenge(nonce: &[u8; 32], asked: &ApprovalAsked) -> Vec<u8> {
     let mut h = Sha256::new();
-    h.update(b"airlock-web-approval-v1");
-    for part in [&nonce[..], request_id.as_bytes(), payload_hash.as_bytes()] {
+    h.update(b"airlock-web-approval-v2");
+    for part in [
+        &nonce[..],
+        asked.request_id.as_bytes(),
+        asked.payload_hash.as_bytes(),
+        asked.decision.as_bytes(),
+        asked.scope.as_bytes(),
+        asked.duration.as_bytes(),
+    ] {
         h.update((part.len() as u64).to_be_bytes());
         h.update(part);
     }
@@ -551,8 +590,9 @@ fn with_challenge(
     Ok(serde_json::from_value(v)?)
 }
 
-fn drop_oldest<V>(map: &mut HashMap<[u8; 32], V>, expiry: impl Fn(&V) -> Instant) {
-    while map.len() >= MAX_PENDING {
+/// Make room for one more in `map`, which holds at most `cap`: drop the oldest.
+fn drop_oldest<V>(map: &mut HashMap<[u8; 32], V>, cap: usize, expiry: impl Fn(&V) -> Instant) {
+    while map.len() >= cap {
         let Some(oldest) = map.iter().min_by_key(|(_, v)| expiry(v)).map(|(k, _)| *k) else {
             break;
         };
@@ -575,19 +615,115 @@ fn random() -> anyhow::Result<[u8; 32]> {
 mod tests {
     use super::*;
 
+    fn asked(
+        request: &str,
+        hash: &str,
+        decision: &str,
+        scope: &str,
+        duration: &str,
+    ) -> ApprovalAsked {
+        ApprovalAsked {
+            login_id: "w-1".into(),
+            request_id: request.into(),
+            payload_hash: hash.into(),
+            decision: decision.into(),
+            scope: scope.into(),
+            duration: duration.into(),
+        }
+    }
+
     #[test]
-    fn the_approval_challenge_binds_nonce_request_and_payload() {
+    fn the_approval_challenge_binds_nonce_request_payload_decision_and_grant() {
         let n = [7u8; 32];
-        let c = approval_challenge(&n, "r1", "sha256:aa");
-        assert_eq!(c, approval_challenge(&n, "r1", "sha256:aa"));
-        assert_ne!(c, approval_challenge(&n, "r1", "sha256:ab"));
-        assert_ne!(c, approval_challenge(&n, "r2", "sha256:aa"));
-        assert_ne!(c, approval_challenge(&[8u8; 32], "r1", "sha256:aa"));
-        // Length prefixes: moving a byte from the id to the hash changes it.
+        let once = asked("r1", "sha256:aa", "approve", "", "");
+        let c = approval_challenge(&n, &once);
+        assert_eq!(c, approval_challenge(&n, &once));
+        for other in [
+            asked("r1", "sha256:ab", "approve", "", ""),
+            asked("r2", "sha256:aa", "approve", "", ""),
+            // "This once", replayed as a grant: wider, or longer, or both.
+            asked("r1", "sha256:aa", "approve", "rule", ""),
+            asked("r1", "sha256:aa", "approve", "", "7d"),
+            asked("r1", "sha256:aa", "approve", "rule", "7d"),
+            asked("r1", "sha256:aa", "rollback", "", ""),
+            // Length prefixes: moving a byte from one part to the next changes it.
+            asked("r1s", "ha256:aa", "approve", "", ""),
+            asked("r1", "sha256:aa", "approv", "e", ""),
+            asked("r1", "sha256:aa", "approve", "session", "1h"),
+        ] {
+            assert_ne!(c, approval_challenge(&n, &other), "{other:?}");
+        }
         assert_ne!(
-            approval_challenge(&n, "r1s", "ha256:aa"),
-            approval_challenge(&n, "r1", "sha256:aa")
+            approval_challenge(&n, &asked("r1", "sha256:aa", "approve", "session", "1h")),
+            approval_challenge(&n, &asked("r1", "sha256:aa", "approve", "session1", "h"))
         );
+        assert_ne!(c, approval_challenge(&[8u8; 32], &once));
+        // Who asked is not in the challenge (the ceremony is bound to its login instead).
+        let mut by_other = once.clone();
+        by_other.login_id = "w-2".into();
+        assert_eq!(c, approval_challenge(&n, &by_other));
+    }
+
+    /// A passkeys file with one passkey (a public key from webauthn-rs's own tests): enough
+    /// to start ceremonies, not to answer one.
+    fn one_enrolled(dir: &Path) -> Passkeys {
+        let cred = serde_json::json!({
+            "cred_id": "uZcVDBVS68E_MtAgeQpElJxldF_6cY9sSvbWqx_qRh8wiu42lyRBRmh5yFeD_r9k130dMbFHBHI9RTFgdJQIzQ",
+            "cred": {"type_": "ES256", "key": {"EC_EC2": {"curve": "SECP256R1",
+                "x": [194,126,127,109,252,23,131,21,252,6,223,99,44,254,140,27,230,17,94,5,133,28,104,41,144,69,171,149,161,26,200,243],
+                "y": [143,123,183,156,24,178,21,248,117,159,162,69,171,52,188,252,26,59,6,47,103,92,19,58,117,103,249,0,219,8,95,196]}}},
+            "counter": 2, "user_verified": true, "backup_eligible": false, "backup_state": false,
+            "registration_policy": "required",
+            "extensions": {"cred_protect": "NotRequested", "hmac_create_secret": "NotRequested"},
+            "attestation": {"data": "None", "metadata": "None"},
+            "attestation_format": "none"
+        });
+        let file = serde_json::json!({
+            "user": "7f3c0a52-0d44-4c1e-9b57-4f0c3c1d2e11",
+            "passkeys": [{"enrolled_at": 1, "label": "phone", "passkey": {"cred": cred}}]
+        });
+        std::fs::create_dir_all(dir.join("web")).unwrap();
+        std::fs::write(dir.join(FILE), file.to_string()).unwrap();
+        let p = Passkeys::open(dir, "airlock.test", "https://airlock.test:8443").unwrap();
+        assert_eq!(p.enrolled(), 1);
+        p
+    }
+
+    /// The attack: `POST /passkey/login` needs no login, so anyone can start login
+    /// ceremonies by the hundred. They must never push out the owner's approval or
+    /// enrolment under way, which then still finishes; the logins under way stay bounded.
+    #[test]
+    fn a_flood_of_login_ceremonies_never_drops_an_approval_or_an_enrolment() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = one_enrolled(dir.path());
+        let id = p.list()[0].id.clone();
+        assert!(p.is_enrolled(&id) && !p.is_enrolled("pk-000000000000"));
+        let (approval, _) = p
+            .start_approval(asked("r1", "sha256:aa", "approve", "", ""))
+            .unwrap();
+        let link = p.new_enrol_link().unwrap();
+        let (enrolment, _) = p.start_enrolment(&link).unwrap();
+        let mut last_login = String::new();
+        for _ in 0..(4 * MAX_PENDING) {
+            last_login = p.start_login().unwrap().0;
+        }
+        assert!(
+            matches!(p.take(&approval), Ok(Ceremony::Approval { .. })),
+            "the owner's approval ceremony was dropped by a flood of logins"
+        );
+        assert!(
+            matches!(p.take(&enrolment), Ok(Ceremony::Enrol(_))),
+            "the owner's enrolment ceremony was dropped by a flood of logins"
+        );
+        // The logins under way are bounded apart, the newest kept.
+        assert!(p.pending().logins.len() <= MAX_LOGINS_PENDING);
+        // A login ceremony is not an approval's, nor the other way round.
+        assert!(p.pending().logins.contains_key(&key(&last_login)));
+        assert!(matches!(p.take(&last_login), Err(Refused::Ceremony)));
+        let (approval, _) = p
+            .start_approval(asked("r1", "sha256:aa", "approve", "", ""))
+            .unwrap();
+        assert!(!p.pending().logins.contains_key(&key(&approval)));
     }
 
     #[test]

@@ -251,6 +251,14 @@ pub struct ChallengeForm {
     id: String,
     #[serde(default)]
     hash: String,
+    /// The decision the form will send (`approve`, `rollback`, `revoke`), and the grant's
+    /// scope and duration it names (empty: none).
+    #[serde(default)]
+    decision: String,
+    #[serde(default)]
+    scope: String,
+    #[serde(default)]
+    duration: String,
 }
 
 impl HasCsrf for ChallengeForm {
@@ -260,7 +268,8 @@ impl HasCsrf for ChallengeForm {
 }
 
 /// `POST /approvals/challenge`: the options of the assertion that approves request `id`
-/// with the payload `hash` the page drew; its challenge is bound to both.
+/// with the payload `hash` the page drew, as `decision` with the grant of `scope` and
+/// `duration`; its challenge is bound to all of them.
 pub async fn approval_challenge(
     State(web): State<Arc<WebState>>,
     Checked(login, form): Checked<ChallengeForm>,
@@ -268,10 +277,10 @@ pub async fn approval_challenge(
     let Some(keys) = web.keys() else {
         return not_here();
     };
-    if form.hash.is_empty() || form.id.is_empty() {
+    if form.hash.is_empty() || form.id.is_empty() || form.decision.is_empty() {
         return (
             StatusCode::BAD_REQUEST,
-            Json(json!({"error": "the form names no request or payload hash; reload the approvals page"})),
+            Json(json!({"error": "the form names no request, payload hash or decision; reload the page"})),
         )
             .into_response();
     }
@@ -279,6 +288,9 @@ pub async fn approval_challenge(
         login_id: login.id,
         request_id: form.id,
         payload_hash: form.hash,
+        decision: form.decision,
+        scope: form.scope,
+        duration: form.duration,
     };
     match keys.start_approval(asked) {
         Err(e) => refused(&e),
@@ -288,11 +300,15 @@ pub async fn approval_challenge(
     }
 }
 
-/// What a signed form names: its subject, the payload hash the page drew, and the
-/// passkey's ceremony and assertion.
+/// What a signed form names: its subject, the payload hash the page drew, the decision
+/// and the grant's scope and duration (empty when it has none), and the passkey's
+/// ceremony and assertion. Everything but the last two is bound into the challenge.
 pub struct Signed<'a> {
     pub subject: &'a str,
     pub hash: &'a str,
+    pub decision: &'a str,
+    pub scope: &'a str,
+    pub duration: &'a str,
     pub ceremony: &'a str,
     pub assertion: &'a str,
 }
@@ -306,33 +322,23 @@ pub async fn signed_or_refused(
     what: &str,
     back: &str,
 ) -> Option<axum::response::Response> {
-    let why = check_approval(
-        web,
-        &login.id,
-        form.subject,
-        form.hash,
-        form.ceremony,
-        form.assertion,
-    )
-    .await
-    .err()?;
+    let why = check_approval(web, &login.id, &form).await.err()?;
     tracing::warn!(login = %login.id, subject = %form.subject, why = %why, "web: {what} without a valid passkey assertion was refused");
     Some(web.outcome_page(login, "Refused", false, &why, back).await)
 }
 
 /// Check an approval's assertion (the form's `ceremony` and `assertion`) against the
-/// request and payload hash the form names; `Err` with why when it does not hold.
+/// request, payload hash, decision and grant the form names; `Err` with why when it does
+/// not hold.
 pub async fn check_approval(
     web: &WebState,
     login_id: &str,
-    request_id: &str,
-    payload_hash: &str,
-    ceremony: &str,
-    assertion: &str,
+    form: &Signed<'_>,
 ) -> Result<(), String> {
     let Some(keys) = web.keys().cloned() else {
         return Ok(());
     };
+    let (ceremony, assertion) = (form.ceremony, form.assertion);
     if ceremony.is_empty() || assertion.is_empty() {
         return Err("an approval on this page is a passkey assertion, and the form carries none\nhelp: approve with the page's Approve button, which asks your passkey".into());
     }
@@ -340,8 +346,11 @@ pub async fn check_approval(
         .map_err(|e| format!("the form's passkey assertion cannot be read: {e}"))?;
     let named = ApprovalAsked {
         login_id: login_id.to_string(),
-        request_id: request_id.to_string(),
-        payload_hash: payload_hash.to_string(),
+        request_id: form.subject.to_string(),
+        payload_hash: form.hash.to_string(),
+        decision: form.decision.to_string(),
+        scope: form.scope.to_string(),
+        duration: form.duration.to_string(),
     };
     let ceremony = ceremony.to_string();
     tokio::task::spawn_blocking(move || keys.finish_approval(&ceremony, &credential, &named))

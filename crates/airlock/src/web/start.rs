@@ -45,17 +45,8 @@ pub async fn start(
         Some(s) => format!("/sessions/{s}"),
         None => "/".to_string(),
     };
-    if !web.host.rate.take("owner") {
-        let (error, help) = web.host.rate.refusal("owner");
-        return web
-            .outcome_page(
-                &login,
-                "Refused",
-                false,
-                &format!("{error}\nhelp: {help}"),
-                &back,
-            )
-            .await;
+    if let Some(refused) = web.owner_rate_refused(&login, &back).await {
+        return refused;
     }
     tracing::info!(login = %login.id, session = ?session, "web: starting a run");
     let host = web.host.clone();

@@ -461,9 +461,74 @@ async fn web_remote_approval_is_a_passkey_assertion_bound_to_the_payload_hash() 
     assert!(still_held(&f, &held.id));
     assert!(!f.ws.join("proof.txt").exists());
 
-    // The same flow untouched approves exactly the payload drawn, and it runs.
+    // An assertion made for "this once", sent as a grant for every matching action held
+    // by the same rule in every session, for 7 days (a listener widens the form's scope
+    // and duration just before it is sent): the challenge covers the decision's scope and
+    // duration, so the server refuses it, and no grant is made.
     b.client.goto(&format!("{base}/approvals")).await.unwrap();
+    b.client
+        .execute(
+            "const form = document.querySelector(arguments[0] + ' form.decide');
+             form.addEventListener('submit', () => {
+               if (form.elements.assertion.value !== '') {
+                 form.elements.scope.value = 'rule';
+                 form.elements.duration.value = '7d';
+               }
+             });",
+            vec![card_css.clone().into()],
+        )
+        .await
+        .unwrap();
     click_approve(&b, &card_css).await;
+    let outcome = outcome_of(&b, false).await;
+    assert!(
+        outcome.contains("made for another payload, request or decision"),
+        "refused for another reason: {outcome}"
+    );
+    assert!(still_held(&f, &held.id));
+    assert!(!f.ws.join("proof.txt").exists());
+    assert!(!audit_records(&f.home)
+        .iter()
+        .any(|r| r["kind"] == "grant-created" || r["kind"] == "approval-granted"));
+
+    // The same flow untouched approves exactly the payload drawn, and it runs, even when
+    // someone with no login starts three times as many login ceremonies as the host keeps
+    // between the challenge and the answer: they cannot push the approval's out.
+    b.client.goto(&format!("{base}/approvals")).await.unwrap();
+    let flooded = b
+        .client
+        .execute_async(
+            r#"const [card, done] = [arguments[0], arguments[arguments.length - 1]];
+            const strip = (v) => Array.isArray(v) ? v.map(strip)
+              : (v && typeof v === "object") ? Object.fromEntries(Object.entries(v).filter(([, x]) => x !== null).map(([k, x]) => [k, strip(x)]))
+              : v;
+            (async () => {
+              const form = document.querySelector(card + " form.decide");
+              const body = new URLSearchParams({
+                csrf: form.elements.csrf.value, id: form.elements.id.value, hash: form.elements.hash.value,
+                decision: "approve", scope: "", duration: "",
+              });
+              const start = await (await fetch("/approvals/challenge", { method: "POST", body })).json();
+              const publicKey = PublicKeyCredential.parseRequestOptionsFromJSON(strip(start.options.publicKey));
+              const credential = (await navigator.credentials.get({ publicKey })).toJSON();
+              let started = 0;
+              for (let i = 0; i < 96; i++) {
+                const r = await fetch("/passkey/login", { method: "POST", credentials: "omit" });
+                if (r.ok) started++;
+              }
+              form.elements.ceremony.value = start.ceremony;
+              form.elements.assertion.value = JSON.stringify(credential);
+              setTimeout(() => form.requestSubmit(form.querySelector("button.approve")), 0);
+              done(started);
+            })().catch((e) => done(String(e)));"#,
+            vec![card_css.clone().into()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        flooded, 96,
+        "the login ceremonies were not all started: {flooded}"
+    );
     let outcome = outcome_of(&b, true).await;
     assert!(outcome.contains(&held.payload_hash), "{outcome}");
     b.close().await;
@@ -482,6 +547,10 @@ async fn web_remote_approval_is_a_passkey_assertion_bound_to_the_payload_hash() 
         .find(|r| r["kind"] == "approval-granted" && r["action_hash"] == held.payload_hash.as_str())
         .expect("the command's approval-granted record");
     assert_eq!(granted["via"], "web", "{granted}");
+    assert!(
+        !records.iter().any(|r| r["kind"] == "grant-created"),
+        "approved this once, yet a grant was made"
+    );
     drop(host);
     assert!(verify(&f.home).status.success());
 }
@@ -768,8 +837,10 @@ async fn login_refused(b: &Browser, base: &str) -> String {
 /// laptop's, which ends its login at once and cannot log in again, while the phone's
 /// still can; on the Settings page a revocation without an assertion is refused, and the
 /// phone revokes its own passkey with a fresh assertion, after which the page serves only
-/// enrolment; each revocation is recorded (via `cli`, via `web`); with the host stopped
-/// the command lists and revokes on the file.
+/// enrolment; each revocation is recorded (via `cli`, via `web`). With the host stopped
+/// the command lists and revokes on the files, ending that passkey's kept logins too; a
+/// kept login of a passkey no longer enrolled (a logins file put back from before the
+/// revocation), or made by a link, opens nothing on the page served remotely.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn web_remote_a_revoked_passkey_cannot_log_in_and_the_other_still_can() {
     let tls = test_tls(&[NAME]);
@@ -913,26 +984,105 @@ async fn web_remote_a_revoked_passkey_cannot_log_in_and_the_other_still_can() {
     assert_eq!(revoked[1]["detail"]["passkey"], phone_key.as_str());
     assert_eq!(revoked[1]["detail"]["remaining"], 0);
 
-    // Enrolled again, then revoked on the file with no host running.
+    // Enrolled again, and a tablet's passkey too; each logs in. Then, with the host
+    // stopped, the phone's passkey is revoked on the files: the logins it opened end with
+    // it, the tablet's stay.
     let again = enrol(&phone, &f).await;
     assert_eq!(again, base);
+    passkey_login(&phone, &base).await;
+    let phone_cookie = login_cookie(&phone).await;
+    let tablet = start_browser(&tls).await;
+    tablet.add_virtual_authenticator().await;
+    enrol(&tablet, &f).await;
+    passkey_login(&tablet, &base).await;
+    let tablet_cookie = login_cookie(&tablet).await;
     phone.close().await;
-    drop(host);
+    tablet.close().await;
     let ids = listed_passkeys(&f);
-    assert_eq!(ids.len(), 1, "{ids:?}");
-    let o = airlock(&f.home, &["web", "--revoke-passkey", &ids[0]]);
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    let (phone_again, tablet_key) = (ids[0].clone(), ids[1].clone());
+    drop(host);
+    let logins_file = f.home.join("state/web/logins.json");
+    let kept_passkeys = || -> Vec<String> {
+        let kept: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&logins_file).unwrap()).unwrap();
+        kept["logins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["passkey"].as_str().unwrap_or("none").to_string())
+            .collect()
+    };
+    let before = std::fs::read_to_string(&logins_file).unwrap();
+    assert!(kept_passkeys().contains(&phone_again), "{before}");
+    let o = airlock(&f.home, &["web", "--revoke-passkey", &phone_again]);
     assert!(o.status.success(), "{o:?}");
-    assert!(listed_passkeys(&f).is_empty());
+    let said = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(said.contains("1 still enrolled"), "{said}");
+    assert!(
+        said.contains("ended the logins it opened: w-"),
+        "the kept logins of a passkey revoked with no host were not ended: {said}"
+    );
+    assert_eq!(listed_passkeys(&f), vec![tablet_key.clone()]);
+    let left = kept_passkeys();
+    assert!(!left.contains(&phone_again), "{left:?}");
+    assert!(left.contains(&tablet_key), "{left:?}");
     let stored: serde_json::Value =
         serde_json::from_slice(&std::fs::read(f.home.join("state/web/passkeys.json")).unwrap())
             .unwrap();
-    assert_eq!(stored["passkeys"].as_array().unwrap().len(), 0, "{stored}");
+    assert_eq!(stored["passkeys"].as_array().unwrap().len(), 1, "{stored}");
     let last = audit_records(&f.home)
         .into_iter()
         .rev()
         .find(|r| r["kind"] == "web-passkey-revoked")
         .unwrap();
-    assert_eq!(last["detail"]["passkey"], ids[0].as_str(), "{last}");
+    assert_eq!(last["detail"]["passkey"], phone_again.as_str(), "{last}");
+    assert_eq!(
+        last["detail"]["logins_ended"].as_array().unwrap().len(),
+        1,
+        "{last}"
+    );
+
+    // The logins file as it was before the revocation (put back from a backup, say),
+    // plus a login made by a link when the page was served on loopback: the host
+    // started on them refuses both (and ends them), and the tablet's login still holds.
+    let link_cookie = "d".repeat(64);
+    let mut restored: serde_json::Value = serde_json::from_str(&before).unwrap();
+    restored["logins"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "cookie_sha256": hex::encode(Sha256::digest(link_cookie.as_bytes())),
+            "id": "w-link",
+            "expires_at": airlock::runtime::now_unix() + 3600,
+        }));
+    std::fs::write(&logins_file, restored.to_string()).unwrap();
+    let host = Host::start(&f.home);
+    let base = base_of(&enrol_link(&f));
+    let http = https(&tls, &base);
+    let name = tablet_cookie.split_once('=').unwrap().0;
+    let home_status = |cookie: String| {
+        let req = http.get(format!("{base}/")).header("cookie", cookie);
+        async move { req.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(
+        home_status(phone_cookie.clone()).await,
+        303,
+        "a login of a revoked passkey opened the page"
+    );
+    assert_eq!(
+        home_status(format!("{name}={link_cookie}")).await,
+        303,
+        "a link's login opened the page served remotely"
+    );
+    assert_eq!(home_status(tablet_cookie.clone()).await, 200);
+    let left = kept_passkeys();
+    assert!(
+        !left.contains(&phone_again) && !left.contains(&"none".to_string()),
+        "{left:?}"
+    );
+    assert_eq!(home_status(phone_cookie).await, 303);
+    drop(host);
     assert!(verify(&f.home).status.success());
 }
 

@@ -161,8 +161,9 @@ if (login) {
 }
 
 // An approval on the page served remotely (a held action, or a held memory change): the
-// server binds a challenge to this request and the payload hash the page drew; the
-// passkey signs it; the form then carries the assertion. A denial needs no passkey.
+// server binds a challenge to this request, the payload hash the page drew, the decision
+// and the grant's scope and duration chosen; the passkey signs it; the form then carries
+// the assertion. A denial needs no passkey.
 for (const form of document.querySelectorAll("form.decide[data-passkey]")) {
   form.addEventListener("submit", async (event) => {
     // Approving, revoking a passkey, rolling memory back: each needs the passkey's assertion.
@@ -176,6 +177,10 @@ for (const form of document.querySelectorAll("form.decide[data-passkey]")) {
         // A held memory change names itself as its subject; a held action by its id.
         id: form.dataset.subject || form.elements.id.value,
         hash: form.elements.hash.value,
+        // What the form will send with it: a grant's scope and duration are signed too.
+        decision: button.value,
+        scope: form.elements.scope ? form.elements.scope.value : "",
+        duration: form.elements.duration ? form.elements.duration.value : "",
       });
       const r = await fetch("/approvals/challenge", { method: "POST", credentials: "same-origin", body });
       const start = await r.json();

@@ -120,31 +120,96 @@ impl SessionSlots {
     }
 }
 
-/// Read the request and the three descriptors sent with it.
-fn receive(stream: &UnixStream) -> anyhow::Result<(HostRequest, [OwnedFd; 3])> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-    let mut head = [0u8; 4096];
-    let mut space = nix::cmsg_space!([RawFd; 3]);
-    let (n, fds) = {
-        let mut iov = [std::io::IoSliceMut::new(&mut head)];
-        let msg = recvmsg::<()>(
-            stream.as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        )?;
-        let mut fds = Vec::new();
-        for c in msg.cmsgs()? {
-            if let ControlMessageOwned::ScmRights(r) = c {
-                // SAFETY: the kernel just installed these descriptors for us.
-                fds.extend(r.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
-            }
-        }
-        (msg.bytes, fds)
+/// The descriptors a request comes with: stdin, stdout and stderr.
+const FDS_TAKEN: usize = 3;
+
+/// The first bytes of a request and the descriptors the kernel installed with them.
+struct Received {
+    bytes: usize,
+    /// Every descriptor installed in this process, owned: each is closed when dropped.
+    fds: Vec<OwnedFd>,
+    /// The client sent more than there was room for. The kernel installed as many as fit
+    /// (they are in `fds`) and released the rest itself.
+    truncated: bool,
+}
+
+/// Receive into `head`, with room for [`FDS_TAKEN`] descriptors. The control messages
+/// are walked here rather than with nix's iterator, which refuses a truncated buffer and
+/// would leave the descriptors the kernel did install open in the host, one lot per
+/// connection.
+fn receive_with_fds(stream: &UnixStream, head: &mut [u8]) -> std::io::Result<Received> {
+    use nix::libc;
+    use std::mem::size_of;
+    // Room for one SCM_RIGHTS message of three, in u64 words: aligned for `cmsghdr`.
+    const ROOM: usize = nix::sys::socket::cmsg_space::<[RawFd; FDS_TAKEN]>();
+    let mut control = [0u64; ROOM.div_ceil(size_of::<u64>())];
+    let mut iov = libc::iovec {
+        iov_base: head.as_mut_ptr().cast(),
+        iov_len: head.len(),
     };
-    let fds: [OwnedFd; 3] = fds.try_into().map_err(|v: Vec<OwnedFd>| {
+    // SAFETY: an all-zero `msghdr` is a valid value (null pointers, zero lengths).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = ROOM as _;
+    let bytes = loop {
+        // SAFETY: `msg` points at `iov` (over `head`) and `control`, both alive across
+        // the call, with their true lengths (`ROOM` is within `control`).
+        let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if let Ok(n) = usize::try_from(n) {
+            break n;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    };
+    let mut fds = Vec::new();
+    let end = msg.msg_control as usize + msg.msg_controllen as usize;
+    // SAFETY: the kernel wrote `msg_controllen` bytes of control messages into `control`;
+    // CMSG_FIRSTHDR and CMSG_NXTHDR return only headers that lie within them, and the
+    // descriptors read are those a header says it holds (a truncated SCM_RIGHTS message
+    // says how many the kernel installed), never past `end`. Each was installed in this
+    // process for this call and is owned by nothing else, so taking ownership is sound.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c);
+                let said = ((*c).cmsg_len as usize).saturating_sub(data as usize - c as usize);
+                let len = said.min(end.saturating_sub(data as usize));
+                for i in 0..len / size_of::<RawFd>() {
+                    let fd = data.cast::<RawFd>().add(i).read_unaligned();
+                    fds.push(OwnedFd::from_raw_fd(fd));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok(Received {
+        bytes,
+        fds,
+        truncated: msg.msg_flags & libc::MSG_CTRUNC != 0,
+    })
+}
+
+/// Read the request and the three descriptors sent with it. A request with any other
+/// number is refused, and every descriptor that came with it is closed.
+fn receive(stream: &UnixStream) -> anyhow::Result<(HostRequest, [OwnedFd; FDS_TAKEN])> {
+    let mut head = [0u8; 4096];
+    let Received {
+        bytes: n,
+        fds,
+        truncated,
+    } = receive_with_fds(stream, &mut head)?;
+    anyhow::ensure!(
+        !truncated,
+        "the request came with more than {FDS_TAKEN} descriptors (stdin, stdout, stderr); they were closed"
+    );
+    let fds: [OwnedFd; FDS_TAKEN] = fds.try_into().map_err(|v: Vec<OwnedFd>| {
         anyhow::anyhow!(
-            "the request came with {} descriptors, not 3 (stdin, stdout, stderr)",
+            "the request came with {} descriptors, not {FDS_TAKEN} (stdin, stdout, stderr)",
             v.len()
         )
     })?;
@@ -430,7 +495,15 @@ pub fn listen(host: Arc<super::Host>, listener: std::os::unix::net::UnixListener
                     .name("airlock-exec".into())
                     .spawn(move || serve_connection(host, s));
             }
-            Err(e) => tracing::error!(error = %e, "accepting an exec connection"),
+            Err(e) => {
+                // Out of descriptors (EMFILE, ENFILE) or memory, the same error comes back
+                // at once: wait a moment for runs to give some back rather than spin.
+                tracing::error!(error = %e, "accepting an exec connection");
+                std::thread::sleep(ACCEPT_BACKOFF);
+            }
         }
     }
 }
+
+/// How long the exec socket's listener waits after a failed accept.
+const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);

@@ -20,7 +20,10 @@
 //! - a task proposed by a tainted session gives its prompt to every run as untrusted
 //!   content, so every run is tainted from its first step;
 //! - the kill switch pauses every task (`crate::service::kill`) and kills the running
-//!   ones' sessions with the rest.
+//!   ones' sessions with the rest; a run picked just before it looks at its task again
+//!   once its session is in the store, and ends there without waking the model when the
+//!   task was paused or cancelled since;
+//! - a run that fails or panics is kept as a failed run, and its task may run again.
 //!
 //! Results go to the run history (`airlock tasks history`) and, with `deliver_to`, to the
 //! owner's chat on that channel (never another chat), through the running channel; a
@@ -193,31 +196,72 @@ fn tick(host: &Arc<Host>) -> anyhow::Result<()> {
             Ok(starting)
         })?;
     for (task, trigger, number, slot) in starting {
-        host.scheduler
-            .running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(task.id.clone());
+        let marked = Running::mark(host, &task.id);
+        let picked = task.clone();
         let h = host.clone();
-        std::thread::Builder::new()
+        let spawned = std::thread::Builder::new()
             .name("airlock-task-run".into())
             .spawn(move || {
+                // Dropped last, however the run ends: the task may run again.
+                let _marked = marked;
+                let _slot = slot;
                 let id = task.id.clone();
-                run_and_keep(&h, task, trigger, number, now);
-                drop(slot);
-                h.scheduler
-                    .running
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&id);
-            })?;
+                let kept = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    run_and_keep(&h, task, trigger, number, now)
+                }));
+                if kept.is_err() {
+                    tracing::error!(task = %id, "keeping a task run's outcome panicked");
+                }
+            });
+        if let Err(e) = spawned {
+            // The run is marked started in the store already (its place in flight went
+            // with the closure): it is kept as a failed run, which backs off as failures
+            // do, rather than dropped without a trace.
+            tracing::error!(task = %picked.id, error = %e, "cannot start a thread for a task run");
+            let mut run = new_run(&picked, trigger, number, now);
+            run.outcome = format!("failed: cannot start a thread for the run: {e}");
+            keep_run(host, &picked, run);
+        }
     }
     Ok(())
 }
 
-/// Run `task` once and keep what happened.
-fn run_and_keep(host: &Host, task: Task, trigger: Trigger, number: u64, started_at: i64) {
-    let mut run = Run {
+/// A task's place among the scheduler's runs in flight, given back when dropped (a run
+/// that ends, fails or panics), so that the task runs again and a stopping host does not
+/// wait for it.
+struct Running {
+    host: Arc<Host>,
+    id: String,
+}
+
+impl Running {
+    fn mark(host: &Arc<Host>, id: &str) -> Running {
+        host.scheduler
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_string());
+        Running {
+            host: host.clone(),
+            id: id.to_string(),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.host
+            .scheduler
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
+    }
+}
+
+/// A run as it starts: nothing done yet.
+fn new_run(task: &Task, trigger: Trigger, number: u64, started_at: i64) -> Run {
+    Run {
         number,
         session: String::new(),
         trigger,
@@ -233,11 +277,39 @@ fn run_and_keep(host: &Host, task: Task, trigger: Trigger, number: u64, started_
         report: String::new(),
         delivered: None,
         check: None,
-    };
-    if let Err(e) = run_once(host, &task, &mut run) {
-        run.outcome = format!("failed: {e:#}");
-        run.ok = false;
     }
+}
+
+/// Run `task` once and keep what happened. A run that panics is kept as a failed one.
+fn run_and_keep(host: &Host, task: Task, trigger: Trigger, number: u64, started_at: i64) {
+    let mut run = new_run(&task, trigger, number, started_at);
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_once(host, &task, &mut run)
+    }));
+    match ran {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            run.outcome = format!("failed: {e:#}");
+            run.ok = false;
+        }
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(task = %task.id, panic = %what, "a task run panicked");
+            run.outcome = "failed: the run failed unexpectedly (see the host's log)".into();
+            run.ok = false;
+        }
+    }
+    keep_run(host, &task, run);
+}
+
+/// Keep a run that has ended: its end record, its place in the task's history, and what
+/// its end does to the schedule (a backoff, a pause after too many failures).
+fn keep_run(host: &Host, task: &Task, mut run: Run) {
+    let (number, started_at) = (run.number, run.started_at);
     let ended = now().max(started_at);
     run.ended_at = Some(ended);
     let session = if run.session.is_empty() {
@@ -266,7 +338,7 @@ fn run_and_keep(host: &Host, task: Task, trigger: Trigger, number: u64, started_
         let t = all.get_mut(&task.id)?;
         let schedule = t.parsed()?;
         let after = plan::finished(&mut t.state, &schedule, &rules, end, started_at, ended);
-        store::push_run(t, run.clone());
+        store::push_run(t, &schedule, run.clone());
         Ok(after)
     });
     match after {
@@ -307,6 +379,12 @@ fn run_and_keep(host: &Host, task: Task, trigger: Trigger, number: u64, started_
 /// record, one turn, and what it spent and held.
 fn run_once(host: &Host, task: &Task, run: &mut Run) -> anyhow::Result<()> {
     let home = &host.home;
+    // Picked before a kill switch or a pause: nothing runs, not even the pre-check.
+    if let Some(why) = withdrawn(host, task)? {
+        run.ok = why.ok();
+        run.outcome = why.outcome();
+        return Ok(());
+    }
     let mut cfg = (*host.warm.current_config()).clone();
     // The task's own budget per run, lowered to what its own per-day budget leaves; every
     // run also counts against the owner's day.
@@ -350,6 +428,8 @@ fn run_once(host: &Host, task: &Task, run: &mut Run) -> anyhow::Result<()> {
     let provider_cfg = provider_config(home, &cfg, Default::default())?;
     let notes = crate::service::caller::Attachable::new();
     let audit = host.audit.log(&cfg)?;
+    #[cfg(debug_assertions)]
+    debug_hold();
     let mut agent = AgentHost::open(
         home.clone(),
         cfg,
@@ -367,12 +447,30 @@ fn run_once(host: &Host, task: &Task, run: &mut Run) -> anyhow::Result<()> {
             audit: Some(audit),
         },
     )?;
+    run.session = agent.session_id.clone();
+    // The session is in the store now, where `airlock kill --all` finds it. The kill
+    // switch pauses the tasks before it lists the sessions, so either that listing finds
+    // this one (and the turn below ends as killed), or the pause is seen here and the
+    // model is never woken.
+    match withdrawn(host, task) {
+        Ok(None) => {}
+        stopped => {
+            // Never used: finished, so that no empty session stays active (a killed
+            // one stays killed).
+            let _ = agent.store().finish_session(&run.session, Timestamp::now());
+            let _ = agent.close();
+            if let Some(why) = stopped? {
+                run.ok = why.ok();
+                run.outcome = why.outcome();
+            }
+            return Ok(());
+        }
+    }
     if task.on_held == OnHeld::End {
         agent = agent.ending_on_unapproved();
     }
     // A stopping host past its grace ends the run as a kill would, with its records.
     agent = agent.abandoned_when(host.turns.flag());
-    run.session = agent.session_id.clone();
     // A new session: held for the run, so that no chat or run takes a turn of it beside.
     let _hold = host
         .driven
@@ -499,6 +597,36 @@ fn run_once(host: &Host, task: &Task, run: &mut Run) -> anyhow::Result<()> {
         None => "kept in the run history".into(),
     });
     Ok(())
+}
+
+/// Whether `task`'s run must stop before its model is woken (the task was killed, paused
+/// or cancelled since the run was picked), from the task as stored now.
+fn withdrawn(host: &Host, task: &Task) -> anyhow::Result<Option<plan::Withdrawn>> {
+    let all = store::read(&host.home)?;
+    let now = &all.get(&task.id)?.state.status;
+    Ok(plan::withdrawn(&task.state.status, now))
+}
+
+/// Debug builds only: `AIRLOCK_DEBUG_TASK_RUN=<file>` lets a test stop a run just before
+/// it opens its session. While the file says `hold`, the run waits there (and leaves
+/// `<file>.held` to say so); when it says `panic`, the run panics there. A release build
+/// has no such variable.
+#[cfg(debug_assertions)]
+fn debug_hold() {
+    let Some(path) = std::env::var_os("AIRLOCK_DEBUG_TASK_RUN") else {
+        return;
+    };
+    let path = std::path::PathBuf::from(path);
+    let says = |word: &str| std::fs::read_to_string(&path).is_ok_and(|s| s.trim() == word);
+    if says("panic") {
+        panic!("AIRLOCK_DEBUG_TASK_RUN: a task run told to panic");
+    }
+    if says("hold") {
+        let _ = std::fs::write(path.with_extension("held"), b"");
+        while says("hold") {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 /// Send `text` to the owner's chat that `destination` (`telegram`, `telegram:<chat>`)

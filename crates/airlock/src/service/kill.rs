@@ -131,8 +131,13 @@ pub fn kill_sessions_as(
     let store = open_store(home).map_err(fault)?;
     let run_root = home.state.join("run");
 
-    // Schedules stop first, so no task run starts while the sessions are being killed;
-    // they stay paused until the owner resumes each one.
+    // Schedules stop first, so no task run wakes its model after this: a run the
+    // scheduler picked before the pause either has its session in the store by now, and
+    // the listing below kills it, or it sees the pause once its session exists and ends
+    // before the model is called (`crate::host::scheduler`). (A pre-check that looked at
+    // its task before the pause may still start its one command after the listing,
+    // within its time limit; it never wakes the model.) The tasks stay paused until the
+    // owner resumes each one.
     let paused_tasks = if input.all {
         Some(crate::service::tasks::pause_all_for_kill(home).map_err(fault)?)
     } else {

@@ -89,6 +89,7 @@ pub fn make(cfg: &Config, new: NewTask, now: i64) -> anyhow::Result<Task> {
         state: State::new(&schedule, now),
         runs: Vec::new(),
         run_count: 0,
+        day_usage: None,
     })
 }
 

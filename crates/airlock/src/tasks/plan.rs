@@ -163,6 +163,8 @@ pub enum AfterRun {
     AutoPaused,
     /// Nothing is left to run.
     Done,
+    /// Failed while the task was paused or cancelled: it stays as it was.
+    Stopped,
 }
 
 /// A run that started at `started_at` ended at `now`.
@@ -193,13 +195,18 @@ pub fn finished(
         }
         RunEnd::Failed => {
             state.failures += 1;
+            // A task paused while the run went on (by the kill switch, or by its owner)
+            // or cancelled stays so: a "too many failures" pause in its place would drop
+            // the kill switch's refusal of `run-now`, and only the owner lifts either.
+            if state.status != Status::Active {
+                state.next_due = regular;
+                return AfterRun::Stopped;
+            }
             if state.failures >= rules.max_failures {
-                if !matches!(state.status, Status::Cancelled { .. }) {
-                    state.status = Status::Paused {
-                        why: PauseReason::Failures,
-                        at: now,
-                    };
-                }
+                state.status = Status::Paused {
+                    why: PauseReason::Failures,
+                    at: now,
+                };
                 state.next_due = regular;
                 return AfterRun::AutoPaused;
             }
@@ -241,6 +248,56 @@ pub fn on_start(state: &mut State, schedule: &Schedule, missed: Missed, now: i64
         Missed::Skip => schedule.next_after(now),
     };
     true
+}
+
+/// Why a run that has started must end before its model is woken: the task was cancelled,
+/// paused by the kill switch, or paused by its owner since the run was picked (a run-now
+/// of a task the owner had paused goes on). `picked` is the task's status when the run
+/// was picked, `current` its status now.
+pub fn withdrawn(picked: &Status, current: &Status) -> Option<Withdrawn> {
+    match current {
+        Status::Cancelled { .. } => Some(Withdrawn::Cancelled),
+        Status::Paused {
+            why: PauseReason::KillSwitch,
+            ..
+        } => Some(Withdrawn::KillSwitch),
+        Status::Paused { why, .. } if !matches!(picked, Status::Paused { .. }) => {
+            Some(Withdrawn::Paused(*why))
+        }
+        _ => None,
+    }
+}
+
+/// What [`withdrawn`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Withdrawn {
+    KillSwitch,
+    Paused(PauseReason),
+    Cancelled,
+}
+
+impl Withdrawn {
+    /// The run's outcome in its history: a run the kill switch stopped is killed, like one
+    /// whose session it killed; one its owner stopped did not run.
+    pub fn outcome(self) -> String {
+        match self {
+            Withdrawn::KillSwitch => {
+                "killed: the kill switch paused the task before the model was woken".into()
+            }
+            Withdrawn::Paused(why) => format!(
+                "not run: the task was {} before the model was woken",
+                why.words()
+            ),
+            Withdrawn::Cancelled => {
+                "not run: the task was cancelled before the model was woken".into()
+            }
+        }
+    }
+
+    /// Whether the run counts as a success (not a failure to back off from).
+    pub fn ok(self) -> bool {
+        self != Withdrawn::KillSwitch
+    }
 }
 
 /// The kill switch: an active task pauses, and an asked-for run is dropped.
@@ -437,6 +494,71 @@ mod tests {
         assert_eq!(tasks[0].next_due, Some(now + 30 * MIN));
         assert!(due(&tasks[0], now + 30 * MIN).is_some());
         assert_eq!(due(&tasks[2], now + 30 * MIN), None);
+    }
+
+    #[test]
+    fn i7_a_run_the_kill_switch_stopped_leaves_the_kill_switchs_pause_in_place() {
+        let s = Schedule::parse("0 * * * *", "UTC").unwrap();
+        let t0 = at("2026-01-01T00:30:00Z");
+        let mut state = State::new(&s, t0);
+        // One failure short of the limit, then a run that the kill switch stops.
+        state.failures = rules().max_failures - 1;
+        let now = state.next_due.unwrap();
+        started(&mut state, &s, Trigger::Schedule, now);
+        assert!(kill(&mut state, now + 1));
+        assert_eq!(
+            finished(&mut state, &s, &rules(), RunEnd::Failed, now, now + 2),
+            AfterRun::Stopped
+        );
+        assert_eq!(
+            state.status,
+            Status::Paused {
+                why: PauseReason::KillSwitch,
+                at: now + 1
+            }
+        );
+        // The owner's own pause is kept the same way.
+        let mut owned = State::new(&s, t0);
+        owned.failures = rules().max_failures - 1;
+        pause(&mut owned, t0).unwrap();
+        owned.run_requested = true;
+        started(&mut owned, &s, Trigger::RunNow, t0);
+        finished(&mut owned, &s, &rules(), RunEnd::Failed, t0, t0);
+        assert!(matches!(
+            owned.status,
+            Status::Paused {
+                why: PauseReason::Owner,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn i7_a_run_stops_before_its_model_once_its_task_is_killed_paused_or_cancelled() {
+        let active = Status::Active;
+        let by = |why| Status::Paused { why, at: 5 };
+        assert_eq!(withdrawn(&active, &active), None);
+        assert_eq!(
+            withdrawn(&active, &by(PauseReason::KillSwitch)),
+            Some(Withdrawn::KillSwitch)
+        );
+        assert_eq!(
+            withdrawn(&active, &by(PauseReason::Owner)),
+            Some(Withdrawn::Paused(PauseReason::Owner))
+        );
+        assert_eq!(
+            withdrawn(&active, &Status::Cancelled { at: 5 }),
+            Some(Withdrawn::Cancelled)
+        );
+        // A run-now of a task its owner had paused goes on; the kill switch stops it.
+        let owner = by(PauseReason::Owner);
+        assert_eq!(withdrawn(&owner, &owner), None);
+        assert_eq!(
+            withdrawn(&owner, &by(PauseReason::KillSwitch)),
+            Some(Withdrawn::KillSwitch)
+        );
+        assert!(!Withdrawn::KillSwitch.ok());
+        assert!(Withdrawn::KillSwitch.outcome().starts_with("killed"));
     }
 
     #[test]

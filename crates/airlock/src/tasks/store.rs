@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use airlock_core::schedule::Schedule;
 use airlock_store::Limits;
 
+use super::day_budget::DayUsage;
 use super::plan::{Missed, State, Trigger};
 use crate::home::Home;
 
@@ -68,6 +69,11 @@ pub struct Task {
     /// Runs started so far (numbers the runs).
     #[serde(default)]
     pub run_count: u64,
+    /// What the runs of the task's latest day spent, for its per-day budget (the history
+    /// above keeps too few runs to sum). `None` until a run is kept (and in a file from
+    /// before it was counted): the history is all there is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub day_usage: Option<DayUsage>,
 }
 
 impl Task {
@@ -244,8 +250,10 @@ pub fn new_id() -> anyhow::Result<String> {
     Ok(format!("t-{}", hex::encode(bytes)))
 }
 
-/// Keep a run in the task's history (the newest last), dropping the oldest past the cap.
-pub fn push_run(task: &mut Task, run: Run) {
+/// Keep a run that has ended: counted in its day's use of the task's per-day budget, and
+/// in the task's history (the newest last), dropping the oldest past the cap.
+pub fn push_run(task: &mut Task, schedule: &Schedule, run: Run) {
+    super::day_budget::count_run(task, schedule, &run);
     task.runs.push(run);
     let extra = task.runs.len().saturating_sub(MAX_RUNS_KEPT);
     task.runs.drain(..extra);
@@ -350,6 +358,7 @@ pub(crate) fn sample_task(zone: &str, runs: Vec<Run>) -> Task {
         state: State::new(&s, 0),
         run_count: runs.len() as u64,
         runs,
+        day_usage: None,
     }
 }
 
@@ -399,8 +408,9 @@ mod tests {
     #[test]
     fn the_history_keeps_the_newest_runs() {
         let mut t = sample_task("UTC", vec![]);
+        let s = t.parsed().unwrap();
         for n in 0..(MAX_RUNS_KEPT as u64 + 5) {
-            push_run(&mut t, sample_run(n, 0, RunUsage::default()));
+            push_run(&mut t, &s, sample_run(n, 0, RunUsage::default()));
         }
         assert_eq!(t.runs.len(), MAX_RUNS_KEPT);
         assert_eq!(t.runs[0].number, 5);

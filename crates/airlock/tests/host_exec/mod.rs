@@ -221,6 +221,62 @@ fn a_hundred_runs_leave_the_host_holding_no_more_than_before() {
     );
 }
 
+/// Send a request to the host's exec socket with `count` descriptors (`/dev/null`) beside
+/// it, as a client that sends more or fewer than stdin, stdout and stderr would; the
+/// host's answer.
+fn exec_request_with_descriptors(home: &std::path::Path, count: usize) -> String {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    use std::io::{BufRead, BufReader};
+    use std::os::fd::{AsRawFd, RawFd};
+    let socket = airlock_client::host::exec_socket(&home.join("state"));
+    let stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    let files: Vec<std::fs::File> = (0..count)
+        .map(|_| std::fs::File::open("/dev/null").unwrap())
+        .collect();
+    let fds: Vec<RawFd> = files.iter().map(|f| f.as_raw_fd()).collect();
+    let body = br#"{"exec":{"command":"true"}}"#;
+    let mut message = (body.len() as u32).to_be_bytes().to_vec();
+    message.extend_from_slice(body);
+    sendmsg::<()>(
+        stream.as_raw_fd(),
+        &[std::io::IoSlice::new(&message)],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::empty(),
+        None,
+    )
+    .unwrap();
+    let mut answer = String::new();
+    BufReader::new(&stream).read_line(&mut answer).unwrap();
+    answer
+}
+
+/// A client that sends the exec socket more descriptors than the three it takes is refused
+/// clearly, and every descriptor the host received with the request is closed: a hundred
+/// such requests leave the host holding what it held before.
+#[test]
+fn extra_descriptors_sent_to_the_exec_socket_are_closed_and_the_request_refused() {
+    let f = fixture();
+    init(&f, "");
+    let host = Host::start(&f.home);
+    let first = exec_request_with_descriptors(&f.home, 5);
+    assert!(
+        first.contains("more than 3 descriptors") && first.contains("closed"),
+        "{first}"
+    );
+    let too_few = exec_request_with_descriptors(&f.home, 1);
+    assert!(too_few.contains("1 descriptors, not 3"), "{too_few}");
+    let before = descriptors_and_threads(host.child.id());
+    for n in [5, 20, 1, 4].repeat(25) {
+        let answer = exec_request_with_descriptors(&f.home, n);
+        assert!(answer.contains(r#""exit":null"#), "{n}: {answer}");
+    }
+    let after = descriptors_and_threads(host.child.id());
+    assert_eq!(
+        after.0, before.0,
+        "descriptors of the host before and after 100 requests with the wrong number"
+    );
+}
+
 fn wait_for(what: &str, done: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !done() {

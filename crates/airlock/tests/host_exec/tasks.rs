@@ -46,6 +46,17 @@ fn unix(rfc3339: &str) -> i64 {
 /// `airlock init` with the scripted model as `[provider]` and `extra` config, a clock at
 /// `at`, and a host that reads it.
 fn start(f: &Fixture, model: &ScriptedModel, extra: &str, at: &str) -> (Host, Clock) {
+    start_with_env(f, model, extra, at, &[])
+}
+
+/// [`start`], with `env` added to the host's environment.
+fn start_with_env(
+    f: &Fixture,
+    model: &ScriptedModel,
+    extra: &str,
+    at: &str,
+    env: &[(&str, &str)],
+) -> (Host, Clock) {
     init(
         f,
         &format!(
@@ -55,10 +66,9 @@ fn start(f: &Fixture, model: &ScriptedModel, extra: &str, at: &str) -> (Host, Cl
     );
     let clock = Clock(f.home.join("clock"));
     clock.set(at);
-    let host = Host::start_with_env(
-        &f.home,
-        &[("AIRLOCK_DEBUG_CLOCK_FILE", clock.0.to_str().unwrap())],
-    );
+    let mut all = vec![("AIRLOCK_DEBUG_CLOCK_FILE", clock.0.to_str().unwrap())];
+    all.extend_from_slice(env);
+    let host = Host::start_with_env(&f.home, &all);
     (host, clock)
 }
 
@@ -829,6 +839,134 @@ async fn a_scheduled_runs_held_action_is_a_card_in_the_owners_chat_and_on_held_e
         .filter(|r| r["kind"] == "approval_denied")
         .collect();
     assert_eq!(denials.len(), 2, "{denials:#?}");
+    drop(host);
+    let v = verify(&f.home);
+    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+}
+
+/// A file that stops the host's task runs just before each opens its session (debug
+/// builds: `AIRLOCK_DEBUG_TASK_RUN`), while it says `hold`; `panic` makes them panic there.
+struct RunStop(PathBuf);
+
+impl RunStop {
+    /// In the fixture's home, saying nothing yet (say it once the home exists).
+    fn new(f: &Fixture) -> RunStop {
+        RunStop(f.home.join("task-run"))
+    }
+
+    fn env(&self) -> (&'static str, &str) {
+        ("AIRLOCK_DEBUG_TASK_RUN", self.0.to_str().unwrap())
+    }
+
+    fn say(&self, what: &str) {
+        let tmp = self.0.with_extension("new");
+        std::fs::write(&tmp, what).unwrap();
+        std::fs::rename(&tmp, &self.0).unwrap();
+    }
+
+    /// Wait until a run waits at the stop.
+    fn wait_for_a_run(&self) {
+        wait_for("a task run held before its session", || {
+            self.0.with_extension("held").exists()
+        });
+    }
+}
+
+/// I7: the kill switch pauses the tasks, then kills the sessions it finds. A run the
+/// scheduler picked before the pause, whose session did not exist yet when the sessions
+/// were listed, looks at its task again once its session exists: it ends there, and the
+/// model is never woken. The run counts as killed (a failure), and the task stays paused
+/// by the kill switch even past `max_failures`, so `run-now` is still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i7_a_run_picked_before_kill_all_never_wakes_the_model_and_its_task_stays_killed() {
+    let f = fixture();
+    let model = ScriptedModel::start([Step::text("ran after the kill switch")])
+        .await
+        .unwrap();
+    let stop = RunStop::new(&f);
+    let (host, _clock) = start_with_env(
+        &f,
+        &model,
+        "\n[tasks]\nmax_failures = 1\n",
+        "2026-12-05T09:00:00Z",
+        &[stop.env()],
+    );
+    stop.say("hold");
+    let id = add_one_off(&f.home, "Summarise my inbox", &[]);
+    let o = airlock(&f.home, &["tasks", "run-now", &id]);
+    assert!(o.status.success(), "{o:?}");
+    stop.wait_for_a_run();
+
+    let o = airlock(&f.home, &["kill", "--all"]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("1 scheduled task(s) paused"),
+        "{o:?}"
+    );
+    // The run goes on to open its session, after the kill switch listed the sessions.
+    stop.say("go");
+    let run = finished_runs(&f.home, &id, 1)[0].clone();
+    assert_eq!(
+        model.requests().len(),
+        0,
+        "the model was woken after the kill switch: {run:#}"
+    );
+    assert_eq!(run["ok"], false, "{run:#}");
+    assert!(
+        run["outcome"].as_str().unwrap().starts_with("killed:"),
+        "{run:#}"
+    );
+    let end = record_at(&f.home, run["audit_to"].as_u64().unwrap());
+    assert_eq!(end["kind"], "task-run-end", "{end:#}");
+    // The session it opened is not left active.
+    let store = airlock_store::SqliteStore::open(f.home.join("state")).unwrap();
+    use airlock_store::SessionStore;
+    let s = store.get_session(run["session"].as_str().unwrap()).unwrap();
+    assert_ne!(s.status, airlock_store::SessionStatus::Active, "{s:?}");
+
+    // One failure with `max_failures = 1`: still the kill switch's pause.
+    assert_eq!(show(&f.home, &id)["status"], "paused by the kill switch");
+    let o = airlock(&f.home, &["tasks", "run-now", &id]);
+    assert!(!o.status.success(), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("paused by the kill switch"),
+        "{o:?}"
+    );
+    drop(host);
+    let v = verify(&f.home);
+    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+}
+
+/// A run that panics is kept as a failed run, with its end record, and its task is free
+/// to run again (it is no longer counted as running).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_panics_is_kept_as_failed_and_its_task_runs_again() {
+    let f = fixture();
+    let model = ScriptedModel::start([Step::text("the second run")])
+        .await
+        .unwrap();
+    let stop = RunStop::new(&f);
+    let (host, _clock) = start_with_env(&f, &model, "", "2026-12-05T09:00:00Z", &[stop.env()]);
+    stop.say("panic");
+    let id = add_one_off(&f.home, "Summarise my inbox", &[]);
+    let failed = run_now_and_wait(&f.home, &id, 0);
+    assert_eq!(failed["ok"], false, "{failed:#}");
+    assert!(
+        failed["outcome"]
+            .as_str()
+            .unwrap()
+            .contains("failed unexpectedly"),
+        "{failed:#}"
+    );
+    let end = record_at(&f.home, failed["audit_to"].as_u64().unwrap());
+    assert_eq!(end["kind"], "task-run-end", "{end:#}");
+    assert_eq!(end["detail"]["ok"], false, "{end:#}");
+    assert_eq!(show(&f.home, &id)["failures"], 1);
+
+    stop.say("go");
+    let second = run_now_and_wait(&f.home, &id, 1);
+    assert_eq!(second["outcome"], "completed", "{second:#}");
+    assert_eq!(model.requests().len(), 1);
     drop(host);
     let v = verify(&f.home);
     assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));

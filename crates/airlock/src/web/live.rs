@@ -32,6 +32,7 @@ pub async fn stream(
     State(web): State<Arc<WebState>>,
     LoggedIn(_): LoggedIn,
     Path(id): Path<String>,
+    headers: axum::http::HeaderMap,
 ) -> Response {
     let Some((recent, rx)) = web.host.live.watch(&id) else {
         return StatusCode::NO_CONTENT.into_response();
@@ -57,6 +58,8 @@ pub async fn stream(
         }
     });
     use futures_util::StreamExt;
+    // Ends with the login: a stream opened before a logout sends nothing after it.
+    let events = super::guard::while_logged_in(web.clone(), headers, events);
     Sse::new(events.map(Ok::<_, Infallible>))
         .keep_alive(KeepAlive::default())
         .into_response()

@@ -24,6 +24,7 @@ pub async fn stream(
     State(web): State<Arc<WebState>>,
     LoggedIn(_): LoggedIn,
     Path(id): Path<String>,
+    headers: axum::http::HeaderMap,
 ) -> Response {
     let Some(reply) = web.host.replies.get(&id) else {
         return StatusCode::NO_CONTENT.into_response();
@@ -55,6 +56,8 @@ pub async fn stream(
         }
     });
     use futures_util::StreamExt;
+    // Ends with the login: a stream opened before a logout sends nothing after it.
+    let events = super::guard::while_logged_in(web.clone(), headers, events);
     Sse::new(events.map(Ok::<_, Infallible>))
         .keep_alive(KeepAlive::default())
         .into_response()

@@ -1358,6 +1358,16 @@ async fn web_the_model_s_reply_streams_to_the_session_s_page_as_server_sent_even
             .is_err(),
         "the reply is marked done while its run still waits for the model"
     );
+    // A stream opened before a logout ends with the login: `--logout-all` while the reply
+    // still hangs ends this stream, which would otherwise wait for the model for ever.
+    let hanging = open_stream(&base, &cookie, &session).await;
+    let o = airlock(&f.home, &["web", "--logout-all"]);
+    assert!(o.status.success(), "{o:?}");
+    let body = tokio::time::timeout(Duration::from_secs(60), hanging.text())
+        .await
+        .expect("the reply's stream went on after every login ended")
+        .unwrap();
+    assert!(body.contains("Partial"), "{body}");
     b.close().await;
     // The host's end ends the hanging run with it (its children die with it).
     drop(host);

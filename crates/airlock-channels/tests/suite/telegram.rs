@@ -43,6 +43,22 @@ async fn a_forward_is_marked_as_passed_on_with_where_it_came_from() {
             "via_bot": {"id": 555, "is_bot": true, "first_name": "gif"},
         }})
     });
+    fake.push(|id| {
+        serde_json::json!({"update_id": id, "message": {
+            "message_id": id, "date": 0, "text": "a channel's post",
+            "from": {"id": 42, "is_bot": false, "first_name": "o"},
+            "chat": {"id": 42, "type": "private"},
+            "forward_from_chat": {"id": -100123, "type": "channel"}, "forward_date": 5,
+        }})
+    });
+    fake.push(|id| {
+        serde_json::json!({"update_id": id, "message": {
+            "message_id": id, "date": 0, "text": "copied by Telegram",
+            "from": {"id": 42, "is_bot": false, "first_name": "o"},
+            "chat": {"id": -5, "type": "supergroup"},
+            "is_automatic_forward": true,
+        }})
+    });
     let events = tg.next_events().await.unwrap();
     let origins: Vec<Option<String>> = events
         .iter()
@@ -57,6 +73,8 @@ async fn a_forward_is_marked_as_passed_on_with_where_it_came_from() {
             Some("forward from user 9999".to_string()),
             Some("forward from hidden user Hidden Person".to_string()),
             Some("inline bot 555".to_string()),
+            Some("forward from chat -100123".to_string()),
+            Some("forward".to_string()),
         ]
     );
 }

@@ -1032,12 +1032,15 @@ impl Running {
     /// Whether `from`'s message in `chat` is within their rate; a drop is recorded now
     /// and then (see `host::chat_limits`).
     fn admitted(&self, chat: &ChatId, from: &Sender) -> bool {
-        let owner = matches!(self.kind, Kind::Paired { .. })
-            && channels::read_state(&self.host.home, self.name)
-                .is_ok_and(|s| s.owner.as_deref() == Some(from.id.as_str()));
+        // Read only when the limiter's table is full: a flood is cut without file I/O.
+        let is_owner = || {
+            matches!(self.kind, Kind::Paired { .. })
+                && channels::read_state(&self.host.home, self.name)
+                    .is_ok_and(|s| s.owner.as_deref() == Some(from.id.as_str()))
+        };
         match self
             .limiter
-            .admit_as(&chat.0, &from.id, Instant::now(), owner)
+            .admit_as(&chat.0, &from.id, Instant::now(), is_owner)
         {
             Admit::Take => true,
             Admit::Drop { record, dropped } => {

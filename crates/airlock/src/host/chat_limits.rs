@@ -50,19 +50,26 @@ impl InboundLimiter {
 
     /// Count one message from `sender` in `chat`, at `now`.
     pub fn admit(&self, chat: &str, sender: &str, now: Instant) -> Admit {
-        self.admit_as(chat, sender, now, false)
+        self.admit_as(chat, sender, now, || false)
     }
 
-    /// [`InboundLimiter::admit`], for the channel's owner when `owner`: thousands of
-    /// strangers filling the table never lock the owner out (their window is kept past
-    /// the bound; there is one owner, so the table grows by a few chats at most). The
-    /// owner's messages are still limited per minute like anyone's.
-    pub fn admit_as(&self, chat: &str, sender: &str, now: Instant, owner: bool) -> Admit {
+    /// [`InboundLimiter::admit`], asking `is_owner` only when the table is full: thousands
+    /// of strangers filling it never lock the channel's owner out (their window is kept
+    /// past the bound; there is one owner, so the table grows by a few chats at most).
+    /// The owner's messages are still limited per minute like anyone's. `is_owner` may
+    /// read a file; a message that finds room never calls it.
+    pub fn admit_as(
+        &self,
+        chat: &str,
+        sender: &str,
+        now: Instant,
+        is_owner: impl FnOnce() -> bool,
+    ) -> Admit {
         let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
         let key = (chat.to_string(), sender.to_string());
-        if !owner && !windows.contains_key(&key) && windows.len() >= MAX_TRACKED {
+        if !windows.contains_key(&key) && windows.len() >= MAX_TRACKED {
             windows.retain(|_, w| now.duration_since(w.started) < WINDOW);
-            if windows.len() >= MAX_TRACKED {
+            if windows.len() >= MAX_TRACKED && !is_owner() {
                 // Thousands of senders at once: nobody new until a window ends.
                 return Admit::Drop {
                     record: false,
@@ -133,9 +140,9 @@ mod tests {
         assert_eq!(l.windows.lock().unwrap().len(), MAX_TRACKED);
         // The owner is never locked out by the strangers filling it, and is still
         // limited per minute.
-        assert_eq!(l.admit_as("c", "owner", t0, true), Admit::Take);
+        assert_eq!(l.admit_as("c", "owner", t0, || true), Admit::Take);
         assert!(matches!(
-            l.admit_as("c", "owner", t0, true),
+            l.admit_as("c", "owner", t0, || panic!("asked with room in the table")),
             Admit::Drop { .. }
         ));
         // Once the windows end, room is made.

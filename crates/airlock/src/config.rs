@@ -154,17 +154,22 @@ pub struct WebSection {
     /// Pages read a minute per login (per address before a login); default 600.
     #[serde(default)]
     pub reads_per_minute: Option<u32>,
+    /// Connections the page holds at once (16 at most from one address); default 128.
+    #[serde(default)]
+    pub max_connections: Option<usize>,
 }
 
-/// `[host]`: what `airlock serve` takes on at once. A run beyond `max_sandboxes` waits in a
-/// queue of `max_queued`; past the queue it is refused with the limit's name.
+/// `[host]`: what `airlock serve` takes on at once. A sandbox beyond `max_sandboxes` waits
+/// in a queue of `max_queued`; past the queue it is refused with the limit's name.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostSection {
-    /// Sandboxed runs at once. The default suits a 2-core machine.
+    /// Sandboxes at once, of every kind the host starts (execs, tasks' pre-checks, the
+    /// shell calls of its sessions and their sub-agents; see `host::sandbox_slots`). The
+    /// default suits a 2-core machine.
     #[serde(default = "default_max_sandboxes")]
     pub max_sandboxes: usize,
-    /// Runs that may wait for a sandbox before the next is refused.
+    /// Sandboxes that may wait for a slot before the next is refused.
     #[serde(default = "default_max_queued")]
     pub max_queued: usize,
     /// Agent sessions (`airlock run`, `airlock chat`) through the host at once; one more
@@ -626,6 +631,7 @@ checkpoint_every = 256
 # listen = "127.0.0.1:7464"
 # session_minutes = 720
 # reads_per_minute = 600             # per login (per address before a login); 429 past it
+# max_connections = 128              # open at once, 16 at most from one address; 503 past it
 # public_port = 443                  # served remotely behind a port forward (default: listen's)
 
 [agent]

@@ -10,11 +10,13 @@
 //! approval is a passkey assertion ([`passkeys`], [`remote`]). Every request passes
 //! [`guard`]; every value a model, tool or sender wrote is shown through [`untrusted`].
 //!
-//! Modules: [`settings`] (`[web]` checked), [`auth`] (links and logins, kept across
-//! restarts), [`guard`] (Host/Origin, headers, login and CSRF extractors), [`layout`] (the
-//! frame and kill switch), [`tls`], [`passkeys`], [`admin`] (revoking a passkey, ending
-//! every login) and [`remote`] (the page served remotely), [`untrusted`] (showing
-//! untrusted text), [`chart`] (small SVG charts), and one module per page or action:
+//! Modules: [`settings`] (`[web]` checked), [`connections`] (the listener: how many
+//! connections at once, and the deadline on a request's headers), [`auth`] (links and
+//! logins, kept across restarts), [`guard`] (Host/Origin, headers, login and CSRF
+//! extractors), [`layout`] (the frame and kill switch), [`tls`], [`passkeys`], [`admin`]
+//! (revoking a passkey, ending every login) and [`remote`] (the page served remotely),
+//! [`untrusted`] (showing untrusted text), [`chart`] (small SVG charts), and one module
+//! per page or action:
 //! [`sessions`], [`start`] (new work), [`dataflow`], [`approvals`], [`audit`],
 //! [`budgets`], [`memory`], [`config_page`] (settings), [`kill`], [`login`], [`assets`], and
 //! [`stream`] (the model's reply as it comes), [`live`] (a session live in the host,
@@ -28,6 +30,7 @@ pub mod auth;
 pub mod budgets;
 pub mod chart;
 pub mod config_page;
+pub mod connections;
 pub mod dataflow;
 pub mod guard;
 pub mod kill;
@@ -63,6 +66,8 @@ pub struct Web {
     pub passkeys: Option<Arc<passkeys::Passkeys>>,
     /// `[web] reads_per_minute`.
     reads_per_minute: u32,
+    /// `[web] max_connections`.
+    max_connections: usize,
     tls: Option<(Arc<rustls::ServerConfig>, Arc<tls::Certificate>)>,
     listener: Mutex<Option<std::net::TcpListener>>,
 }
@@ -99,6 +104,7 @@ impl Web {
             logins: Arc::new(auth::Logins::kept(s.session, state_dir)),
             passkeys,
             reads_per_minute: s.reads_per_minute,
+            max_connections: s.max_connections,
             tls,
             listener: Mutex::new(Some(listener)),
         }))
@@ -176,19 +182,29 @@ pub async fn serve(host: Arc<Host>) -> anyhow::Result<()> {
         reads: reads::Reads::new(web.reads_per_minute),
     });
     tracing::info!(url = %state.bound.base_url, "serving the web page");
-    let served = match &web.tls {
-        None => {
-            let app = router(state).into_make_service_with_connect_info::<reads::Peer>();
-            axum::serve(listener, app).await
+    let tls = web.tls.as_ref().map(|(config, cert)| {
+        tokio::spawn(cert.clone().watch());
+        tokio_rustls::TlsAcceptor::from(config.clone())
+    });
+    let slots = connections::Slots::new(web.max_connections);
+    let max = web.max_connections;
+    let app = router(state.clone());
+    // Told only the 1st, 2nd, 4th … refusal of each limit, so a flood of connections
+    // leaves a few records, not one synced record each; one task writes them, in order.
+    let (refused, mut to_record) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some((why, count)) = to_record.recv().await {
+            let why: connections::Full = why;
+            let detail =
+                serde_json::json!({"limit": why.reason(), "count": count, "max_connections": max});
+            state.record("web-connection-refused", None, detail).await;
         }
-        Some((config, cert)) => {
-            tokio::spawn(cert.clone().watch());
-            let tls = tls::TlsListener::new(listener, config.clone())?;
-            let app = router(state).into_make_service_with_connect_info::<reads::Peer>();
-            axum::serve(tls, app).await
-        }
+    });
+    let refused = move |why, count| {
+        let _ = refused.send((why, count));
     };
-    served.map_err(|e| anyhow::anyhow!("serving the web page: {e}"))
+    connections::serve(listener, app, tls, slots, refused).await;
+    Ok(())
 }
 
 /// Every route of the page.
@@ -228,7 +244,9 @@ pub fn router(state: Arc<WebState>) -> Router {
         .route("/static/web.css", get(assets::css))
         .route("/static/web.js", get(assets::js))
         .fallback(|| async { (StatusCode::NOT_FOUND, "no such page") })
-        .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
+        .layer(axum::extract::DefaultBodyLimit::max(connections::MAX_BODY))
+        // Inside the guard, so a refused request's body is never waited for.
+        .layer(axum::middleware::from_fn(connections::body_within_deadline))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             guard::check_request,

@@ -11,12 +11,9 @@
 //! browsers not logged in are chosen by whoever connects.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::Instant;
-
-use axum::extract::connect_info::Connected;
-use axum::serve::IncomingStream;
 
 /// The paths never counted: stopping and leaving must work whatever was read before; and
 /// a login link's redemption, because on loopback every browser not logged in shares one
@@ -41,18 +38,23 @@ pub enum Reader {
 
 impl Reader {
     pub fn address(ip: IpAddr) -> Reader {
-        match ip {
-            IpAddr::V4(_) => Reader::Address(ip),
-            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) => Reader::Address(IpAddr::V4(v4)),
-                None => {
-                    let s = v6.segments();
-                    Reader::Address(IpAddr::V6(std::net::Ipv6Addr::new(
-                        s[0], s[1], s[2], s[3], 0, 0, 0, 0,
-                    )))
-                }
-            },
-        }
+        Reader::Address(address_key(ip))
+    }
+}
+
+/// What an address counts as, here and in the connection limits
+/// ([`super::connections`]): an IPv6 address by its /64, which one machine usually has
+/// whole, and an IPv4-mapped one as its IPv4 address.
+pub fn address_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
     }
 }
 
@@ -105,22 +107,10 @@ impl Reads {
     }
 }
 
-/// The address a request came from, for [`Reader::Address`].
+/// The address a request came from, for [`Reader::Address`] (put in each request's
+/// extensions as `ConnectInfo<Peer>` by [`super::connections`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Peer(pub IpAddr);
-
-impl Connected<IncomingStream<'_, tokio::net::TcpListener>> for Peer {
-    fn connect_info(stream: IncomingStream<'_, tokio::net::TcpListener>) -> Self {
-        Peer(stream.remote_addr().ip())
-    }
-}
-
-impl Connected<IncomingStream<'_, super::tls::TlsListener>> for Peer {
-    fn connect_info(stream: IncomingStream<'_, super::tls::TlsListener>) -> Self {
-        let addr: &SocketAddr = stream.remote_addr();
-        Peer(addr.ip())
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -13,6 +13,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::connections::{DEFAULT_MAX_CONNECTIONS, MAX_MAX_CONNECTIONS, MIN_MAX_CONNECTIONS};
 use crate::config::WebSection;
 
 /// How long a login lasts unless `[web] session_minutes` says otherwise.
@@ -31,6 +32,8 @@ pub struct WebSettings {
     pub session: Duration,
     /// Pages read a minute per login, or per address before a login.
     pub reads_per_minute: u32,
+    /// Connections held at once ([`super::connections`]).
+    pub max_connections: usize,
     /// The remote regime's name and TLS files; `None` for the local regime.
     pub remote: Option<Remote>,
 }
@@ -133,6 +136,13 @@ pub fn check(section: &WebSection) -> anyhow::Result<Option<WebSettings>> {
         ),
         Some(n) => n,
     };
+    let max_connections = match section.max_connections {
+        None => DEFAULT_MAX_CONNECTIONS,
+        Some(n) if (MIN_MAX_CONNECTIONS..=MAX_MAX_CONNECTIONS).contains(&n) => n,
+        Some(n) => anyhow::bail!(
+            "airlock.toml: web.max_connections = {n} is out of range\nhelp: give between {MIN_MAX_CONNECTIONS} (a browser opens several connections to the page at once) and {MAX_MAX_CONNECTIONS} (each is a file descriptor); the default is {DEFAULT_MAX_CONNECTIONS}"
+        ),
+    };
     let session = match section.session_minutes {
         None => DEFAULT_SESSION,
         Some(m) => {
@@ -150,6 +160,7 @@ pub fn check(section: &WebSection) -> anyhow::Result<Option<WebSettings>> {
         listen: addr,
         session,
         reads_per_minute,
+        max_connections,
         remote,
     }))
 }
@@ -322,6 +333,22 @@ mod tests {
         assert!(e.contains("web.reads_per_minute = 0"), "{e}");
         s.reads_per_minute = Some(30);
         assert_eq!(check(&s).unwrap().unwrap().reads_per_minute, 30);
+    }
+
+    #[test]
+    fn max_connections_default_and_out_of_range_named() {
+        let mut s = section("127.0.0.1:0");
+        assert_eq!(
+            check(&s).unwrap().unwrap().max_connections,
+            DEFAULT_MAX_CONNECTIONS
+        );
+        for bad in [0, MIN_MAX_CONNECTIONS - 1, MAX_MAX_CONNECTIONS + 1] {
+            s.max_connections = Some(bad);
+            let e = check(&s).unwrap_err().to_string();
+            assert!(e.contains(&format!("web.max_connections = {bad}")), "{e}");
+        }
+        s.max_connections = Some(24);
+        assert_eq!(check(&s).unwrap().unwrap().max_connections, 24);
     }
 
     #[test]

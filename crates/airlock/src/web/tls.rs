@@ -1,10 +1,8 @@
 //! TLS for the page served remotely: the certificate and key of `[web]`, checked at the
-//! host's start to be for the public name, and a listener that hands the page's server
-//! only connections whose handshake is done.
-//!
-//! The handshakes run in their own tasks, each with a deadline, so one slow or silent
-//! client cannot hold up the others (axum's `serve` takes one connection at a time from
-//! its listener).
+//! host's start to be for the public name. Each connection's handshake runs in its own
+//! task, within [`HANDSHAKE_DEADLINE`] and holding one of the page's connection slots
+//! ([`super::connections`]), so a slow or silent client neither holds up the others nor
+//! goes uncounted.
 //!
 //! A renewed certificate takes effect without a restart: [`Certificate::watch`] looks at
 //! the two files every [`RELOAD_EVERY`] and, when either changed, reads and checks the
@@ -12,7 +10,6 @@
 //! left alone. A new pair that fails the checks of the start is refused with an error in
 //! the log, and the one in use is kept.
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
@@ -22,17 +19,11 @@ use rustls::sign::CertifiedKey;
 use rustls::ServerConfig;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-use tokio_rustls::server::TlsStream;
-use tokio_rustls::TlsAcceptor;
 
 use super::settings::Remote;
 
 /// How long a client may take to finish its handshake.
-const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
-/// Handshaken connections waiting for the server to take them.
-const READY_QUEUE: usize = 64;
+pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
 /// How often the certificate's and key's files are looked at for a renewal.
 pub const RELOAD_EVERY: Duration = Duration::from_secs(2);
 
@@ -167,67 +158,4 @@ fn read_chain(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
         return Err(unreadable(&"it holds no certificate"));
     }
     Ok(chain)
-}
-
-/// A listener whose connections have finished their TLS handshake.
-pub struct TlsListener {
-    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local: SocketAddr,
-}
-
-impl TlsListener {
-    /// Accept on `tcp` and shake hands with `config`, in the background.
-    pub fn new(tcp: TcpListener, config: Arc<ServerConfig>) -> std::io::Result<TlsListener> {
-        let local = tcp.local_addr()?;
-        let (tx, ready) = mpsc::channel(READY_QUEUE);
-        let acceptor = TlsAcceptor::from(config);
-        tokio::spawn(async move {
-            loop {
-                let (stream, peer) = match tcp.accept().await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        // Out of descriptors and the like: wait, as axum's own listener does.
-                        tracing::warn!(error = %e, "web: cannot accept a connection");
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                        continue;
-                    }
-                };
-                if tx.is_closed() {
-                    return;
-                }
-                let acceptor = acceptor.clone();
-                let tx = tx.clone();
-                tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => {
-                            let _ = tx.send((tls, peer)).await;
-                        }
-                        Ok(Err(e)) => {
-                            tracing::debug!(%peer, error = %e, "web: a TLS handshake failed")
-                        }
-                        Err(_) => tracing::debug!(%peer, "web: a TLS handshake took too long"),
-                    }
-                });
-            }
-        });
-        Ok(TlsListener { ready, local })
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.ready.recv().await {
-            Some(c) => c,
-            // The accepting task ended (it only does when this listener is gone): no more
-            // connections will come.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
-    }
 }

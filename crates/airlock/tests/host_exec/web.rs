@@ -2044,3 +2044,301 @@ async fn web_a_terminal_chat_streams_to_its_page_which_sends_the_next_message_on
     drop(host);
     assert!(verify(&f.home).status.success());
 }
+
+/// A raw TCP connection to the page at `addr` from the loopback address `source`
+/// (127.0.0.2, 127.0.0.3 … stand for other machines).
+async fn tcp_from(source: [u8; 4], addr: std::net::SocketAddr) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind((source, 0).into()).unwrap();
+    socket.connect(addr).await.unwrap()
+}
+
+/// What a connection sends until the host closes it (a reset counts as closed), or
+/// `None` if it is still open after a minute.
+pub(super) async fn until_closed(mut read: impl tokio::io::AsyncRead + Unpin) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let read = async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match read.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), read)
+        .await
+        .ok()?;
+    Some(String::from_utf8_lossy(&got).into_owned())
+}
+
+/// The `web-connection-refused` records with `limit`, once there are at least `least`.
+pub(super) fn connection_refusals(
+    f: &Fixture,
+    limit: &str,
+    least: usize,
+) -> Vec<serde_json::Value> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let found: Vec<_> = audit_records(&f.home)
+            .into_iter()
+            .filter(|r| r["kind"] == "web-connection-refused" && r["detail"]["limit"] == limit)
+            .collect();
+        if found.len() >= least || Instant::now() > deadline {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The attack: whoever reaches the port opens connections and holds them without a
+/// request, to use up the host's descriptors. The page holds at most `[web]
+/// max_connections` at once and 16 from one address: from one address (127.0.0.2) 20
+/// connections get 16 slots and the other four a `503` at once that says so; from a
+/// second (127.0.0.3) 16 get the 8 slots left and the rest a `503` naming
+/// `web.max_connections`. Nothing is queued. The held ones, which never send a request,
+/// are dropped after the deadline on a request's headers, and the owner's request is
+/// then answered. The refusals leave a record at the 1st, 2nd, 4th … of each limit, not
+/// one each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_connections_past_the_limits_are_refused_at_once_and_idle_ones_make_way_for_the_owner()
+{
+    let f = fixture();
+    init(&f, &format!("{WEB}max_connections = 24\n"));
+    let host = Host::start(&f.home);
+    let link = login_link(&f);
+    let addr: std::net::SocketAddr = base_of(&link)
+        .trim_start_matches("http://")
+        .parse()
+        .unwrap();
+
+    // Connected one after the other, so the host takes them in this order.
+    let mut first = Vec::new();
+    for _ in 0..20 {
+        first.push(tcp_from([127, 0, 0, 2], addr).await);
+    }
+    let mut second = Vec::new();
+    for _ in 0..16 {
+        second.push(tcp_from([127, 0, 0, 3], addr).await);
+    }
+    let first: Vec<_> = first
+        .into_iter()
+        .map(|c| tokio::spawn(until_closed(c)))
+        .collect();
+    let second: Vec<_> = second
+        .into_iter()
+        .map(|c| tokio::spawn(until_closed(c)))
+        .collect();
+
+    // The owner's login link, from 127.0.0.1, logs in once the idle connections are
+    // dropped; before that it is refused with the limit named (never left waiting), and
+    // a refused connection never reaches the page, so the link is not used up.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = http().get(&link).send().await.unwrap();
+        if r.status() != 503 {
+            assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+            assert!(r.headers().get("set-cookie").is_some());
+            break;
+        }
+        let text = r.text().await.unwrap();
+        assert!(text.contains("web.max_connections = 24"), "{text}");
+        assert!(
+            Instant::now() < deadline,
+            "the owner is still refused: {}",
+            host.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let mut answers = Vec::new();
+    for c in first.into_iter().chain(second) {
+        answers.push(
+            c.await
+                .unwrap()
+                .expect("a connection still open after a minute"),
+        );
+    }
+    let refused = |a: &String| a.starts_with("HTTP/1.1 503 ");
+    // The held ones were closed having sent nothing (no request came).
+    assert!(
+        answers.iter().all(|a| refused(a) || a.is_empty()),
+        "{answers:?}"
+    );
+    let (from_2, from_3) = answers.split_at(20);
+    assert_eq!(
+        from_2.iter().filter(|a| refused(a)).count(),
+        4,
+        "{from_2:?}"
+    );
+    assert!(from_2[16..].iter().all(|a| a.contains("from your address")));
+    assert_eq!(
+        from_3.iter().filter(|a| refused(a)).count(),
+        8,
+        "{from_3:?}"
+    );
+    assert!(from_3[8..]
+        .iter()
+        .all(|a| a.contains("web.max_connections = 24") && a.contains("retry-after")));
+
+    // Four refusals for the address, eight or more for the page: records at the powers
+    // of two only.
+    let per_address = connection_refusals(&f, "connections per address", 3);
+    let counts: Vec<u64> = per_address
+        .iter()
+        .map(|r| r["detail"]["count"].as_u64().unwrap())
+        .collect();
+    assert_eq!(counts, [1, 2, 4], "{per_address:?}");
+    let page = connection_refusals(&f, "web.max_connections", 4);
+    let counts: Vec<u64> = page
+        .iter()
+        .map(|r| r["detail"]["count"].as_u64().unwrap())
+        .collect();
+    assert!(
+        counts.len() >= 4 && counts.iter().enumerate().all(|(i, c)| *c == 1 << i),
+        "{page:?}"
+    );
+    assert_eq!(page[0]["via"], "web", "{page:?}");
+    assert!(verify(&f.home).status.success());
+}
+
+/// The attack: a client sends a request's headers a byte at a time and never finishes
+/// them (slowloris), or a body the same way, or keeps a connection open after its answer
+/// and sends nothing, to hold it for ever. Each is closed once the deadline on a
+/// request's headers (or body, with a `408`) passes;
+/// meanwhile an event stream of the model's reply, opened before them and silent while
+/// the model hangs, is not cut: it lasts as long as its login, and ends at `airlock web
+/// --logout-all`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_a_half_sent_header_or_body_and_an_idle_connection_are_dropped_while_an_event_stream_lives_on(
+) {
+    use airlock_agent::provider::ProviderKind;
+    use airlock_agent::scripted::{Fault, StreamCut, SCRIPTED_MODEL_NAME};
+    use tokio::io::AsyncWriteExt;
+    let f = fixture();
+    let model = ScriptedModel::start([Step::Fault(Fault::Truncated {
+        reply: airlock_agent::scripted::Reply::text("Partial answer that never ends"),
+        after_events: 3,
+        cut: StreamCut::Hang,
+    })])
+    .await
+    .unwrap();
+    init(
+        &f,
+        &format!(
+            "{WEB}\n[provider]\nkind = \"openai\"\nmodel = \"{SCRIPTED_MODEL_NAME}\"\nbase_url = \"{}\"\n",
+            model.base_url(ProviderKind::Openai)
+        ),
+    );
+    let host = Host::start(&f.home);
+    let (base, cookie, csrf) = http_login(&f).await;
+    let addr: std::net::SocketAddr = base.trim_start_matches("http://").parse().unwrap();
+    let r = http()
+        .post(format!("{base}/sessions/start"))
+        .header("cookie", &cookie)
+        .header("origin", &base)
+        .form(&[("csrf", csrf.as_str()), ("prompt", "Say it slowly")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let session = loop {
+        let page = http()
+            .get(format!("{base}/"))
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if let Some(id) = page
+            .split("data-session=\"")
+            .nth(1)
+            .and_then(|s| s.split('"').next())
+        {
+            break id.to_string();
+        }
+        assert!(Instant::now() < deadline, "no session: {}", host.log_text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // The stream, open with the reply's first pieces while the model hangs.
+    let mut stream = open_stream(&base, &cookie, &session).await;
+    let mut seen = String::new();
+    while !seen.contains("Partial") {
+        let chunk = tokio::time::timeout(Duration::from_secs(60), stream.chunk())
+            .await
+            .expect("no piece of the reply")
+            .unwrap()
+            .expect("the stream ended before the reply's first pieces");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+
+    // Half a request's headers, then a byte a second, never the blank line.
+    let (slow_read, mut slow_write) = tcp_from([127, 0, 0, 1], addr).await.into_split();
+    let head = format!("GET /welcome HTTP/1.1\r\nHost: {addr}\r\nX-Slow: ");
+    slow_write.write_all(head.as_bytes()).await.unwrap();
+    let trickle = tokio::spawn(async move {
+        while slow_write.write_all(b"a").await.is_ok() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    // A whole head whose body comes a byte a second and never ends, to a path whose
+    // handler reads its body before anything else (it answers only when served remotely).
+    let (body_read, mut body_write) = tcp_from([127, 0, 0, 1], addr).await.into_split();
+    let head = format!(
+        "POST /enroll/finish HTTP/1.1\r\nHost: {addr}\r\nOrigin: {base}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{\"ceremony\": \""
+    );
+    body_write.write_all(head.as_bytes()).await.unwrap();
+    let body_trickle = tokio::spawn(async move {
+        while body_write.write_all(b"a").await.is_ok() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    // A whole request, answered, then nothing more on that connection.
+    let mut idle = tcp_from([127, 0, 0, 1], addr).await;
+    idle.write_all(format!("GET /welcome HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+
+    let slow = until_closed(slow_read)
+        .await
+        .expect("a connection whose headers never end is still open after a minute");
+    assert!(slow.is_empty() || slow.starts_with("HTTP/1.1 "), "{slow}");
+    trickle.abort();
+    let body = until_closed(body_read)
+        .await
+        .expect("a connection whose body never ends is still open after a minute");
+    assert!(body.starts_with("HTTP/1.1 408 "), "{body}");
+    body_trickle.abort();
+    let answered = until_closed(idle)
+        .await
+        .expect("an idle kept-alive connection is still open after a minute");
+    // The page's answer without a login.
+    assert!(answered.starts_with("HTTP/1.1 401 "), "{answered}");
+
+    // Both were dropped, and the stream opened before them is still open: a read of it
+    // gives a keep-alive comment or nothing yet, never its end.
+    match tokio::time::timeout(Duration::from_secs(1), stream.chunk()).await {
+        Err(_) => {}
+        Ok(Ok(Some(chunk))) => assert!(
+            !String::from_utf8_lossy(&chunk).contains("event: done"),
+            "{chunk:?}"
+        ),
+        Ok(other) => panic!("the event stream was cut: {other:?}"),
+    }
+    let o = airlock(&f.home, &["web", "--logout-all"]);
+    assert!(o.status.success(), "{o:?}");
+    let rest = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(c) = stream.chunk().await.unwrap() {
+            seen.push_str(&String::from_utf8_lossy(&c));
+        }
+    })
+    .await;
+    assert!(rest.is_ok(), "the stream went on after every login ended");
+    assert!(seen.contains("Partial"), "{seen}");
+    drop(host);
+    assert!(verify(&f.home).status.success());
+}

@@ -1343,7 +1343,8 @@ async fn web_remote_a_renewed_certificate_is_served_without_a_restart() {
     init(&f, &remote_web(&tls, NAME));
     let host = Host::start(&f.home);
     let base = base_of(&enrol_link(&f));
-    // A client that keeps its connection open across the renewal.
+    // A client that keeps its connection open across the renewal, and busy: an idle one
+    // would be closed after the deadline on a request's headers.
     let kept = https(&tls, &base);
     let r = kept.get(format!("{base}/welcome")).send().await.unwrap();
     assert_eq!(r.status(), 401);
@@ -1361,6 +1362,8 @@ async fn web_remote_a_renewed_certificate_is_served_without_a_restart() {
             "the renewed certificate is never served: {}",
             host.log_text()
         );
+        let r = kept.get(format!("{base}/welcome")).send().await.unwrap();
+        assert_eq!(r.status(), 401);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(
@@ -1391,6 +1394,115 @@ async fn web_remote_a_renewed_certificate_is_served_without_a_restart() {
         "the pair in use was dropped"
     );
     assert!(!answers_with(&elsewhere, &base).await);
+    drop(host);
+    assert!(verify(&f.home).status.success());
+}
+
+/// A TLS client that trusts only `tls`'s CA.
+fn tls_connector(tls: &TestTls) -> tokio_rustls::TlsConnector {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls_pki_types::CertificateDer::from_pem_slice(tls.ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+}
+
+/// A connection to the page at 127.0.0.1:`port` whose TLS handshake for `NAME` is done.
+async fn handshaken(
+    connector: &tokio_rustls::TlsConnector,
+    port: u16,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let name = rustls_pki_types::ServerName::try_from(NAME).unwrap();
+    connector.connect(name, tcp).await
+}
+
+/// The attack on the page served remotely, where anyone on the network reaches the port:
+/// connections that shake hands and then send nothing, or half a request's headers, to
+/// hold the host's descriptors. With `max_connections = 8`, eight are held and a ninth is
+/// closed before its handshake (never queued); each held one is closed once the deadline
+/// on a request's headers passes, the half-sent one too; the owner's request is then
+/// answered; the refusals leave records only at powers of two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_remote_connections_past_the_limit_are_closed_and_a_half_sent_header_is_dropped() {
+    use tokio::io::AsyncWriteExt;
+    let tls = test_tls(&[NAME]);
+    let f = fixture();
+    init(
+        &f,
+        &format!("{}max_connections = 8\n", remote_web(&tls, NAME)),
+    );
+    let host = Host::start(&f.home);
+    let base = base_of(&enrol_link(&f));
+    let port: u16 = base.rsplit(':').next().unwrap().parse().unwrap();
+    let connector = tls_connector(&tls);
+
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        held.push(
+            handshaken(&connector, port)
+                .await
+                .expect("a handshake within the limit"),
+        );
+    }
+    held[0]
+        .write_all(format!("GET /welcome HTTP/1.1\r\nHost: {NAME}:{port}\r\nX-Slow: a").as_bytes())
+        .await
+        .unwrap();
+    held[0].flush().await.unwrap();
+    for _ in 0..5 {
+        assert!(
+            handshaken(&connector, port).await.is_err(),
+            "a connection past web.max_connections was taken"
+        );
+    }
+    let held: Vec<_> = held
+        .into_iter()
+        .map(|c| tokio::spawn(super::web::until_closed(c)))
+        .collect();
+
+    // The owner is answered once the idle connections are dropped.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let answered = loop {
+        if let Ok(r) = https(&tls, &base)
+            .get(format!("{base}/welcome"))
+            .send()
+            .await
+        {
+            break r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the owner is still refused: {}",
+            host.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(answered.status(), 401);
+    for c in held {
+        let sent = c
+            .await
+            .unwrap()
+            .expect("a connection without a whole request is still open after a minute");
+        assert!(sent.is_empty() || sent.starts_with("HTTP/1.1 "), "{sent}");
+    }
+    let records = super::web::connection_refusals(&f, "web.max_connections", 3);
+    let counts: Vec<u64> = records
+        .iter()
+        .map(|r| r["detail"]["count"].as_u64().unwrap())
+        .collect();
+    // The 1st, 2nd, 4th … refusal, with its count; none between.
+    assert!(
+        counts.len() >= 3 && counts.iter().enumerate().all(|(i, c)| *c == 1 << i),
+        "{records:?}"
+    );
     drop(host);
     assert!(verify(&f.home).status.success());
 }

@@ -8,6 +8,12 @@
 //! a display name, a chat or a message's text.
 
 pub mod decisions;
+mod pairing;
+
+pub use pairing::{
+    code_hash, code_in, keep_wrong, new_code, spend_code, void_code, Judged, PairingTries, Refusal,
+    Unpaired, PAIRING_SECS,
+};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,14 +27,6 @@ pub const KINDS: &[&str] = &["telegram", "slack", "discord", "webhook"];
 
 /// The chat platforms: each has an owner bound by pairing.
 pub const CHAT_KINDS: &[&str] = &["telegram", "slack", "discord"];
-
-/// How long a pairing code is good for.
-pub const PAIRING_SECS: u64 = 600;
-/// Wrong codes sent before a pending code is voided (a new one must be made).
-pub const PAIRING_ATTEMPTS: u32 = 5;
-/// The letters of a pairing code: no 0/O or 1/I to misread.
-const CODE_ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZ23456789";
-const CODE_LEN: usize = 10;
 
 /// `config/channels.toml`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -402,7 +400,9 @@ pub struct Pairing {
     pub code_hash: String,
     /// Unix seconds.
     pub expires_at: u64,
-    /// Wrong codes so far.
+    /// Wrong codes from everyone so far, as the host last kept them: it counts tries in
+    /// memory (per sender, see `pairing`) and writes this only with the records of them,
+    /// so a restarted host goes on from it.
     pub attempts: u32,
 }
 
@@ -445,114 +445,9 @@ fn read_state_at(path: &Path) -> anyhow::Result<ChannelState> {
     }
 }
 
-/// A new pairing code: random, [`CODE_LEN`] letters.
-pub fn new_code() -> anyhow::Result<String> {
-    let mut bytes = [0u8; CODE_LEN];
-    getrandom::fill(&mut bytes)
-        .map_err(|e| anyhow::anyhow!("cannot make a pairing code: no randomness ({e})"))?;
-    // 256 is a multiple of the alphabet's 32 letters: every letter is equally likely.
-    Ok(bytes
-        .iter()
-        .map(|b| CODE_ALPHABET[*b as usize % CODE_ALPHABET.len()] as char)
-        .collect())
-}
-
-pub fn code_hash(code: &str) -> String {
-    format!(
-        "sha256:{}",
-        airlock_core::canonical::sha256_hex(code.trim().to_ascii_uppercase().as_bytes())
-    )
-}
-
-/// The code a pairing message carries: the message itself, or after `/start` or `/pair`
-/// (Telegram's deep links send `/start <payload>`).
-pub fn code_in(text: &str) -> Option<&str> {
-    let t = text.trim();
-    let code = t
-        .strip_prefix("/start ")
-        .or_else(|| t.strip_prefix("/pair "))
-        .unwrap_or(t)
-        .trim();
-    (code.len() == CODE_LEN && code.bytes().all(|b| b.is_ascii_alphanumeric())).then_some(code)
-}
-
-/// What a message with a pairing code did.
-#[derive(Debug, PartialEq, Eq)]
-pub enum PairingOutcome {
-    Paired,
-    /// No code is pending (none was made, it expired, or it was voided).
-    NoCode,
-    Wrong {
-        attempts_left: u32,
-    },
-    /// A channel has one owner; pairing again needs `channel unpair` first.
-    AlreadyPaired,
-    /// The code was right, but the policy refused the binding (`channel.bind`), for
-    /// these reasons.
-    Refused(String),
-}
-
-/// Try `code` from platform user `from` against the pending pairing, at `now`.
-pub fn try_pairing(state: &mut ChannelState, code: &str, from: &str, now: u64) -> PairingOutcome {
-    if state.owner.is_some() {
-        return PairingOutcome::AlreadyPaired;
-    }
-    let Some(p) = &mut state.pairing else {
-        return PairingOutcome::NoCode;
-    };
-    if now >= p.expires_at {
-        state.pairing = None;
-        return PairingOutcome::NoCode;
-    }
-    if code_hash(code) != p.code_hash {
-        p.attempts += 1;
-        let left = PAIRING_ATTEMPTS.saturating_sub(p.attempts);
-        if left == 0 {
-            state.pairing = None;
-        }
-        return PairingOutcome::Wrong {
-            attempts_left: left,
-        };
-    }
-    state.pairing = None;
-    state.owner = Some(from.to_string());
-    PairingOutcome::Paired
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pending(code: &str) -> ChannelState {
-        ChannelState {
-            pairing: Some(Pairing {
-                code_hash: code_hash(code),
-                expires_at: 1000,
-                attempts: 0,
-            }),
-            ..ChannelState::default()
-        }
-    }
-
-    #[test]
-    fn the_right_code_in_time_binds_its_sender_once() {
-        let code = new_code().unwrap();
-        assert_eq!(code.len(), CODE_LEN);
-        let mut s = pending(&code);
-        let msg = format!("/start {code}");
-        assert_eq!(code_in(&msg), Some(code.as_str()));
-        assert_eq!(
-            try_pairing(&mut s, &code.to_lowercase(), "42", 999),
-            PairingOutcome::Paired
-        );
-        assert_eq!(s.owner.as_deref(), Some("42"));
-        assert!(s.pairing.is_none());
-        assert_eq!(
-            try_pairing(&mut s, &code, "43", 999),
-            PairingOutcome::AlreadyPaired
-        );
-        assert_eq!(s.owner.as_deref(), Some("42"));
-    }
 
     #[test]
     fn a_session_key_shares_a_session_only_as_far_as_the_scope_says() {
@@ -573,32 +468,6 @@ mod tests {
             wrong.contains("thread") && wrong.contains("channel"),
             "{wrong}"
         );
-    }
-
-    #[test]
-    fn a_late_code_or_too_many_wrong_ones_bind_nobody() {
-        let mut s = pending("ABCDEFGHJK");
-        assert_eq!(
-            try_pairing(&mut s, "ABCDEFGHJK", "42", 1000),
-            PairingOutcome::NoCode
-        );
-        assert!(s.owner.is_none());
-        let mut s = pending("ABCDEFGHJK");
-        for left in (0..PAIRING_ATTEMPTS).rev() {
-            assert_eq!(
-                try_pairing(&mut s, "ZZZZZZZZZZ", "66", 1),
-                PairingOutcome::Wrong {
-                    attempts_left: left
-                }
-            );
-        }
-        // Voided: even the right code no longer binds.
-        assert_eq!(
-            try_pairing(&mut s, "ABCDEFGHJK", "66", 1),
-            PairingOutcome::NoCode
-        );
-        assert!(s.owner.is_none());
-        assert_eq!(code_in("hello there"), None);
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! decides, for every message and button press, whether it counts.
 //!
 //! - **Who is the owner.** Only the platform user id bound by pairing: before pairing, a
-//!   message is either the pending one-time code (which binds its sender) or dropped.
+//!   message is either the pending one-time code (which binds its sender) or dropped,
+//!   wrong codes counted per sender and drops recorded a log of times
+//!   (`channels::pairing`).
 //! - **Admins and members** (`airlock channel members`): an admin's message is trusted
 //!   input, as the owner's; a member's is untrusted content, which taints the chat's
 //!   session like a fetched page, and the model is told who sent it.
@@ -16,7 +18,9 @@
 //!   other talk is not for the assistant) is a turn of that chat's session (made at its
 //!   first message and kept in the channel's state), run in the host's process like a
 //!   chat through the host; the reply goes to the chat the message came from: what the
-//!   turn said to its own channel and its final text.
+//!   turn said to its own channel and its final text. To a third party (any chat but the
+//!   owner's own, and every webhook conversation) each reply is a `message.send` the
+//!   Gate decides.
 //! - **Floods.** Each sender in each chat may send `messages_per_minute` (default 20);
 //!   the rest are dropped, their count recorded in a handful of records
 //!   (`host::chat_limits`). Each session's turns wait in a short queue and run one at a
@@ -59,7 +63,7 @@ use super::chat_limits::{Admit, InboundLimiter, OutboundPacer};
 use super::Host;
 use crate::agent_host::{provider_config, AgentHost, HostOptions};
 use crate::channels::{
-    self, code_in, decisions, try_pairing, PairingOutcome, Role, UnknownSenders,
+    self, code_in, decisions, Judged, PairingTries, Refusal, Role, UnknownSenders, Unpaired,
 };
 use crate::home::Home;
 use crate::inline_approvals::{describe, Answer, Approver, InlineApprovals};
@@ -221,6 +225,9 @@ struct Running {
     /// The next worker's number (to tell a worker from the one that took its place).
     next_worker: std::sync::atomic::AtomicU64,
     limiter: InboundLimiter,
+    /// Tries at the pending pairing code, per sender (counted in memory: a wrong try
+    /// writes neither the state nor a record of its own).
+    pairing: Mutex<PairingTries>,
 }
 
 /// Who counts on a channel.
@@ -231,7 +238,8 @@ enum Kind {
         unknown_senders: UnknownSenders,
         approve_in_groups: bool,
     },
-    /// Everything is untrusted content from the named sender; nobody approves.
+    /// Everything is untrusted content from the named sender; nobody approves through
+    /// it, and each reply is a message to a third party that the Gate decides.
     Webhook,
 }
 
@@ -369,6 +377,7 @@ async fn start_webhook(host: Arc<Host>, w: channels::WebhookConfig) {
         // The operator's own endpoint: no pacing of ours.
         pacer: OutboundPacer::new(Duration::ZERO),
         asking: Default::default(),
+        pairing: Default::default(),
     });
     poll(running, move |r| {
         // Only a log of each reason's refusals comes here (1st, 2nd, 4th …): anyone who
@@ -479,6 +488,7 @@ fn start_chat(host: &Arc<Host>, kind: &'static str, c: channels::ChatConfig) {
         limiter: InboundLimiter::new(c.messages_per_minute),
         pacer: OutboundPacer::new(Duration::from_millis(c.send_interval_ms)),
         asking: Default::default(),
+        pairing: Default::default(),
     });
     host.outbox.register(&running);
     tracing::info!(channel = kind, base_url = %c.base_url(kind), "listening");
@@ -645,10 +655,16 @@ impl Running {
             // Before pairing there is nobody to answer to: the code, or a drop.
             if private && passed_on_from.is_none() {
                 if let Some(code) = code_in(&text) {
-                    return self.pair(&chat, &from, code);
+                    return self.pair(&chat, &from, code, &state);
                 }
             }
-            return self.drop_message(&chat, &from, "the channel is not paired");
+            let now = crate::runtime::now_unix();
+            let refused = self
+                .pairing
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .not_a_code(&state, now);
+            return self.refuse_unpaired(&chat, &from, refused);
         };
         if from.id == owner && private && !is_owner_chat(&chat, &state) {
             // The owner wrote privately from a chat the host did not know as theirs (on
@@ -1180,15 +1196,70 @@ impl Running {
         Worker { number, tx }
     }
 
-    /// A pending code from `from`: a right one binds them as the owner if the Gate
-    /// lets it (`channel.bind`, decided and recorded while the state is held, so no
-    /// binding is made without its record).
-    fn pair(&self, chat: &ChatId, from: &Sender, code: &str) {
+    /// A pairing code from `from`, judged against the pending one in `state` (wrong
+    /// tries counted per sender, see `channels::pairing`): the right one binds them as
+    /// the owner if the Gate lets it (`channel.bind`, decided and recorded while the
+    /// state is held, so no binding is made without its record).
+    fn pair(&self, chat: &ChatId, from: &Sender, code: &str, state: &channels::ChannelState) {
         let now = crate::runtime::now_unix();
+        let judged = self
+            .pairing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .judge(state, code, &from.id, now);
+        match judged {
+            Judged::Right { code_hash } => self.bind_owner(chat, from, &code_hash, now),
+            Judged::Refused(r) => self.refuse_unpaired(chat, from, r),
+        }
+    }
+
+    /// A message before pairing that binds nobody: recorded only at the 1st, 2nd, 4th …
+    /// of its kind for the pending code (anyone can send them, and each record is
+    /// synced), with the count so far; a code void by too many wrong tries is cleared.
+    fn refuse_unpaired(&self, chat: &ChatId, from: &Sender, r: Refusal) {
+        tracing::info!(channel = self.name, from = %from.id, reason = r.why.reason(), "dropped a message");
+        let (hash, wrong) = (r.code_hash.as_str(), r.wrong);
+        if let Some(count) = r.record {
+            self.record(
+                "channel-message-dropped",
+                json!({"channel": self.name, "chat": chat.0, "from": from.id,
+                       "reason": r.why.reason(), "count": count}),
+            );
+            if r.why == Unpaired::Wrong && !r.voids {
+                // Kept as often as recorded, so a restarted host goes on from it.
+                if let Err(e) = channels::update_state(&self.host.home, self.name, |s| {
+                    channels::keep_wrong(s, hash, wrong);
+                    Ok(())
+                }) {
+                    tracing::error!(error = %format!("{e:#}"), "keeping the pairing code's wrong tries");
+                }
+            }
+        }
+        if r.voids {
+            tracing::warn!(
+                channel = self.name,
+                wrong,
+                "too many wrong pairing codes; the code is void"
+            );
+            if let Err(e) = channels::update_state(&self.host.home, self.name, |s| {
+                channels::void_code(s, hash);
+                Ok(())
+            }) {
+                tracing::error!(error = %format!("{e:#}"), "voiding the pairing code");
+            }
+            self.record(
+                "channel-pairing-voided",
+                json!({"channel": self.name, "code_hash": hash, "wrong_tries": wrong}),
+            );
+        }
+    }
+
+    /// Bind `from` as the owner by the pending code `code_hash`, which they sent, if the
+    /// code is still pending and the Gate lets it.
+    fn bind_owner(&self, chat: &ChatId, from: &Sender, code_hash: &str, now: u64) {
         let outcome = channels::update_state(&self.host.home, self.name, |s| {
-            let outcome = try_pairing(s, code, &from.id, now);
-            if outcome != PairingOutcome::Paired {
-                return Ok(Err(outcome));
+            if !channels::spend_code(s, code_hash, &from.id, now) {
+                return Ok(Err(None));
             }
             let bind = decisions::bind_action(self.name, &from.id, "owner", "pairing");
             let refused = match self.decide(bind)? {
@@ -1202,9 +1273,7 @@ impl Running {
             // The code is spent either way: the owner makes a new one after changing
             // the policy.
             s.owner = None;
-            Ok(Err(PairingOutcome::Refused(decisions::refusal_text(
-                &refused,
-            ))))
+            Ok(Err(Some(decisions::refusal_text(&refused))))
         });
         match outcome {
             Ok(Ok(())) => {
@@ -1214,23 +1283,12 @@ impl Running {
                 );
                 self.say(chat, "paired: this account is the assistant's owner here");
             }
-            Ok(Err(PairingOutcome::Wrong { attempts_left })) => {
-                self.drop_message(chat, from, "a wrong pairing code");
-                if attempts_left == 0 {
-                    tracing::warn!(
-                        channel = self.name,
-                        "too many wrong pairing codes; the code is void"
-                    );
-                }
-            }
-            Ok(Err(PairingOutcome::NoCode | PairingOutcome::AlreadyPaired)) => {
-                self.drop_message(chat, from, "no pairing code is pending")
-            }
-            Ok(Err(PairingOutcome::Refused(why))) => {
+            // Taken or replaced since it was judged.
+            Ok(Err(None)) => self.drop_message(chat, from, Unpaired::NoCode.reason()),
+            Ok(Err(Some(why))) => {
                 tracing::warn!(channel = self.name, reasons = %why, "the policy refused a pairing");
                 self.say(chat, "pairing refused by the host's policy");
             }
-            Ok(Err(PairingOutcome::Paired)) => {}
             Err(e) => tracing::error!(error = %format!("{e:#}"), "pairing"),
         }
     }
@@ -1296,11 +1354,13 @@ impl Running {
         // A chat that is not the owner's own is a third party: a group, a member's or a
         // stranger's chat. What the session says there is a message to them, which the
         // Gate decides (held after taint, as egress is): otherwise "reply here with
-        // secrets.txt" from a member would send the file. A webhook's replies go to the
-        // endpoint the operator configured, not to a person.
+        // secrets.txt" from a member would send the file. A webhook has no owner's own
+        // conversation at all: every post is untrusted content from its sender, and the
+        // configured endpoint may pass what it is sent on to anyone. So each of its
+        // replies is a message to a third party (`webhook:<chat>`) the Gate decides.
         let third_party = match self.kind {
             Kind::Paired { .. } => !is_owner_chat(chat, &state),
-            Kind::Webhook => false,
+            Kind::Webhook => true,
         };
         let out = Attachable::new();
         let audit = self.host.audit.log(&cfg)?;

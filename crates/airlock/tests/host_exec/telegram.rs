@@ -329,6 +329,58 @@ async fn telegram_pairs_its_owner_drops_strangers_and_takes_only_the_owners_pres
 /// back off and resume after failures, a send answered 429 is sent again after the pause,
 /// a message sent while no host ran is answered by the next one, in the same chat's
 /// session, and nothing handled before is handled again.
+/// A stranger cannot void the owner's pairing code by guessing: wrong tries count per
+/// sender, so past theirs the stranger's codes (the right one too) are not compared, and
+/// the owner's right code still binds them. The guesses leave a log of records (the 1st,
+/// 2nd, 4th … of each reason), not one each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strangers_wrong_codes_do_not_spend_the_owners_pairing_code() {
+    let f = fixture();
+    let model = ScriptedModel::start([Step::text("hello")]).await.unwrap();
+    let (fake, code) = configure(&f, &model, &[]);
+    let host = start_host(&f);
+    for n in 0..12 {
+        fake.push_message(
+            STRANGER,
+            STRANGER,
+            "mallory",
+            &format!("/start WRONG{n:05}"),
+        );
+    }
+    fake.push_message(STRANGER, STRANGER, "mallory", &format!("/start {code}"));
+    fake.push_message(OWNER, OWNER, "owner", &format!("/start {code}"));
+    fake.wait_for("sendMessage", |b| {
+        b["chat_id"] == OWNER && b["text"].as_str().unwrap_or("").starts_with("paired")
+    });
+    let paired = kinds(&f, "channel-paired");
+    assert_eq!(paired.len(), 1, "{paired:?}");
+    assert_eq!(paired[0]["detail"]["owner"], OWNER.to_string().as_str());
+    assert!(
+        !fake
+            .calls_of("sendMessage")
+            .iter()
+            .any(|b| b["chat_id"] == STRANGER),
+        "the stranger was answered"
+    );
+    // Five wrong tries, then eight refused uncompared: seven records, not thirteen.
+    let counts = |reason: &str| -> Vec<u64> {
+        kinds(&f, "channel-message-dropped")
+            .iter()
+            .filter(|r| r["detail"]["reason"] == reason)
+            .inspect(|r| assert_eq!(r["detail"]["from"], STRANGER.to_string().as_str()))
+            .map(|r| r["detail"]["count"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(counts("a wrong pairing code"), [1, 2, 4]);
+    assert_eq!(
+        counts("the sender has had their tries at the pairing code"),
+        [1, 2, 4, 8]
+    );
+    assert_eq!(kinds(&f, "channel-message-dropped").len(), 7);
+    drop(host);
+    assert!(verify(&f.home).status.success());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_channel_rides_out_an_outage_and_a_restart_without_losing_or_repeating_a_message() {
     let f = fixture();

@@ -383,6 +383,13 @@ impl AuditLog {
         }
     }
 
+    /// Sign a checkpoint covering the last record on disk (unless one already does) and
+    /// keep the log open. For a writer that must sign now although others still hold it
+    /// (a program stopping with work in flight, which [`AuditLog::close`] cannot take).
+    pub fn checkpoint(&mut self) -> Result<(), AuditError> {
+        self.finish()
+    }
+
     /// Sign a final checkpoint covering the last record (unless one already does) and close.
     pub fn close(mut self) -> Result<(), AuditError> {
         let result = self.finish();

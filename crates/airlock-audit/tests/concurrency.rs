@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::thread;
 
-use airlock_audit::{tail, verify, AuditEvent, AuditLog, AuditOptions};
+use airlock_audit::{tail, verify, AuditEvent, AuditLog, AuditOptions, CHECKPOINT_FILE};
 use common::*;
 use serde_json::json;
 
@@ -131,4 +131,43 @@ fn concurrent_child() {
         return;
     };
     write_as(&PathBuf::from(dir), &name);
+}
+
+/// A writer that must sign while others still hold the log (a host stopping with a run
+/// in flight): `checkpoint` covers the last record on disk, whichever handle wrote it,
+/// and both handles append on after it.
+#[test]
+fn a_checkpoint_signed_while_the_log_stays_open_covers_the_last_record_on_disk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("audit");
+    let opts = AuditOptions {
+        checkpoint_every: 0,
+        fsync: true,
+    };
+    let mut signing = AuditLog::open(&dir, test_signer(), opts).unwrap();
+    let mut other = AuditLog::open(&dir, test_signer(), opts).unwrap();
+    signing.append(event(0)).unwrap();
+    other.append(event(1)).unwrap();
+    signing.checkpoint().unwrap();
+    let report = verify(&dir, &test_key()).unwrap();
+    assert!(
+        report.is_ok() && report.records == 2 && report.unsigned_tail == 0,
+        "{report:?}"
+    );
+    // Nothing new: no second checkpoint over the same record.
+    let signed = std::fs::read_to_string(dir.join(CHECKPOINT_FILE)).unwrap();
+    signing.checkpoint().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.join(CHECKPOINT_FILE)).unwrap(),
+        signed
+    );
+    other.append(event(2)).unwrap();
+    signing.append(event(3)).unwrap();
+    drop(other);
+    signing.close().unwrap();
+    let report = verify(&dir, &test_key()).unwrap();
+    assert!(
+        report.is_ok() && report.records == 4 && report.unsigned_tail == 0,
+        "{report:?}"
+    );
 }

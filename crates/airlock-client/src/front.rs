@@ -9,8 +9,9 @@
 //! own errors and help.
 //!
 //! The front only ever talks to the host's socket, which the host guards (the socket's dir
-//! is private to its owner, and the host checks the peer's uid). It decides nothing: the
-//! command is decided at the host's Gate as any other.
+//! is private to its owner, and the host checks the peer's uid), and only once it has
+//! checked the other way that the listener is of its own uid ([`crate::peer`]). It
+//! decides nothing: the command is decided at the host's Gate as any other.
 
 use std::ffi::OsString;
 use std::path::PathBuf;

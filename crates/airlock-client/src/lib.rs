@@ -10,10 +10,12 @@
 //! - [`dirs`]: where the config and state dirs are;
 //! - [`host`]: whether a host holds the state dir, and its sockets;
 //! - [`wire`]: the exec socket's requests and answers;
+//! - [`peer`]: whether the process listening on a host's socket is one to talk to;
 //! - [`send`]: one request with the caller's descriptors, and its answer.
 
 pub mod dirs;
 pub mod front;
 pub mod host;
+pub mod peer;
 pub mod send;
 pub mod wire;

@@ -40,8 +40,16 @@ impl std::fmt::Display for HostStopping {
 impl std::error::Error for HostStopping {}
 
 /// Send `req` on `stream` and wait for the run's exit status, or the error the host gave.
-/// A refusal because the host is stopping is a [`HostStopping`] error.
+/// A refusal because the host is stopping is a [`HostStopping`] error. Nothing is sent
+/// unless the listener is of this process's uid ([`crate::peer`]): otherwise the error is
+/// a [`crate::peer::NotOwnHost`].
 pub fn exchange(stream: UnixStream, pid: u32, req: &HostRequest) -> anyhow::Result<i32> {
+    let socket = stream
+        .peer_addr()
+        .ok()
+        .and_then(|a| a.as_pathname().map(Path::to_path_buf))
+        .unwrap_or_else(|| format!("the exec socket of the host (pid {pid})").into());
+    crate::peer::check(&stream, &socket)?;
     let body = serde_json::to_vec(req)?;
     anyhow::ensure!(
         body.len() <= MAX_REQUEST_BYTES,

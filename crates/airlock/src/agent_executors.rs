@@ -780,6 +780,14 @@ impl Shared {
             );
             e
         };
+        // In the host, the sandbox takes a slot of `[host] max_sandboxes` before anything
+        // is built for it, and gives it back when it has run, before its commit is
+        // settled (a held commit waits for a person, not for a sandbox). Nothing else
+        // holds a slot for the session, so a sub-agent's call never waits on its parent.
+        let run_dir = self.run_dir();
+        let given_up = || cancel.load(Ordering::Acquire) || run_dir.join(KILLED_MARKER).exists();
+        let slot = crate::host::sandbox_slots::enter_for(&self.home, &given_up)
+            .map_err(|e| refuse(e.into()))?;
         self.open_workspace_to_sandbox().map_err(refuse)?;
         let cwd = self.command_cwd(&token.action().cwd).map_err(refuse)?;
         let mut profile = exec::sandbox_profile(
@@ -820,6 +828,7 @@ impl Shared {
         // A killed session's proxy socket is cut (`airlock kill`): it serves no next call.
         let killed = guard.was_killed();
         drop(guard);
+        drop(slot);
         if killed {
             egress.finish();
         } else {

@@ -12,6 +12,12 @@
 //! options, or the secrets store, whose every secret the redactor must know (I10: a
 //! secret added while the host runs is redacted from the next record on). Runs still
 //! holding the old handle finish through it; its last holder's drop signs its checkpoint.
+//!
+//! At the stop ([`HostAudit::close`]) the last checkpoint is signed even when a run past
+//! the stop's grace still holds the writer: the host's stop record names such runs as
+//! interrupted (the process, and with it their sandboxes, ends right after), and the
+//! checkpoint covers it. Once closed, the writer opens no new handle, so nothing of the
+//! host's own starts a record past its last checkpoint.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -33,7 +39,14 @@ struct Opened {
 /// See the module documentation.
 pub struct HostAudit {
     home: Home,
-    current: Mutex<Option<Opened>>,
+    current: Mutex<Current>,
+}
+
+#[derive(Default)]
+struct Current {
+    opened: Option<Opened>,
+    /// Set by [`HostAudit::close`]: no handle is opened again.
+    closed: bool,
 }
 
 fn secrets_file(home: &Home) -> PathBuf {
@@ -59,11 +72,11 @@ impl HostAudit {
     pub fn new(home: Home) -> HostAudit {
         HostAudit {
             home,
-            current: Mutex::new(None),
+            current: Mutex::new(Current::default()),
         }
     }
 
-    fn current(&self) -> MutexGuard<'_, Option<Opened>> {
+    fn current(&self) -> MutexGuard<'_, Current> {
         self.current.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -73,14 +86,18 @@ impl HostAudit {
         let options = crate::runtime::audit_options(cfg);
         let secrets = secrets_stamp(&self.home);
         let mut current = self.current();
-        if let Some(o) = current.as_ref() {
+        anyhow::ensure!(
+            !current.closed,
+            "the host has stopped: its audit log is closed with its last checkpoint, and nothing more is recorded through it"
+        );
+        if let Some(o) = current.opened.as_ref() {
             if o.options == options && o.secrets == secrets {
                 return Ok(o.log.clone());
             }
         }
         let log = Arc::new(Mutex::new(crate::runtime::open_audit(&self.home, cfg)?));
         // The old handle, if any, is dropped by its last holder, which signs a checkpoint.
-        *current = Some(Opened {
+        current.opened = Some(Opened {
             log: log.clone(),
             options,
             secrets,
@@ -113,19 +130,33 @@ impl HostAudit {
         Ok(())
     }
 
-    /// Close the writer with a signed checkpoint (at the host's stop). A run still holding
-    /// it (past the stop's grace) signs the checkpoint when it lets go.
-    pub fn close(&self) -> anyhow::Result<()> {
-        let Some(opened) = self.current().take() else {
-            return Ok(());
+    /// Close the writer with a signed checkpoint (at the host's stop). When runs past the
+    /// stop's grace still hold it, the checkpoint is signed anyway, over the last record
+    /// on disk (the stop's own, which names them as interrupted): the process ends right
+    /// after, and their sandboxes with it. Returns how many handles other holders kept.
+    pub fn close(&self) -> anyhow::Result<usize> {
+        let opened = {
+            let mut current = self.current();
+            current.closed = true;
+            current.opened.take()
+        };
+        let Some(opened) = opened else {
+            return Ok(0);
         };
         match Arc::try_unwrap(opened.log) {
             Ok(log) => log
                 .into_inner()
                 .unwrap_or_else(|p| p.into_inner())
                 .close()
+                .map(|()| 0)
                 .map_err(|e| anyhow::anyhow!("closing the audit log: {e}")),
-            Err(_) => Ok(()),
+            Err(shared) => {
+                let holders = Arc::strong_count(&shared) - 1;
+                crate::service::exec::lock(&shared)
+                    .checkpoint()
+                    .map_err(|e| anyhow::anyhow!("signing the audit log's last checkpoint: {e}"))?;
+                Ok(holders)
+            }
         }
     }
 }

@@ -1,5 +1,9 @@
 //! The command line's side of the API: find the host through its lock, send one request
 //! over its socket, and turn an error answer into an error that says what the host said.
+//! Before anything is sent, the socket's listener must be of this process's own uid
+//! ([`airlock_client::peer`]); a listener of another uid gets nothing, and the command
+//! fails saying whose it is (it does not fall back to running embedded: the state dir
+//! is held).
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -17,6 +21,13 @@ pub struct HostClient {
 /// How long a command waits for a host that holds the state dir but has no socket (it is
 /// starting, or stopping and finishing its runs) before it gives up on it.
 const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How long a command waits for the host's answer to a request that is answered at once
+/// (status, lists, approvals, memory, tasks, a check). A host that is stopped (SIGSTOP)
+/// or stuck still takes connections, as the kernel queues them; without a bound the
+/// command would wait for it for ever. Streams (a run, a chat, `audit tail`) wait as
+/// long as their work lasts and are not bound by this.
+const REQUEST_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The host serving `home`, if one holds its state dir. A host holds the lock a moment
 /// before its socket exists, and after it has removed it (finishing the runs in flight):
@@ -177,7 +188,18 @@ impl HostClient {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let (status, bytes) = runtime.block_on(self.send(method, path, body))?;
+        let answered = runtime.block_on(async {
+            tokio::time::timeout(REQUEST_WAIT, self.send(method, path, body)).await
+        });
+        let Ok(sent) = answered else {
+            anyhow::bail!(
+                "the host (pid {}) took {method} {path} but gave no answer within {} s; whether it acted on it is not known\nhelp: the host may be stopped (`ps -o stat= -p {}` shows T) or stuck: look at its log, and stop it (`airlock kill` works without it) to run commands embedded",
+                self.pid,
+                REQUEST_WAIT.as_secs(),
+                self.pid
+            );
+        };
+        let (status, bytes) = sent?;
         Self::answer(path, status, &bytes)
     }
 
@@ -277,6 +299,8 @@ impl HostClient {
                 socket: self.socket.clone(),
                 cause,
             })?;
+        // Nothing (a request, an approval, a kill) goes to a listener of another uid.
+        airlock_client::peer::check(&stream, &self.socket)?;
         let (mut sender, conn) =
             hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         let driving = tokio::spawn(conn);

@@ -3,10 +3,11 @@
 //! An `exec` runs in the host's own process: the same service as embedded
 //! ([`crate::service::exec`]) with the host's warm config and Gate, for the client's own
 //! descriptors ([`Caller::client`]): its output, its messages and an inline approval go to
-//! the client's terminal, pipe or file, as they would embedded. It takes a sandbox slot:
-//! at most `[host] max_sandboxes` at once, then a queue of `max_queued`, then a refusal
-//! that names the limit. A client that hangs up ends its run as `airlock kill` would (its
-//! process tree is killed, and the record says the client went away).
+//! the client's terminal, pipe or file, as they would embedded. It takes a sandbox slot
+//! of the host's one limit ([`super::sandbox_slots`]): at most `[host] max_sandboxes`
+//! at once, then a queue of `max_queued`, then a refusal that names the limit. A client
+//! that hangs up ends its run as `airlock kill` would (its process tree is killed, and
+//! the record says the client went away), or leaves the queue if it was waiting.
 //!
 //! A `chat` is a session that lives in the host's process and outlasts its clients
 //! ([`super::sessions`]). A `run` is a session too, for one task, and a task of the host's
@@ -23,63 +24,13 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 
 use super::exec_wire::{AgentRequest, ExecAnswer, ExecRequest, HostRequest, MAX_REQUEST_BYTES};
 use crate::service::caller::{Caller, HangUp};
 
 pub fn socket_path(home: &crate::home::Home) -> PathBuf {
     airlock_client::host::exec_socket(&home.state)
-}
-
-/// How many runs hold a sandbox and how many wait for one.
-pub struct Admission {
-    state: Mutex<(usize, usize)>,
-    freed: Condvar,
-    pub max_running: usize,
-    pub max_queued: usize,
-}
-
-/// A slot held for one run; freed when dropped.
-pub struct Slot<'a>(&'a Admission);
-
-impl Drop for Slot<'_> {
-    fn drop(&mut self) {
-        self.0.state.lock().unwrap_or_else(|p| p.into_inner()).0 -= 1;
-        self.0.freed.notify_one();
-    }
-}
-
-impl Admission {
-    pub fn new(max_running: usize, max_queued: usize) -> Admission {
-        Admission {
-            state: Mutex::new((0, 0)),
-            freed: Condvar::new(),
-            max_running,
-            max_queued,
-        }
-    }
-
-    /// A slot now or after waiting in the queue; `Err` names the limit when the queue is full.
-    pub fn enter(&self) -> Result<Slot<'_>, &'static str> {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if s.0 >= self.max_running {
-            if s.1 >= self.max_queued {
-                return Err("host.max_queued");
-            }
-            s.1 += 1;
-            while s.0 >= self.max_running {
-                s = self.freed.wait(s).unwrap_or_else(|p| p.into_inner());
-            }
-            s.1 -= 1;
-        }
-        s.0 += 1;
-        Ok(Slot(self))
-    }
-
-    pub fn counts(&self) -> (usize, usize) {
-        *self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
 }
 
 /// Agent sessions (`run`, `chat`) the host serves at once (`[host] max_sessions`).
@@ -344,12 +295,29 @@ pub fn serve_connection(host: Arc<super::Host>, stream: UnixStream) {
         );
         return;
     }
-    let (req, fds) = match receive(&stream) {
+    // The request comes at once; a client that sends nothing is let go.
+    let _ = stream.set_read_timeout(Some(REQUEST_WITHIN));
+    let received = receive(&stream);
+    let _ = stream.set_read_timeout(None);
+    let (req, fds) = match received {
         Ok(r) => r,
         Err(e) => {
+            let late = e.downcast_ref::<std::io::Error>().is_some_and(|io| {
+                matches!(
+                    io.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                )
+            });
+            let error = match late {
+                true => format!(
+                    "no request came within {} s of connecting",
+                    REQUEST_WITHIN.as_secs()
+                ),
+                false => format!("{e:#}"),
+            };
             refuse(
                 &stream,
-                format!("{e:#}"),
+                error,
                 "see docs/api.md for the exec socket's format",
                 None,
             );
@@ -390,26 +358,11 @@ fn serve_session(host: &super::Host, req: &AgentRequest, fds: [OwnedFd; 3], stre
     finish(stream, result);
 }
 
-/// Run an `exec` in the host's process, once a sandbox slot is free. The client hears the
-/// result as soon as it is known (see [`crate::service::exec::exec`]); the run's tidying
-/// goes on after that, still holding its slot.
+/// Run an `exec` in the host's process. The service takes its sandbox slot
+/// ([`super::sandbox_slots`]) first, waiting in the queue while the client stays; the
+/// client hears the result as soon as it is known (see [`crate::service::exec::exec`]);
+/// the run's tidying goes on after that, still holding its slot.
 fn serve_exec(host: &super::Host, req: &ExecRequest, fds: [OwnedFd; 3], stream: &UnixStream) {
-    let slot = match host.admission.enter() {
-        Ok(slot) => slot,
-        Err(limit) => {
-            let (running, waiting) = host.admission.counts();
-            refuse(
-                stream,
-                format!(
-                    "too many runs: {running} are running and {waiting} waiting ({limit} = {})",
-                    host.admission.max_queued
-                ),
-                "try again when runs have finished, or raise the limit in [host] of airlock.toml",
-                Some(limit),
-            );
-            return;
-        }
-    };
     let answered = std::sync::atomic::AtomicBool::new(false);
     let answer_once = |result: &anyhow::Result<i32>| {
         if !answered.swap(true, std::sync::atomic::Ordering::AcqRel) {
@@ -417,7 +370,6 @@ fn serve_exec(host: &super::Host, req: &ExecRequest, fds: [OwnedFd; 3], stream: 
         }
     };
     let result = run_here(host, req, fds, stream, &answer_once);
-    drop(slot);
     answer_once(&result);
 }
 
@@ -481,19 +433,110 @@ fn finish_with(stream: &UnixStream, result: &anyhow::Result<i32>) {
                 stopping: false,
             },
         ),
-        Err(e) => refuse(stream, format!("{e:#}"), "", None),
+        // No sandbox slot: the limit's name goes in its own field, for the client.
+        Err(e) => match e.downcast_ref::<super::sandbox_slots::NoSlot>() {
+            Some(no) => refuse(stream, no.error(), no.help(), no.limit()),
+            None => refuse(stream, format!("{e:#}"), "", None),
+        },
     }
 }
 
-/// Accept connections on the exec socket until the host stops.
+/// Connections the exec socket serves at once beyond those its limits let run or wait:
+/// room for the ones being read, and refused, at the same time.
+const SPARE_CONNECTIONS: usize = 16;
+
+/// How long a client has, once connected, to send its request: a connection that sends
+/// nothing must not keep its thread, and its place, for ever.
+const REQUEST_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The exec socket's connections being served, each on its own thread.
+struct Connections {
+    open: std::sync::atomic::AtomicUsize,
+    /// What the limits can keep busy at once (every sandbox running or queued, every
+    /// session) and [`SPARE_CONNECTIONS`]: past it a client is opening connections
+    /// that nothing will serve, and is refused before a thread is started for it.
+    max: usize,
+}
+
+/// One connection's place; given back when its thread ends.
+struct Connection(Arc<Connections>);
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.0
+            .open
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+impl Connections {
+    fn new(max: usize) -> Arc<Connections> {
+        Arc::new(Connections {
+            open: std::sync::atomic::AtomicUsize::new(0),
+            max,
+        })
+    }
+
+    /// A place for one more connection, or `Err` with how many are open.
+    fn enter(self: &Arc<Self>) -> Result<Connection, usize> {
+        use std::sync::atomic::Ordering;
+        self.open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .map(|_| Connection(self.clone()))
+    }
+}
+
+/// Refuse a connection past [`Connections::max`], on the accepting thread: the answer is
+/// one short line into an empty socket buffer, and is never waited on.
+fn refuse_connection(stream: &UnixStream, open: usize, max: usize) {
+    let _ = stream.set_nonblocking(true);
+    refuse(
+        stream,
+        format!(
+            "too many connections to the exec socket: {open} are open, the most is {max} (host.max_sandboxes + host.max_queued + host.max_sessions + {SPARE_CONNECTIONS})"
+        ),
+        "a client is opening connections and not ending them; stop it, or raise those limits in [host] of airlock.toml",
+        None,
+    );
+}
+
+/// Accept connections on the exec socket until the host stops. Each is served on a
+/// thread of its own (a run can take minutes), at most [`Connections::max`] at once.
 pub fn listen(host: Arc<super::Host>, listener: std::os::unix::net::UnixListener) {
+    let connections = Connections::new(
+        host.admission.max_running
+            + host.admission.max_queued
+            + host.sessions.max
+            + SPARE_CONNECTIONS,
+    );
     for stream in listener.incoming() {
         match stream {
             Ok(s) => {
+                let place = match connections.enter() {
+                    Ok(place) => place,
+                    Err(open) => {
+                        tracing::warn!(
+                            open,
+                            "refused an exec connection past the most served at once"
+                        );
+                        refuse_connection(&s, open, connections.max);
+                        continue;
+                    }
+                };
                 let host = host.clone();
-                let _ = std::thread::Builder::new()
+                let spawned = std::thread::Builder::new()
                     .name("airlock-exec".into())
-                    .spawn(move || serve_connection(host, s));
+                    .spawn(move || {
+                        let _place = place;
+                        serve_connection(host, s)
+                    });
+                if let Err(e) = spawned {
+                    // The connection (and its place) went with the closure: the client
+                    // hears the host hang up.
+                    tracing::error!(error = %e, "cannot start a thread for an exec connection");
+                }
             }
             Err(e) => {
                 // Out of descriptors (EMFILE, ENFILE) or memory, the same error comes back

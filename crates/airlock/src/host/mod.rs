@@ -23,6 +23,7 @@ pub mod pool;
 pub mod rate;
 pub mod recovery;
 pub mod run;
+pub mod sandbox_slots;
 pub mod scheduler;
 pub mod sessions;
 pub mod socket;
@@ -42,8 +43,9 @@ pub struct Host {
     /// The only uid the API answers (the one the host runs as).
     pub operator_uid: u32,
     pub started_at: u64,
-    /// Runs at once and the queue before them (`[host]` at start).
-    pub admission: exec::Admission,
+    /// Sandboxes at once and the queue before them (`[host]` at start), for every
+    /// sandbox the host starts ([`sandbox_slots`]).
+    pub admission: Arc<sandbox_slots::SandboxSlots>,
     /// Agent sessions (`run`, `chat`) at once (`[host] max_sessions` at start).
     pub sessions: Arc<exec::SessionSlots>,
     /// The chat sessions that live in the host, attached to a client or not.
@@ -128,7 +130,7 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
         warm,
         operator_uid: nix::unistd::geteuid().as_raw(),
         started_at: crate::runtime::now_unix(),
-        admission: exec::Admission::new(limits.max_sandboxes, limits.max_queued),
+        admission: sandbox_slots::SandboxSlots::new(limits.max_sandboxes, limits.max_queued),
         sessions: Arc::new(exec::SessionSlots::new(limits.max_sessions)),
         live: sessions::LiveSessions::new(Duration::from_secs(limits.session_idle_secs)),
         driven: Default::default(),
@@ -143,6 +145,9 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
         scheduler: Default::default(),
         outbox: Default::default(),
     });
+    // Every sandbox this process starts for the state dir takes a slot of the one limit:
+    // the exec socket's runs, the tasks' pre-checks and the sessions' shell calls.
+    sandbox_slots::limit_through_host(&home, &host.admission);
     host.pool.start_builder(home.clone(), {
         let host = host.clone();
         move || host.warm.config()
@@ -177,8 +182,9 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
         }
     };
     wait_until_idle(grace);
-    // Past the grace, the turns still running end as killed turns do, with their records,
-    // before the last checkpoint is signed.
+    // Past the grace, nothing waits for a sandbox any more, and the turns still running
+    // end as killed turns do, with their records, before the last checkpoint is signed.
+    host.admission.stop_waiting();
     let ended = host.turns.end_all();
     if ended > 0 {
         tracing::warn!(
@@ -190,17 +196,35 @@ pub fn serve(home: Home) -> anyhow::Result<i32> {
     let path = socket::socket_path(&home);
     let _ = std::fs::remove_file(&path);
     host.pool.stop();
+    // Runs still going now (an `exec` past the grace: it is not a turn to end) end with
+    // this process: the stop's record names them as interrupted, and the next start
+    // finishes their sessions (see `recovery`).
+    let interrupted = recovery::runs_of_this_process(&home);
+    if !interrupted.is_empty() {
+        tracing::warn!(
+            ?interrupted,
+            "the stop's grace is over: runs still in flight are recorded as interrupted"
+        );
+    }
     // The stop's record goes through the host's writer, whose close signs the checkpoint
-    // that covers every run's records.
+    // that covers every run's records, and the stop's.
     let stopped = host
         .audit
         .record_system(
             &host.warm.config(),
             "host",
             "host-stop",
-            serde_json::json!({"pid": std::process::id()}),
+            serde_json::json!({"pid": std::process::id(), "interrupted": interrupted}),
         )
         .and_then(|()| host.audit.close());
+    if let Ok(holders) = &stopped {
+        if *holders > 0 {
+            tracing::warn!(
+                holders,
+                "the last checkpoint was signed while runs past the grace still held the audit log"
+            );
+        }
+    }
     result?;
     stopped?;
     tracing::info!("stopped");

@@ -91,6 +91,28 @@ pub fn recover(
     Ok(found)
 }
 
+/// The runs this process registered (`state/run/<id>` holding its pid) and has not
+/// ended: at the host's stop, those its end interrupts. The next start finds them as
+/// [`recover`] does, since their registration names a process that is gone.
+pub fn runs_of_this_process(home: &Home) -> Vec<String> {
+    let me = std::process::id();
+    let mut ids: Vec<String> = std::fs::read_dir(home.state.join("run"))
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| {
+                    std::fs::read_to_string(e.path().join(EXEC_PID_FILE))
+                        .ok()
+                        .and_then(|t| t.trim().parse::<u32>().ok())
+                        == Some(me)
+                })
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort();
+    ids
+}
+
 /// Remove the run dirs (`state/run/<id>`) and workspace layers (`state/runs/<id>`) that
 /// no run holds: not an active session's, not registered by a live process, and older
 /// than `older_than`. Returns how many were removed; one that cannot be removed is left

@@ -168,6 +168,11 @@ fn run_exec(
     answer: &mut dyn FnMut(&anyhow::Result<i32>),
 ) -> anyhow::Result<i32> {
     let home = home.clone();
+    // In the host, the run's sandbox takes a slot of `[host] max_sandboxes` before
+    // anything is built for it (it is prepared beside the decision), and keeps it to the
+    // run's end. It waits in the host's queue while its client stays.
+    let hung_up = || caller.hang_up.as_ref().is_some_and(|h| h.fired());
+    let _slot = crate::host::sandbox_slots::enter_for(&home, &hung_up)?;
     let notices = &caller.notices;
     // Where a run's time goes, for `RUST_LOG=airlock=debug` (the host logs with tracing).
     let started_at = std::time::Instant::now();

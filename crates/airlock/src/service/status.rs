@@ -88,7 +88,8 @@ pub struct HostStatus {
     pub policies: Vec<PolicyStatus>,
     /// The last edit of `airlock.toml` that was refused; the config before it is in force.
     pub config_refused_edit: Option<String>,
-    /// Sandboxed runs now, runs waiting for one, and the limits (`[host]`).
+    /// Sandboxes running now (execs, tasks' pre-checks, sessions' shell calls), starts
+    /// waiting for one, and the limits (`[host]`).
     pub runs_active: usize,
     pub runs_waiting: usize,
     pub max_sandboxes: usize,

@@ -102,3 +102,49 @@ fn i1_the_hosts_services_record_through_its_one_writer() {
     let v = verify(&f.home);
     assert!(v.status.success(), "{v:?}");
 }
+
+/// `SIGTERM` with an `exec` still running past `[host] stop_grace_secs`: the run holds
+/// the writer, yet the stop signs its last checkpoint over everything, its own record
+/// naming the run as interrupted (the sandbox ends with the host); the chain verifies
+/// with nothing unsigned.
+#[test]
+fn i1_a_stop_past_its_grace_with_an_exec_running_signs_its_checkpoint_and_names_the_run() {
+    use super::{background_exec, processes_with, wait_for};
+    let f = fixture();
+    init(&f, "\n[host]\nstop_grace_secs = 1\n");
+    let mut host = Host::start(&f.home);
+    let marker = format!("stop-exec-{}", std::process::id());
+    let client = background_exec(&f, &format!("sleep 300; : {marker}"));
+    wait_for("the run's sandbox", || {
+        processes_with(&marker)
+            .iter()
+            .any(|l| !l.contains("airlock"))
+    });
+    host.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(host.wait().success(), "{}", host.log_text());
+    assert!(
+        host.log_text().contains("recorded as interrupted"),
+        "{}",
+        host.log_text()
+    );
+    let v = verify(&f.home);
+    let out = String::from_utf8_lossy(&v.stdout);
+    assert!(v.status.success(), "{v:?}");
+    assert!(out.contains(" 0 unsigned tail records"), "{out}");
+    let stop = audit_records(&f.home)
+        .into_iter()
+        .rfind(|r| r["kind"] == "host-stop")
+        .expect("the stop is recorded");
+    let interrupted = stop["detail"]["interrupted"].as_array().cloned();
+    assert!(
+        interrupted.as_ref().is_some_and(
+            |ids| ids.len() == 1 && ids[0].as_str().is_some_and(|id| id.starts_with("exec-"))
+        ),
+        "{stop}"
+    );
+    let o = client.wait_with_output().unwrap();
+    assert!(!o.status.success(), "the client heard its run end: {o:?}");
+    wait_for("the run's sandbox to be gone", || {
+        processes_with(&marker).is_empty()
+    });
+}

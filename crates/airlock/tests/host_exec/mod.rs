@@ -12,9 +12,12 @@ use super::{audit_records, exec, verify};
 mod audit_writer;
 mod browser;
 mod chat_platforms;
+mod connections;
 mod front;
+mod peer;
 mod pool;
 mod runs;
+mod sandbox_slots;
 mod sessions;
 mod tasks;
 mod telegram;
@@ -214,10 +217,17 @@ fn a_hundred_runs_leave_the_host_holding_no_more_than_before() {
     run(10);
     let before = descriptors_and_threads(host.child.id());
     run(100);
-    let after = descriptors_and_threads(host.child.id());
-    assert_eq!(
-        after, before,
-        "(descriptors, threads) after 10 and after 110 runs"
+    // What the last runs give back after their answers (the proxy's runtime ending on
+    // its own, the helper reaped aside, the next run staged ahead) can take a while on a
+    // loaded machine: wait for it, but a leak never settles.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut after = descriptors_and_threads(host.child.id());
+    while (after.0 > before.0 || after.1 > before.1) && Instant::now() < deadline {
+        after = descriptors_and_threads(host.child.id());
+    }
+    assert!(
+        after.0 <= before.0 && after.1 <= before.1,
+        "(descriptors, threads) after 110 runs {after:?}, after 10 {before:?}"
     );
 }
 
@@ -560,6 +570,62 @@ fn kill_goes_through_the_host_and_works_without_it() {
     );
     let v = verify(&f.home);
     assert!(v.status.success(), "{v:?}");
+}
+
+/// A host that is stopped (SIGSTOP) still takes connections (the kernel queues them), so
+/// a command asking it something that is answered at once must not wait for it for ever:
+/// it gives up with an error that names the host and says it may be stopped.
+#[test]
+fn a_stopped_host_leaves_no_command_waiting_for_ever() {
+    use nix::sys::signal::Signal;
+    let f = fixture();
+    init(&f, "");
+    let host = Host::start(&f.home);
+    host.signal(Signal::SIGSTOP);
+    let asked: Vec<_> = [&["status"][..], &["approvals", "list"][..]]
+        .into_iter()
+        .map(|args| {
+            let mut c = Command::new(airlock_bin());
+            c.env("AIRLOCK_HOME", &f.home)
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            (args, c.spawn().unwrap())
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut answers = Vec::new();
+    for (args, mut child) in asked {
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                host.signal(Signal::SIGCONT);
+                panic!(
+                    "`airlock {}` still waits for the stopped host",
+                    args.join(" ")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        answers.push((args, child.wait_with_output().unwrap()));
+    }
+    host.signal(Signal::SIGCONT);
+    for (args, o) in answers {
+        let said = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?}: {o:?}");
+        assert!(
+            said.contains("gave no answer") && said.contains("may be stopped"),
+            "{args:?}: {said}"
+        );
+    }
+    // Let go on, the host answers again.
+    assert_eq!(
+        status(&f)["host"]["pid"].as_u64(),
+        Some(u64::from(host.child.id())),
+        "{}",
+        host.log_text()
+    );
 }
 
 /// Every process below `pid`.

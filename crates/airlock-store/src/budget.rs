@@ -87,6 +87,14 @@ impl Usage {
         }
     }
 
+    /// Add `add` into `self`, each counter stopping at `u64::MAX`: for totals kept outside
+    /// the store (a task's day count), where a wrapped sum would reopen a spent budget.
+    pub fn saturating_add_assign(&mut self, add: &Usage) {
+        for c in Counter::ALL {
+            self.set(c, self.get(c).saturating_add(add.get(c)));
+        }
+    }
+
     /// `self + add`, refusing amounts SQLite's signed 64-bit integers cannot hold.
     pub(crate) fn checked_add(&self, add: &Usage) -> Result<Usage, StoreError> {
         let mut out = Usage::default();
@@ -290,6 +298,24 @@ impl From<rusqlite::Error> for ChargeError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_saturating_sum_stops_at_the_top_instead_of_wrapping() {
+        let mut total = Usage {
+            turns: 1,
+            cost_micros: u64::MAX - 1,
+            ..Usage::default()
+        };
+        total.saturating_add_assign(&Usage {
+            turns: 2,
+            cost_micros: 5,
+            wall_ms: 7,
+            ..Usage::default()
+        });
+        assert_eq!(total.turns, 3);
+        assert_eq!(total.cost_micros, u64::MAX);
+        assert_eq!(total.wall_ms, 7);
+    }
 
     fn limits_turns(n: u64) -> BudgetLimits {
         BudgetLimits {

@@ -4,7 +4,7 @@
 //! can reach them.
 
 use airlock_core::policy::{builtin_sources, PolicyEngine, PolicySource, Profile};
-use airlock_proxy::{rules_to_cedar, NetRule, NetRules, RULES_FILE, RULES_POLICY_NAME};
+use airlock_proxy::{rules_to_cedar, NetRule, NetRules, RulesError, RULES_FILE, RULES_POLICY_NAME};
 use clap::Subcommand;
 
 use crate::home::{create_private_dir, Home};
@@ -105,22 +105,27 @@ pub fn run(cmd: NetCommand) -> anyhow::Result<i32> {
             )?;
         }
         NetCommand::Revoke { rule } => {
-            let gone = edit(&home, |rules| {
+            // An address names both what `allow-private` let through and any rule for
+            // that host: revoking it takes back both, so that no rule is left waiting to
+            // come back into force when the address is allowed again.
+            let removed = edit(&home, |rules| {
+                let mut removed = Vec::new();
                 if let Ok(addr) = rule.parse::<std::net::SocketAddr>() {
                     if rules.allow_private.contains(&addr) {
                         rules.allow_private.retain(|a| *a != addr);
-                        return Ok(Err(addr));
+                        removed.push(format!("allow-private {addr}"));
                     }
                 }
-                Ok(Ok(rules.revoke(&rule)?))
+                match rules.revoke(&rule) {
+                    Ok(gone) => removed.extend(
+                        gone.iter()
+                            .map(|r| format!("net.rule.{}: {}", r.id, r.describe())),
+                    ),
+                    Err(RulesError::NoSuchRule(_)) if !removed.is_empty() => {}
+                    Err(e) => return Err(e.into()),
+                }
+                Ok(removed)
             })?;
-            let removed: Vec<String> = match &gone {
-                Err(addr) => vec![format!("allow-private {addr}")],
-                Ok(gone) => gone
-                    .iter()
-                    .map(|r| format!("net.rule.{}: {}", r.id, r.describe()))
-                    .collect(),
-            };
             for r in &removed {
                 crate::out!("removed {r}");
             }

@@ -49,10 +49,7 @@ pub fn count_run(task: &mut Task, schedule: &Schedule, run: &Run) {
         Some(_) => Usage::default(),
         None => from_history(task, day),
     };
-    let spent = usage_of(run);
-    for c in Counter::ALL {
-        used.set(c, used.get(c).saturating_add(spent.get(c)));
-    }
+    used.saturating_add_assign(&usage_of(run));
     task.day_usage = Some(DayUsage { day, used });
 }
 
@@ -60,10 +57,7 @@ pub fn count_run(task: &mut Task, schedule: &Schedule, run: &Run) {
 fn from_history(task: &Task, since: i64) -> Usage {
     let mut used = Usage::default();
     for run in task.runs.iter().filter(|r| r.started_at >= since) {
-        let spent = usage_of(run);
-        for c in Counter::ALL {
-            used.set(c, used.get(c).saturating_add(spent.get(c)));
-        }
+        used.saturating_add_assign(&usage_of(run));
     }
     used
 }

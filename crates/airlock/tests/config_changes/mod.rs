@@ -267,3 +267,36 @@ fn i4_net_allow_shows_as_a_loosening_for_the_listed_host() {
         "{shown}"
     );
 }
+
+/// `net revoke ADDR` on an address that both `allow-private` and a rule name takes back
+/// both: a rule left behind would come back into force the next time the address is
+/// allowed, which the owner who revoked it did not ask for.
+#[test]
+fn revoking_an_address_takes_back_its_rule_and_its_private_allowance() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    ok(h, &["init"]);
+    ok(h, &["net", "allow", "127.0.0.1:8443"]);
+    ok(h, &["net", "allow", "api.example.org"]);
+    ok(h, &["net", "allow-private", "127.0.0.1:8443"]);
+    let out = ok(h, &["net", "revoke", "127.0.0.1:8443"]);
+    assert!(out.contains("allow-private 127.0.0.1:8443"), "{out}");
+    assert!(out.contains("net.rule.1"), "{out}");
+    let listed = ok(h, &["net", "list"]);
+    assert!(!listed.contains("127.0.0.1"), "{listed}");
+    assert!(listed.contains("api.example.org"), "{listed}");
+    let revoked = of_kind(&records(h), "config-net-revoke")
+        .into_iter()
+        .cloned()
+        .collect::<Vec<_>>();
+    assert_eq!(revoked.len(), 1, "{revoked:#?}");
+    assert_eq!(
+        revoked[0]["detail"]["removed"].as_array().map(Vec::len),
+        Some(2),
+        "{revoked:#?}"
+    );
+    // Nothing left to take back is an error that names what was asked.
+    let again = run(h, &["net", "revoke", "127.0.0.1:8443"]);
+    assert!(!again.status.success(), "{}", text(&again));
+    assert!(text(&again).contains("127.0.0.1:8443"), "{}", text(&again));
+}

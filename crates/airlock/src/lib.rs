@@ -32,6 +32,7 @@ pub mod policy_change;
 pub mod proxy_fetch;
 pub mod replay;
 pub mod runtime;
+pub mod sampled_refusals;
 pub mod sandbox_helper;
 pub mod service;
 pub mod subagents;

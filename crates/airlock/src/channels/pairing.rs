@@ -128,7 +128,7 @@ pub struct PairingTries {
     /// Wrong tries from everyone.
     wrong: u32,
     /// Refusals by kind, for records at powers of two.
-    refused: HashMap<Unpaired, u64>,
+    refused: crate::sampled_refusals::SampledRefusals<Unpaired>,
 }
 
 impl PairingTries {
@@ -150,11 +150,9 @@ impl PairingTries {
     }
 
     fn refuse(&mut self, why: Unpaired, voids: bool) -> Refusal {
-        let n = self.refused.entry(why).or_default();
-        *n += 1;
         Refusal {
             why,
-            record: n.is_power_of_two().then_some(*n),
+            record: self.refused.count(why),
             voids,
             code_hash: self.code_hash.clone(),
             wrong: self.wrong,

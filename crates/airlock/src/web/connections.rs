@@ -171,21 +171,6 @@ impl Drop for Slot {
     }
 }
 
-/// Refusals counted by limit; [`Refusals::count`] says when one is to be recorded.
-#[derive(Default)]
-struct Refusals {
-    counts: HashMap<Full, u64>,
-}
-
-impl Refusals {
-    /// Count a refusal: `Some(count so far)` for the 1st, 2nd, 4th, 8th … of its limit.
-    fn count(&mut self, why: Full) -> Option<u64> {
-        let n = self.counts.entry(why).or_default();
-        *n = n.saturating_add(1);
-        n.is_power_of_two().then_some(*n)
-    }
-}
-
 /// Accept on `listener` for as long as the page is served, and serve `app` on each
 /// connection that gets a slot (shaking hands with `tls` first, when given).
 /// `refused(limit, count)` is called for the refusals to record.
@@ -196,7 +181,7 @@ pub async fn serve(
     slots: Arc<Slots>,
     refused: impl Fn(Full, u64) + Send + 'static,
 ) {
-    let mut refusals = Refusals::default();
+    let mut refusals = crate::sampled_refusals::SampledRefusals::default();
     let refusers = Arc::new(tokio::sync::Semaphore::new(REFUSERS));
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -362,14 +347,6 @@ mod tests {
             .map(|_| slots.take(a).unwrap())
             .collect();
         assert_eq!(slots.take(a).err(), Some(Full::Page));
-    }
-
-    #[test]
-    fn refusals_are_recorded_at_powers_of_two() {
-        let mut r = Refusals::default();
-        let recorded: Vec<u64> = (0..100).filter_map(|_| r.count(Full::Page)).collect();
-        assert_eq!(recorded, [1, 2, 4, 8, 16, 32, 64]);
-        assert_eq!(r.count(Full::Address), Some(1));
     }
 
     #[test]

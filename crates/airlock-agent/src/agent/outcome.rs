@@ -81,6 +81,20 @@ impl Outcome {
         }
     }
 
+    /// What a third party (a member's or a group's chat, a webhook's endpoint) is told of
+    /// a turn that did not complete: fixed words only. [`Outcome::summary`] carries text
+    /// the model chose (a made-up tool's name in a limit's help) and a provider's error,
+    /// and no Gate decision lets such text out to someone other than the owner.
+    pub fn summary_for_others(&self) -> &'static str {
+        match self {
+            Outcome::Completed { .. } => "(the turn completed)",
+            Outcome::BudgetExhausted { .. } => "(the turn ended early: a limit was reached)",
+            Outcome::Killed => "(the turn was stopped)",
+            Outcome::Unapproved { .. } => "(the turn ended at an action that was not approved)",
+            Outcome::ProviderFailed(_) => "(the turn failed)",
+        }
+    }
+
     /// A one-line summary for logs and the audit record.
     pub fn summary(&self) -> String {
         match self {
@@ -148,4 +162,36 @@ pub enum AgentError {
     Transcript { session: String, detail: String },
     #[error("an audit record cannot name who acted: {0}")]
     Principal(#[from] airlock_core::PrincipalError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A made-up tool's name is the model's choice, and so may carry data: the owner is
+    /// told it, a third party is not.
+    #[test]
+    fn a_third_party_is_told_no_word_the_model_chose() {
+        let data = "exfil_c2VjcmV0LXBhc3N3b3Jk";
+        let rate = Outcome::BudgetExhausted {
+            which: LimitKind::ToolRate {
+                tool: data.to_string(),
+            },
+            scope: LimitScope::Run,
+            limit: 60,
+            used: 60,
+            help: format!("`{data}` was called 60 times within a minute"),
+        };
+        assert!(rate.summary().contains(data));
+        let unapproved = Outcome::Unapproved {
+            request: Some(data.to_string()),
+            how: "denied".into(),
+            by: "owner".into(),
+        };
+        for outcome in [rate, unapproved, Outcome::Killed] {
+            let told = outcome.summary_for_others();
+            assert!(!told.contains(data), "{told}");
+            assert!(told.starts_with("(the turn"), "{told}");
+        }
+    }
 }

@@ -46,6 +46,8 @@ pub enum FileToolError {
     HardLink { path: String },
     #[error("`{path}` has other hard links, which may lie outside the workspace; file tools do not read through it\nhelp: read it with the shell, inside the sandbox")]
     HardLinkRead { path: String },
+    #[error("`{path}` is or passes through a symbolic link; a file sent with a message must be named by its own path, so that what the Gate judges (its name) is what is sent\nhelp: send the file the link points to, by its own path")]
+    LinkAttachment { path: String },
     #[error("`{path}` is not a regular file; file tools read and write only regular files\nhelp: inspect it with the shell, inside the sandbox")]
     NotRegular { path: String },
     #[error("`{path}`: {what}: {source}")]
@@ -71,6 +73,15 @@ pub enum FileToolError {
 pub struct WorkspaceFiles {
     root: OwnedFd,
     root_path: PathBuf,
+}
+
+/// Whether a read follows symbolic links that stay beneath the workspace's root.
+#[derive(Debug, Clone, Copy)]
+enum Links {
+    /// Followed while they stay beneath the root (the file tools' reads).
+    FollowedBeneath,
+    /// Refused, wherever they point (what is sent with a message).
+    Refused,
 }
 
 impl WorkspaceFiles {
@@ -219,8 +230,12 @@ impl WorkspaceFiles {
     /// The bytes of a file to send with a message: a regular file beneath the root, with
     /// one link, of at most `limit` bytes (a longer one is refused, never cut: what is
     /// sent must be the whole file whose hash was decided on).
+    ///
+    /// No symbolic link is followed, not even one inside the workspace: the Gate judges an
+    /// attachment by its path (a credentials file is never sent through a chat), so a link
+    /// named `notes.txt` must not send the `.env` it points to.
     pub fn attachment_bytes(&self, path: &str, limit: usize) -> Result<Vec<u8>, FileToolError> {
-        let (buf, truncated) = self.read_bytes_capped(path, limit)?;
+        let (buf, truncated) = self.read_bytes_capped(path, limit, Links::Refused)?;
         if truncated {
             return Err(FileToolError::TooLarge {
                 size: limit + 1,
@@ -231,17 +246,22 @@ impl WorkspaceFiles {
     }
 
     fn read_capped(&self, path: &str, cap: usize) -> Result<(String, bool), FileToolError> {
-        let (buf, truncated) = self.read_bytes_capped(path, cap)?;
+        let (buf, truncated) = self.read_bytes_capped(path, cap, Links::FollowedBeneath)?;
         Ok((String::from_utf8_lossy(&buf).into_owned(), truncated))
     }
 
-    fn read_bytes_capped(&self, path: &str, cap: usize) -> Result<(Vec<u8>, bool), FileToolError> {
+    fn read_bytes_capped(
+        &self,
+        path: &str,
+        cap: usize,
+        links: Links,
+    ) -> Result<(Vec<u8>, bool), FileToolError> {
         // Non-blocking: opening a FIFO for reading would otherwise wait for a writer.
-        let fd = self.open_beneath(
-            path,
-            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY,
-            Mode::empty(),
-        )?;
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY;
+        let fd = match links {
+            Links::FollowedBeneath => self.open_beneath(path, flags, Mode::empty())?,
+            Links::Refused => self.open_beneath_without_links(path, flags)?,
+        };
         let stat = rustix::fs::fstat(&fd).map_err(|e| io_err(path, "inspect", e))?;
         if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
             return Err(FileToolError::NotRegular {
@@ -265,6 +285,32 @@ impl WorkspaceFiles {
         let truncated = buf.len() > cap;
         buf.truncate(cap);
         Ok((buf, truncated))
+    }
+
+    /// Open `path` beneath the root refusing every symbolic link on the way.
+    fn open_beneath_without_links(
+        &self,
+        path: &str,
+        flags: OFlags,
+    ) -> Result<OwnedFd, FileToolError> {
+        let rel = self.relative(path)?;
+        rustix::fs::openat2(
+            &self.root,
+            rel.as_path(),
+            flags,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS | ResolveFlags::NO_SYMLINKS,
+        )
+        .map_err(|e| match e {
+            Errno::NOSYS => FileToolError::Openat2Unavailable,
+            Errno::XDEV => FileToolError::LinkOut {
+                path: path.to_string(),
+            },
+            Errno::LOOP => FileToolError::LinkAttachment {
+                path: path.to_string(),
+            },
+            other => io_err(path, "open", other),
+        })
     }
 
     /// Resolve `path` beneath the root with the kernel's help. Never walks paths itself.
@@ -326,5 +372,41 @@ fn io_err(path: &str, what: &'static str, e: Errno) -> FileToolError {
         path: path.to_string(),
         what,
         source: e.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The Gate judges an attachment by its path: a link with a harmless name must not
+    /// send the credentials file it points to, even one inside the workspace, nor a file
+    /// reached through a linked directory.
+    #[test]
+    fn an_attachment_is_never_read_through_a_symbolic_link() {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::write(ws.path().join(".env"), "API_KEY=sk-live-1").unwrap();
+        std::os::unix::fs::symlink(".env", ws.path().join("notes.txt")).unwrap();
+        std::fs::create_dir(ws.path().join("private")).unwrap();
+        std::fs::write(ws.path().join("private/keys"), "k").unwrap();
+        std::os::unix::fs::symlink("private", ws.path().join("docs")).unwrap();
+        let files = WorkspaceFiles::open(ws.path()).unwrap();
+        for linked in ["notes.txt", "docs/keys"] {
+            let e = files.attachment_bytes(linked, 1024).unwrap_err();
+            assert!(
+                matches!(e, FileToolError::LinkAttachment { .. }),
+                "{linked}: {e}"
+            );
+            assert!(e.to_string().contains("symbolic link"), "{e}");
+        }
+        assert_eq!(
+            files.attachment_bytes(".env", 1024).unwrap(),
+            b"API_KEY=sk-live-1"
+        );
+        // The file tools' reads still follow a link that stays inside.
+        assert_eq!(
+            files.read_capped("notes.txt", 1024).unwrap().0,
+            "API_KEY=sk-live-1"
+        );
     }
 }

@@ -1454,7 +1454,7 @@ impl Running {
                     if !r.is_empty() {
                         r.push_str("\n\n");
                     }
-                    r.push_str(&other.summary());
+                    r.push_str(other.summary_for_others());
                     r
                 }
             }

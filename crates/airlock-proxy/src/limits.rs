@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 pub struct Limits {
     /// Largest request body forwarded (bytes).
     pub max_request_body: u64,
-    /// Largest response body passed back; longer bodies are cut here.
+    /// Largest response body passed back; longer bodies are cut here. A pass-through
+    /// tunnel, whose responses the proxy cannot tell apart, passes back at most this many
+    /// bytes in all and then ends.
     pub max_response_body: u64,
     /// Total request bytes (line, headers, body) the session may send out.
     pub egress_budget: u64,

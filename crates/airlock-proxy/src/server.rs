@@ -7,6 +7,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use airlock_audit::AuditLog;
@@ -105,6 +106,9 @@ pub enum ProxyError {
 
 pub(crate) struct Inner {
     session: RwLock<Session>,
+    /// Whether `session` is tainted, readable without cloning it (an open tunnel checks
+    /// it on every read).
+    tainted: AtomicBool,
     pub(crate) gate: Arc<dyn GateSource>,
     pub(crate) audit: AuditHandle,
     terms: RwLock<Arc<Terms>>,
@@ -184,6 +188,11 @@ impl Inner {
             .clone()
     }
 
+    /// Whether the session in force now has taken in untrusted content.
+    pub(crate) fn is_tainted(&self) -> bool {
+        self.tainted.load(Ordering::SeqCst)
+    }
+
     /// The terms in force now.
     pub(crate) fn terms(&self) -> Arc<Terms> {
         self.terms.read().unwrap_or_else(|p| p.into_inner()).clone()
@@ -243,6 +252,7 @@ impl Proxy {
                     None,
                 ))),
                 upstream_tls: upstream_client_config(&cfg.extra_roots_pem)?,
+                tainted: AtomicBool::new(cfg.session.taint.is_tainted()),
                 session: RwLock::new(cfg.session),
                 gate: cfg.gate,
                 audit,
@@ -258,11 +268,16 @@ impl Proxy {
 
     /// Replace the session (its taint changes as the run observes content).
     pub fn set_session(&self, session: Session) {
-        *self
+        let mut current = self
             .inner
             .session
             .write()
-            .unwrap_or_else(|p| p.into_inner()) = session;
+            .unwrap_or_else(|p| p.into_inner());
+        // Under the lock, so the flag never disagrees with the session a decision reads.
+        self.inner
+            .tainted
+            .store(session.taint.is_tainted(), Ordering::SeqCst);
+        *current = session;
     }
 
     /// Serve from now on under `rules`, with `secrets` and answering asks with
@@ -507,7 +522,9 @@ where
     }
 }
 
-/// A pass-through host: decided on host and port alone, then tunnelled blind.
+/// A pass-through host: decided on host and port alone, then tunnelled blind. After
+/// untrusted content the generated rule asks (the tunnel could carry any request), and
+/// what comes back is capped at `max_response_body` in all.
 async fn pass_through(
     inner: Arc<Inner>,
     target: Target,
@@ -533,9 +550,14 @@ async fn pass_through(
         body_bytes: 0,
         body_sha256: None,
     };
+    let clean_before = !inner.is_tainted();
     if let Err(resp) = authorize(&inner, action, None, &mut ex, &target).await {
         return resp;
     }
+    // Allowed unattended in a clean session: the tunnel ends if the session is tainted
+    // while it is open. One approved, or allowed after taint by the operator's own
+    // policy, was decided with the taint known.
+    let clean_only = clean_before && ex.decision == "allow";
     let (mut upstream, addr) = match connect_checked(&inner, &target.host, target.port).await {
         Ok(s) => s,
         Err((status, reason)) => {
@@ -556,7 +578,7 @@ async fn pass_through(
     ex.status = 200;
     tokio::spawn(async move {
         if let Ok(up) = on_upgrade.await {
-            let mut client = Metered::new(TokioIo::new(up), inner.clone());
+            let mut client = Metered::new(TokioIo::new(up), inner.clone(), clean_only);
             // Nothing goes upstream until the client's TLS hello names the tunnel's host.
             let hello = tokio::time::timeout(
                 inner.limits.upstream_timeout,
@@ -593,6 +615,7 @@ async fn pass_through(
             "net.tunnel",
             json!({"method": "CONNECT", "host": ex.host, "port": ex.port,
             "intercepted": false, "mode": "pass-through", "decision": ex.decision,
+            "policies": ex.policies,
             "request_bytes": ex.request_bytes, "response_bytes": ex.response_bytes,
             "upstream_addr": ex.upstream, "reason": ex.reason}),
         );

@@ -76,14 +76,13 @@ fn classify_v6(ip: Ipv6Addr) -> Option<Refusal> {
     if ip.is_loopback() {
         return Some(Refusal::Loopback);
     }
-    // IPv4-mapped (::ffff:a.b.c.d), IPv4-compatible (::a.b.c.d), NAT64 (64:ff9b::/96):
-    // judge the embedded IPv4 address, which is where the packet really goes.
+    // IPv4-mapped (::ffff:a.b.c.d): judge the embedded IPv4 address, which is where the
+    // packet really goes.
     if let Some(v4) = ip.to_ipv4_mapped() {
         return classify_v4(v4);
     }
-    if s[..6] == [0, 0, 0, 0, 0, 0] || s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-        let v4 = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
-        return classify_v4(v4).or(Some(Refusal::Reserved));
+    if let Some(r) = classify_embedding(ip) {
+        return Some(r);
     }
     // 6to4 (2002:a.b.c.d::/48) embeds an IPv4 address too.
     if s[0] == 0x2002 {
@@ -102,6 +101,48 @@ fn classify_v6(ip: Ipv6Addr) -> Option<Refusal> {
         _ => return None,
     };
     Some(r)
+}
+
+/// Addresses through which a translator or relay reaches an IPv4 host: a way around the
+/// IPv4 checks, so none is public. The category is the first embedded IPv4 address that
+/// is refused (so a refusal names the loopback or metadata address behind it), else
+/// reserved. `None` for every other address.
+fn classify_embedding(ip: Ipv6Addr) -> Option<Refusal> {
+    let o = ip.octets();
+    let at = |i: [usize; 4]| Ipv4Addr::new(o[i[0]], o[i[1]], o[i[2]], o[i[3]]);
+    let s = ip.segments();
+    let embedded: Vec<Ipv4Addr> = if s[..6] == [0, 0, 0, 0, 0, 0]
+        || s[..6] == [0, 0, 0, 0, 0xffff, 0]
+        || s[..6] == [0x64, 0xff9b, 0, 0, 0, 0]
+    {
+        // IPv4-compatible (::a.b.c.d), IPv4-translated (::ffff:0:a.b.c.d, RFC 2765) and
+        // well-known NAT64 (64:ff9b::/96, RFC 6052): the last 32 bits.
+        vec![at([12, 13, 14, 15])]
+    } else if s[..3] == [0x64, 0xff9b, 1] {
+        // Local-use NAT64, 64:ff9b:1::/48 (RFC 8215). The network picks a prefix of 48 to
+        // 96 bits inside it, which decides where RFC 6052 puts the IPv4 address (around
+        // the reserved bits 64-71): /48, /56, /64 and /96, every place judged.
+        vec![
+            at([6, 7, 9, 10]),
+            at([7, 9, 10, 11]),
+            at([9, 10, 11, 12]),
+            at([12, 13, 14, 15]),
+        ]
+    } else if s[..2] == [0x2001, 0] {
+        // Teredo, 2001::/32 (RFC 4380): the client's IPv4 address, with every bit
+        // inverted, in the last 32 bits, and the Teredo server's in bits 32-63.
+        let client = at([12, 13, 14, 15]);
+        vec![Ipv4Addr::from(!u32::from(client)), at([4, 5, 6, 7])]
+    } else {
+        return None;
+    };
+    // A place of zero bits is where the layout put nothing (0.0.0.0/8 is no host
+    // anyone reaches), so it names no category.
+    embedded
+        .into_iter()
+        .filter_map(classify_v4)
+        .find(|r| *r != Refusal::Unspecified)
+        .or(Some(Refusal::Reserved))
 }
 
 /// Decides whether the proxy may connect to a resolved address.
@@ -202,6 +243,7 @@ mod tests {
             ("::ffff:169.254.169.254", Some(Metadata)),
             ("::ffff:8.8.8.8", None),
             ("64:ff9b::a00:1", Some(Private)),
+            ("64:ff9b::808:808", Some(Reserved)),
             ("2002:a00:1::", Some(Private)),
             ("fd00:ec2::254", Some(Metadata)),
             ("fd12::1", Some(Private)),
@@ -212,6 +254,63 @@ mod tests {
         ] {
             assert_eq!(refused(ip), want, "{ip}");
         }
+    }
+
+    #[test]
+    fn local_use_nat64_is_judged_by_its_embedded_address_wherever_it_sits() {
+        use Refusal::*;
+        for (ip, want) in [
+            // /96 inside the /48: the last 32 bits.
+            ("64:ff9b:1::7f00:1", Loopback),
+            ("64:ff9b:1::a9fe:a9fe", Metadata),
+            ("64:ff9b:1:abcd::a00:1", Private),
+            // /48: bits 48-63 and 72-87.
+            ("64:ff9b:1:7f00:0:100::", Loopback),
+            ("64:ff9b:1:a9fe:a9:fe00::", Metadata),
+            // /56: bits 56-63 and 72-95.
+            ("64:ff9b:1:a9:fe:a9fe::", Metadata),
+            // /64: bits 72-103.
+            ("64:ff9b:1:0:c0:a801:100::", Private),
+            // A public address behind a translator is still reached around the IPv4
+            // checks.
+            ("64:ff9b:1::808:808", Reserved),
+            ("64:ff9b:1:ffff::", Reserved),
+        ] {
+            assert_eq!(refused(ip), Some(want), "{ip}");
+        }
+    }
+
+    #[test]
+    fn ipv4_translated_is_judged_by_its_embedded_address() {
+        use Refusal::*;
+        for (ip, want) in [
+            ("::ffff:0:127.0.0.1", Loopback),
+            ("::ffff:0:169.254.169.254", Metadata),
+            ("::ffff:0:10.0.0.1", Private),
+            ("::ffff:0:8.8.8.8", Reserved),
+        ] {
+            assert_eq!(refused(ip), Some(want), "{ip}");
+        }
+    }
+
+    #[test]
+    fn teredo_is_never_public() {
+        use Refusal::*;
+        // Server 65.54.227.120, client 127.0.0.1 (obfuscated: 80ff:fffe).
+        assert_eq!(
+            refused("2001:0:4136:e378:8000:63bf:80ff:fffe"),
+            Some(Loopback)
+        );
+        // Client 169.254.169.254 (obfuscated: 5601:5601).
+        assert_eq!(refused("2001:0:4136:e378::5601:5601"), Some(Metadata));
+        // Server 10.0.0.1, public client 192.0.2.45 is documentation: the client counts first.
+        assert_eq!(refused("2001:0:a00:1::3fff:fdd2"), Some(Reserved));
+        // Server 10.0.0.1, public client 8.8.8.8 (obfuscated: f7f7:f7f7).
+        assert_eq!(refused("2001:0:a00:1::f7f7:f7f7"), Some(Private));
+        // Both public: still not reachable.
+        assert_eq!(refused("2001:0:4136:e378::f7f7:f7f7"), Some(Reserved));
+        // Other 2001::/23 neighbours are not Teredo.
+        assert_eq!(refused("2001:4860::8888"), None);
     }
 
     #[test]

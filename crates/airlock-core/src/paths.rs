@@ -168,9 +168,81 @@ pub fn path_facts(path: &str, workspace: &Path, protected: &[String]) -> PathFac
     }
 }
 
+/// Why the directory `relative` (workspace-relative, normalized) must not become the whole
+/// workspace of a session of its own (a sub-agent's), or `None` when it may. Inside such a
+/// workspace every path is judged from that directory, so a place that is protected, lies
+/// in one, or holds one would lose its protection there: in a workspace rooted at `.git`,
+/// `hooks/pre-commit` is just a file. Refused: any `.git` component; any hidden component
+/// (tools keep what they run in hidden folders: `.github`, `.vscode`, `.cargo`); a path
+/// that is, lies in or holds [`DEFAULT_PROTECTED`] or `protected` (the operator's
+/// `protected_paths`); a credentials place ([`looks_like_credentials`]).
+pub fn subworkspace_refusal(relative: &Path, protected: &[String]) -> Option<String> {
+    let parts: Vec<&std::ffi::OsStr> = relative.components().map(|c| c.as_os_str()).collect();
+    if parts.is_empty() {
+        return None;
+    }
+    if parts.iter().any(|p| *p == ".git") {
+        return Some(
+            "it is git metadata (`.git`), whose hooks and config git runs on the owner's machine"
+                .into(),
+        );
+    }
+    if parts.iter().any(|p| p.to_string_lossy().starts_with('.')) {
+        return Some(
+            "it is a hidden folder, where tools keep settings and scripts they run (`.github`, `.vscode`, `.cargo`)"
+                .into(),
+        );
+    }
+    let entries = DEFAULT_PROTECTED
+        .iter()
+        .copied()
+        .chain(protected.iter().map(String::as_str))
+        .map(|p| p.trim_start_matches("./").trim_start_matches('/'))
+        .filter(|p| !p.is_empty());
+    for p in entries {
+        let p = Path::new(p);
+        if relative.starts_with(p) || p.starts_with(relative) {
+            return Some(format!(
+                "it is, lies in or holds the protected path `{}`",
+                p.display()
+            ));
+        }
+    }
+    if is_git_metadata(relative) {
+        return Some("it is git metadata".into());
+    }
+    if looks_like_credentials(relative) {
+        return Some("it is a place that holds credentials by convention".into());
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sub_workspace_is_never_a_protected_place() {
+        let refused = |p: &str| subworkspace_refusal(Path::new(p), &["vendor/keys".into()]);
+        for p in [
+            ".git",
+            ".git/hooks",
+            "a/.git",
+            "a/.git/objects",
+            ".github",
+            "x/.cargo",
+            ".airlock",
+            "vendor",
+            "vendor/keys/inner",
+            "deploy/id_rsa",
+        ] {
+            assert!(refused(p).is_some(), "{p} was accepted");
+        }
+        assert!(refused(".git/hooks").unwrap().contains(".git"));
+        for p in ["reports", "reports/q1", "src/git", "vendorx"] {
+            assert_eq!(refused(p), None, "{p}");
+        }
+    }
 
     #[test]
     fn git_metadata_is_protected_in_nested_repositories_too() {

@@ -51,6 +51,7 @@ mod staging;
 mod summary;
 mod workspace;
 
+pub use beneath::open_subdir;
 pub use changeset::{ChangeKind, ChangeSet, Conflict, Dropped, DroppedKind, Entry};
 pub use diff::Diff;
 pub use error::WorkspaceError;

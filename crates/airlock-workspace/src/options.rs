@@ -117,6 +117,66 @@ impl PathPatterns {
             match_components(&pat, &comps)
         })
     }
+
+    /// Whether some path at or below the directory `dir` matches a pattern with one of
+    /// `dir`'s own components taking part in the match (named by the pattern, not only
+    /// passed over by a `**`). Those are the matches that a workspace rooted at `dir` would
+    /// lose, since it judges paths from `dir`: `.github/workflows/**` reaches into
+    /// `.github`, `**/.cargo/config` into `x/.cargo`, `secrets` into `secrets/a`, while
+    /// `**/.git/**` does not reach into `reports` (a workspace rooted there still sees its
+    /// `.git/hooks/x` as a match). So when this is false for `dir`, every path below it
+    /// that matches from the top matches from `dir` too.
+    pub fn reaches_into(&self, dir: &RelPath) -> bool {
+        let comps: Vec<&[u8]> = dir.components().collect();
+        self.0.iter().any(|p| {
+            let pat: Vec<&[u8]> = p.as_bytes().split(|b| *b == b'/').collect();
+            if !p.contains('*') {
+                // A plain path covers itself and everything below: it reaches into `dir`
+                // when either is a prefix of the other.
+                let n = pat.len().min(comps.len());
+                return comps[..n] == pat[..n];
+            }
+            reaches(&pat, &comps)
+        })
+    }
+}
+
+/// Whether `pat` can consume all of `dir` (and then go on below it) with one of `dir`'s
+/// components matched by a name rather than passed over by a `**`.
+fn reaches(pat: &[&[u8]], dir: &[&[u8]]) -> bool {
+    // Each (pattern position, dir position, named yet) is tried once: a pattern with many
+    // `**` against a deep `dir` stays quadratic, never exponential.
+    let mut tried = vec![false; (pat.len() + 1) * (dir.len() + 1) * 2];
+    reaches_from(pat, dir, 0, 0, false, &mut tried)
+}
+
+fn reaches_from(
+    pat: &[&[u8]],
+    dir: &[&[u8]],
+    i: usize,
+    j: usize,
+    named: bool,
+    tried: &mut [bool],
+) -> bool {
+    if j == dir.len() {
+        // `dir` is used up; what is left of the pattern can match something below it.
+        return named;
+    }
+    let key = ((i * (dir.len() + 1)) + j) * 2 + usize::from(named);
+    if tried.get(key).copied().unwrap_or(true) {
+        return false;
+    }
+    tried[key] = true;
+    match pat.get(i) {
+        None => false,
+        Some(first) if *first == b"**" => {
+            reaches_from(pat, dir, i + 1, j, named, tried)
+                || reaches_from(pat, dir, i, j + 1, named, tried)
+        }
+        Some(first) => {
+            match_name(first, dir[j]) && reaches_from(pat, dir, i + 1, j + 1, true, tried)
+        }
+    }
 }
 
 fn match_components(pat: &[&[u8]], path: &[&[u8]]) -> bool {
@@ -267,6 +327,40 @@ mod tests {
         ] {
             assert!(!s.matches(&p(miss)), "{miss}");
         }
+    }
+
+    #[test]
+    fn a_pattern_reaches_into_a_folder_only_through_its_own_names() {
+        let mut s = PathPatterns::default_sensitive();
+        s.extend(["vendor/keys"]);
+        for hit in [
+            ".git",
+            ".git/hooks",
+            "a/.git",
+            ".github",
+            ".github/workflows",
+            "x/.cargo",
+            ".vscode",
+            ".airlock",
+            "vendor",
+            "vendor/keys/deep",
+            "Makefile",
+        ] {
+            assert!(s.reaches_into(&p(hit)), "{hit}");
+        }
+        for miss in [
+            "reports",
+            "reports/q1",
+            "src",
+            "x/.cargo/registry",
+            "docs/github",
+        ] {
+            assert!(!s.reaches_into(&p(miss)), "{miss}");
+        }
+        // Many `**` against a deep folder: answered, not explored without end.
+        let deep = vec!["d"; 200].join("/");
+        let many = PathPatterns::new(["**/a/**/a/**/a/**/a/**/a/**/a/**/b"]);
+        assert!(!many.reaches_into(&p(&deep)));
     }
 
     #[test]

@@ -11,7 +11,9 @@
 //!   the parent was allowed;
 //! - has only the tools the action names, which the loop checked are a subset of its
 //!   parent's, under the same policy and the same secrets (none reach the sandbox);
-//! - with a subfolder, has only that folder as its workspace;
+//! - with a subfolder, has only that folder as its workspace: one judged from the family's
+//!   top workspace, never a protected or sensitive place (`.git`) nor reached through a
+//!   link, and made beneath the workspace's descriptor;
 //! - runs on a thread of its own with its own [`AgentHost`], which is the same wiring
 //!   `airlock run` and the host's sessions use, so it works the same in both.
 //!
@@ -20,6 +22,7 @@
 //! it.
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -33,9 +36,10 @@ use airlock_audit::{AuditEvent, AuditLog};
 use airlock_core::action::AgentSpawnAction;
 use airlock_core::Authorized;
 use airlock_store::{
-    BudgetLimits, BudgetStore, ChargeError, Counter, Limits, NewSession, SessionStatus,
-    SessionStore, SqliteStore, Timestamp, TurnUpdate, Usage,
+    BudgetLimits, BudgetStore, ChargeError, Counter, Limits, NewSession, SessionRecord,
+    SessionStatus, SessionStore, SqliteStore, Timestamp, TurnUpdate, Usage,
 };
+use airlock_workspace::{RelPath, WorkspaceError};
 
 use crate::agent_executors::EgressExtras;
 use crate::agent_host::{AgentHost, HostOptions};
@@ -143,7 +147,13 @@ impl SubAgents {
             );
         }
         let parent = self.store.get_session(&self.parent)?;
-        let workspace = child_workspace(&parent.workspace, action.workspace.as_deref())?;
+        let workspace = match action.workspace.as_deref() {
+            None => parent.workspace.clone(),
+            Some(sub) => {
+                let (top, parent_rel) = self.family_place(&parent, depth)?;
+                child_workspace(&self.ctx.cfg, &top, parent_rel.as_ref(), sub)?
+            }
+        };
         let budget = self.draw_budget(limits.budget_percent)?;
         let new = NewSession {
             id: None,
@@ -211,6 +221,55 @@ impl SubAgents {
             },
         );
         Ok(id)
+    }
+
+    /// Where `parent` (this session, `depth` below its family's first session) works: the
+    /// top workspace, the one the family's first session works in (canonical), and its
+    /// subfolder of it (`None`: the top itself). A child's folder is judged and resolved
+    /// from the top, so that a grandchild cannot pick `hooks` inside a child rooted at
+    /// `.git`-like places, nor reach one through a link in its parent's folder.
+    fn family_place(
+        &self,
+        parent: &SessionRecord,
+        depth: usize,
+    ) -> anyhow::Result<(PathBuf, Option<RelPath>)> {
+        if depth == 0 {
+            return Ok((parent.workspace.canonicalize()?, None));
+        }
+        // The family's first session is running the turn this one runs in, so it is active.
+        let unknown = || {
+            anyhow::anyhow!(
+                "refused: the workspace of this sub-agent's family cannot be found, so a subfolder for another sub-agent cannot be checked\nhelp: start this sub-agent without `workspace`"
+            )
+        };
+        let active = self.store.list_sessions(Some(SessionStatus::Active))?;
+        let top = active
+            .items
+            .iter()
+            .filter(|s| s.id != self.parent)
+            .find(|s| {
+                self.store.family_depth(&s.id).is_ok_and(|d| d == 0)
+                    && self
+                        .store
+                        .descendants(&s.id)
+                        .is_ok_and(|d| d.contains(&self.parent))
+            })
+            .ok_or_else(unknown)?;
+        let recorded = self.store.get_session(&top.id)?.workspace;
+        let top = recorded.canonicalize()?;
+        // A child's workspace is recorded as the top joined with its subfolder (see
+        // `child_workspace`), or as its parent's when it has none, so the subfolder is read
+        // back lexically, never through the filesystem.
+        let rel = parent
+            .workspace
+            .strip_prefix(&top)
+            .or_else(|_| parent.workspace.strip_prefix(&recorded))
+            .map_err(|_| unknown())?;
+        if rel.as_os_str().is_empty() {
+            return Ok((top, None));
+        }
+        let rel = RelPath::new(rel).map_err(|_| unknown())?;
+        Ok((top, Some(rel)))
     }
 
     /// The child's cap: `percent` of each per-session limit of the parent, never more than
@@ -415,24 +474,79 @@ fn run_child(
     text
 }
 
-/// The child's workspace: the parent's, or the subfolder `sub` of it, created if need be
-/// and refused if it leads anywhere else (a symlink out of the workspace).
-fn child_workspace(parent: &Path, sub: Option<&str>) -> anyhow::Result<PathBuf> {
-    let Some(sub) = sub else {
-        return Ok(parent.to_path_buf());
+/// The child's workspace when it is given the subfolder `sub` of its parent's (`top`
+/// joined with `parent_rel`), created if need be. The folder is judged and resolved by its
+/// path from the top workspace (`top`, canonical): refused when it is, lies in or holds a protected or
+/// sensitive place (inside it, the child's commits would judge paths from the folder and
+/// miss them: `hooks/pre-commit` in a child rooted at `.git`), and when any component of it
+/// is a link (one could lead into `.git`, or out of the workspace). Each missing component
+/// is made beneath the one above it, after these checks and never through a link, so a
+/// refused folder leaves nothing behind, inside the workspace or out.
+fn child_workspace(
+    cfg: &Config,
+    top: &Path,
+    parent_rel: Option<&RelPath>,
+    sub: &str,
+) -> anyhow::Result<PathBuf> {
+    let bad = |e: WorkspaceError| {
+        anyhow::anyhow!(
+            "refused: the sub-agent workspace {sub:?} is not a plain subfolder: {e}\nhelp: give a relative path such as `reports/q3`"
+        )
     };
-    let root = parent.canonicalize()?;
-    let dir = root.join(sub);
-    std::fs::create_dir_all(&dir).map_err(|e| {
-        anyhow::anyhow!("refused: the sub-agent workspace {sub:?} cannot be made: {e}")
-    })?;
-    let real = dir.canonicalize()?;
-    if !real.starts_with(&root) || real == root {
+    let sub_rel = RelPath::new(sub).map_err(bad)?;
+    let rel = match parent_rel {
+        Some(p) => RelPath::new(p.as_path().join(sub_rel.as_path())).map_err(bad)?,
+        None => sub_rel,
+    };
+    let shown = if parent_rel.is_some() {
+        format!("{sub:?} (`{}` in the top workspace)", rel.display())
+    } else {
+        format!("{sub:?}")
+    };
+    if let Some(why) = subfolder_refusal(cfg, &rel) {
         anyhow::bail!(
-            "refused: the sub-agent workspace {sub:?} leads outside this workspace\nhelp: name a plain subfolder"
+            "refused: the sub-agent workspace {shown} cannot be a sub-agent's whole workspace: {why}; inside it, nothing would protect those files\nhelp: give an ordinary subfolder such as `reports/q3`"
         );
     }
-    Ok(real)
+    let dir = airlock_workspace::open_subdir(top, &rel).map_err(|e| match e {
+        WorkspaceError::ThroughLink { path } => anyhow::anyhow!(
+            "refused: the sub-agent workspace {shown} goes through the symbolic link `{path}`; a sub-agent's folder is never reached through a link, which could lead into `.git` or out of the workspace\nhelp: name an ordinary subfolder, not a link"
+        ),
+        e => anyhow::anyhow!("refused: the sub-agent workspace {shown} cannot be made: {e}"),
+    })?;
+    // The child is given a path, not the descriptor: the path must name the directory just
+    // resolved, or something was swapped in between.
+    let path = top.join(rel.as_path());
+    let resolved = std::fs::File::from(dir).metadata()?;
+    let named = std::fs::metadata(&path)?;
+    if (resolved.dev(), resolved.ino()) != (named.dev(), named.ino()) {
+        anyhow::bail!(
+            "refused: the sub-agent workspace {shown} changed while it was being opened\nhelp: try again"
+        );
+    }
+    Ok(path)
+}
+
+/// Why `rel` (a path from the top workspace) cannot be a sub-agent's workspace, or `None`:
+/// the check the tool made before the Gate ([`airlock_core::paths::subworkspace_refusal`],
+/// here with the operator's `protected_paths` and from the top), and then whether a
+/// sensitive or protected pattern of the change sets ([`crate::transaction::change_set_options`])
+/// would match files in it by naming part of its path, which a commit judged from the
+/// folder could not see.
+fn subfolder_refusal(cfg: &Config, rel: &RelPath) -> Option<String> {
+    if let Some(why) =
+        airlock_core::paths::subworkspace_refusal(rel.as_path(), &cfg.policy.protected_paths)
+    {
+        return Some(why);
+    }
+    let opts = crate::transaction::change_set_options(cfg, None);
+    if opts.sensitive.reaches_into(rel) || opts.protected.reaches_into(rel) {
+        return Some(
+            "files in it are sensitive paths (the built-in list, `[workspace] sensitive_paths` or `[policy] protected_paths`) by a part of its own path, which a commit judged from the folder would not see"
+                .into(),
+        );
+    }
+    None
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

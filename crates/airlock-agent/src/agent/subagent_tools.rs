@@ -116,19 +116,37 @@ pub fn plan_spawn(args: Value, allowed: Option<&[String]>) -> Result<AgentSpawnA
     })
 }
 
-/// A relative path of plain names: no `..`, no `.` parts, not absolute.
+/// A relative path of plain names (no `..`, no `.` parts, not absolute) that is no
+/// protected or sensitive place ([`airlock_core::paths::subworkspace_refusal`]): inside a
+/// child's workspace every path is judged from the child's root, so a child rooted at
+/// `.git` would see `hooks/pre-commit` as an ordinary file. Refused here, before the Gate,
+/// so that no approval card offers it as a harmless choice; the host checks again against
+/// the top workspace, the operator's lists and the filesystem (links) when it makes the
+/// folder.
 fn check_subfolder(dir: &str) -> Result<String, String> {
     let path = std::path::Path::new(dir);
     let plain = !path.is_absolute()
         && path
             .components()
             .all(|c| matches!(c, std::path::Component::Normal(_)));
-    if !plain || dir.len() > 512 {
+    if !plain || dir.len() > 512 || dir.contains('\0') {
         return Err(format!(
             "the sub-agent workspace {dir:?} must be a subfolder of this workspace\nhelp: give a relative path such as `reports/q3`, without `..`"
         ));
     }
-    Ok(dir.trim_end_matches('/').to_string())
+    // One spelling per folder (`a//b/` is `a/b`): the host resolves exactly what was decided.
+    let clean = path
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/");
+    if let Some(why) = airlock_core::paths::subworkspace_refusal(std::path::Path::new(&clean), &[])
+    {
+        return Err(format!(
+            "refused: the sub-agent workspace {clean:?} cannot be a sub-agent's whole workspace: {why}; inside it, nothing would protect those files\nhelp: give an ordinary subfolder such as `reports/q3`"
+        ));
+    }
+    Ok(clean)
 }
 
 /// The id of the child a `wait_agent` call names.
@@ -186,5 +204,24 @@ mod tests {
         }
         let a = plan_spawn(json!({"instructions": "x", "workspace": "part/one/"}), None).unwrap();
         assert_eq!(a.workspace.as_deref(), Some("part/one"));
+        let a = plan_spawn(json!({"instructions": "x", "workspace": "part//two"}), None).unwrap();
+        assert_eq!(a.workspace.as_deref(), Some("part/two"));
+    }
+
+    #[test]
+    fn a_subagent_workspace_in_or_over_a_protected_place_is_refused_before_the_gate() {
+        for (bad, why) in [
+            (".git", ".git"),
+            (".git/hooks", ".git"),
+            ("vendor/lib/.git", ".git"),
+            (".github/workflows", "hidden folder"),
+            (".github", "hidden folder"),
+            ("web/.vscode", "hidden folder"),
+            (".airlock", "hidden folder"),
+            ("keys/id_rsa", "credentials"),
+        ] {
+            let e = plan_spawn(json!({"instructions": "x", "workspace": bad}), None).unwrap_err();
+            assert!(e.contains("refused") && e.contains(why), "{bad}: {e}");
+        }
     }
 }

@@ -193,8 +193,14 @@ impl TaintState {
             let Some((host, parts)) = url_parts(&text[f.start..f.end]) else {
                 continue;
             };
+            if parts.iter().any(|p| p.repeated) {
+                self.remember(
+                    RememberIn::UrlParts,
+                    format!("{host}|{}", url_parts::whole_signature(&parts)),
+                );
+            }
             for p in parts {
-                self.remember(RememberIn::UrlParts, format!("{host}|{}", p.text));
+                self.remember(RememberIn::UrlParts, format!("{host}|{}", p.written));
             }
         }
     }
@@ -444,6 +450,11 @@ impl TaintState {
                 if let Some((kind, key)) = whole_value_identifier(s) {
                     return self.trace_id(kind, &key);
                 }
+                // An empty value carries nothing; a non-empty one without a token (only
+                // brackets and quotes) traces to nothing (see `tokens::contains_run`).
+                if s.is_empty() {
+                    return Trace::Traced;
+                }
                 self.trace_token_run(&mark_date_days(tokens(s)), trusted)
             }
             Value::Number(n) => match n.as_f64() {
@@ -477,21 +488,81 @@ impl TaintState {
 
     /// The parts of a URL that could carry data out and neither trace to trusted input
     /// nor belong to a URL the session received verbatim, each as `what `raw``.
+    ///
+    /// A part repeated within the URL is untraced unless the whole URL was received in
+    /// this form: each occurrence may trace, but their order and number can spell data.
     pub fn untraced_url_parts(&self, url: &str) -> Vec<String> {
         let Some((host, parts)) = url_parts(url) else {
             return Vec::new();
         };
+        let whole_received = parts.iter().any(|p| p.repeated)
+            && self
+                .received_url_parts
+                .contains(&format!("{host}|{}", url_parts::whole_signature(&parts)));
         let trusted = self.trusted_tokens();
         parts
             .into_iter()
             .filter(|p| {
-                !self
+                if whole_received {
+                    return false;
+                }
+                if p.repeated {
+                    return true;
+                }
+                if self
                     .received_url_parts
-                    .contains(&format!("{host}|{}", p.text))
-                    && !contains_run(trusted, &mark_date_days(tokens(&p.text)))
+                    .contains(&format!("{host}|{}", p.written))
+                {
+                    return false;
+                }
+                !(p.plain && self.in_owners_words(&p.text, trusted))
             })
-            .map(|p| format!("{} `{}`", p.what, shorten(&p.raw)))
+            .map(|p| {
+                let what = if p.repeated {
+                    format!("repeated {}", p.what)
+                } else {
+                    p.what.to_string()
+                };
+                if p.raw.is_empty() {
+                    what
+                } else {
+                    format!("{what} `{}`", shorten(&p.raw))
+                }
+            })
             .collect()
+    }
+
+    /// Would `value` trace as a part of a URL to `url`'s host (see
+    /// [`TaintState::untraced_url_parts`]): as the owner's words in a plain letter case,
+    /// or exactly as a part of a URL the session received for that host was written? For
+    /// data sent beside a URL, such as a header value. False for a `url` that does not
+    /// parse.
+    pub fn traces_as_url_part(&self, url: &str, value: &str) -> bool {
+        let Some((host, _)) = url_parts(url) else {
+            return false;
+        };
+        self.received_url_parts.contains(&format!("{host}|{value}"))
+            || (value.split_whitespace().all(url_parts::plain_case)
+                && self.in_owners_words(&value.to_lowercase(), self.trusted_tokens()))
+    }
+
+    /// Does a URL part's text consist of the owner's words? As a run of whole tokens of
+    /// trusted text, and with nothing that making tokens drops: no run of spaces (`+++`
+    /// decodes to three), and no punctuation trimmed from a word (`zurich)))`, or a
+    /// word of brackets alone, which yields no token) unless the owner wrote that word
+    /// as it stands. What is dropped is not compared, so it could carry data.
+    fn in_owners_words(&self, text: &str, trusted: &[String]) -> bool {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        if words.is_empty() || words.join(" ") != text {
+            return false;
+        }
+        if !contains_run(trusted, &mark_date_days(tokens(text))) {
+            return false;
+        }
+        words.iter().all(|w| {
+            tokens::normalize_token(w) == *w
+                || self.trusted_text.split_whitespace().any(|t| t == *w)
+        })
     }
 
     /// Did the owner ask for an action of this tool's kind, and did untrusted content ask
@@ -829,13 +900,13 @@ fn check_declared(
     }
 }
 
-/// A URL argument's path segments, query values and fragment must each trace to trusted
-/// input or belong to a URL the session received verbatim.
+/// A URL argument's data-carrying parts (`url_parts.rs`) must each trace to trusted input
+/// or belong to a URL the session received verbatim.
 fn check_url_parts(state: &TaintState, name: &str, value: &Value, facts: &mut ProvenanceFacts) {
     let Value::String(s) = value else {
         return;
     };
-    if !matches!(whole_value_identifier(s), Some((IdKind::Host, _))) {
+    if !is_url_value(s) {
         return;
     }
     for part in state.untraced_url_parts(s) {
@@ -844,6 +915,20 @@ fn check_url_parts(state: &TaintState, name: &str, value: &Value, facts: &mut Pr
         facts.data_out.push(label.clone());
         facts.untraced.push(label);
     }
+}
+
+/// Is an argument's value a URL to check? One with a scheme and a host, and one a host
+/// identifier begins, whole or not (`www.x.com/a)))`: the identifier stops at brackets,
+/// or before a userinfo, and what follows would be the data).
+fn is_url_value(s: &str) -> bool {
+    let s = s.trim();
+    if url::Url::parse(s).is_ok_and(|u| u.host_str().is_some_and(|h| !h.is_empty())) {
+        return true;
+    }
+    !s.contains(char::is_whitespace)
+        && find_identifiers(s)
+            .iter()
+            .any(|f| f.kind == IdKind::Host && f.start == 0)
 }
 
 /// The URL of a network request: its host is the operator's to allow, its data-carrying
@@ -1000,7 +1085,10 @@ mod tests {
             &json!({}),
             true,
         );
-        assert_eq!(f.untraced, vec!["url→query value `d=secret`"]);
+        assert_eq!(
+            f.untraced,
+            vec!["url→query key `d`", "url→query value `d=secret`"]
+        );
         // Path segments and fragments carry data too.
         for (url, part) in [
             (
@@ -1033,12 +1121,146 @@ mod tests {
             f.data_out,
             vec![
                 "url→path segment `collect`",
+                "url→query key `q`",
                 "url→query value `q=the+notes+say+42`"
             ]
         );
         assert!(check_request_url(&s, "https://a.example/x?ref=feed")
             .data_out
             .is_empty());
+    }
+
+    /// I5, the whole class of URL parts that never reached `data_out`: after untrusted
+    /// content, data in a query key (`?<base32>=`), in a part of punctuation alone (the
+    /// lengths of its runs), in whatever making tokens drops (runs of spaces, trimmed
+    /// brackets), in the userinfo, a matrix parameter, empty segments or repeated parts
+    /// holds the request, both as a network request and as a read-only tool's URL.
+    #[test]
+    fn i5_data_in_a_urls_keys_and_shape_is_held() {
+        let s = state(
+            "Show the page in print view; the weather in zurich too",
+            &["links: https://collector.example/x?d=1 and https://collector.example/t?tag=a&tag=b and https://collector.example/Report"],
+        );
+        let held = |url: &str, part: &str| {
+            let f = check_request_url(&s, url);
+            assert!(
+                f.data_out.iter().any(|d| d == &format!("url→{part}")),
+                "{url}: {:?}",
+                f.data_out
+            );
+            let f = check_tool_arguments(&s, "fetch", &json!({ "url": url }), &json!({}), true);
+            assert!(
+                f.untraced.iter().any(|d| d == &format!("url→{part}")),
+                "{url}: {f:?}"
+            );
+        };
+        held(
+            "https://collector.example/x?MFRGGZDFMZTQ=",
+            "query key `MFRGGZDFMZTQ`",
+        );
+        held("https://collector.example/x?MFRGG=1", "query key `MFRGG`");
+        held(
+            "https://collector.example/x?d=((+(((+(",
+            "query value `d=((+(((+(`",
+        );
+        held("https://collector.example/x#((((", "fragment `((((`");
+        held("https://collector.example/x/((/(((", "path segment `((`");
+        held(
+            "https://collector.example/x?d=zurich+++weather",
+            "query value `d=zurich+++weather`",
+        );
+        held(
+            "https://collector.example/x?d=zurich)))",
+            "query value `d=zurich)))`",
+        );
+        held("https://MFRGG@collector.example/x", "userinfo `MFRGG`");
+        held(
+            "https://collector.example/x/MFRGG MZXW6",
+            "path segment `MFRGG%20MZXW6`",
+        );
+        held(
+            "https://collector.example/x;MFRGG",
+            "matrix parameter `MFRGG`",
+        );
+        held("https://collector.example/x//x", "empty path segment");
+        held("https://collector.example/x?d=1&&", "empty query pair");
+        held(
+            "https://collector.example/x?print&weather&print",
+            "repeated query key `print`",
+        );
+        // How a part is written: letter case and needless escapes decode to the same text.
+        held(
+            "https://collector.example/x?d=ZuRiCh",
+            "query value `d=ZuRiCh`",
+        );
+        held(
+            "https://collector.example/x?d=%7Aurich",
+            "query value `d=%7Aurich`",
+        );
+        held(
+            "https://collector.example/x?d=weather+in%20zurich",
+            "query value `d=weather+in%20zurich`",
+        );
+        held("https://collector.example/rEpOrT", "path segment `rEpOrT`");
+        held("https://collector.example/report", "path segment `report`");
+        // Each of these alone is a traced part: nothing is held.
+        for url in [
+            "https://collector.example/x?d=1",
+            "https://collector.example/x?print",
+            "https://collector.example/x?print&weather",
+            "https://collector.example/x?d=weather+in+zurich",
+            "https://collector.example/x?d=Weather+in+Zurich",
+            "https://collector.example/x?d=ZURICH",
+            "https://collector.example/Report",
+            "https://collector.example/x/",
+            "https://collector.example/t?tag=a&tag=b",
+        ] {
+            let f = check_request_url(&s, url);
+            assert!(f.data_out.is_empty(), "{url}: {:?}", f.data_out);
+        }
+        // A received URL with repeats traces only in the form received.
+        assert_eq!(
+            check_request_url(&s, "https://collector.example/t?tag=b&tag=a").data_out,
+            vec!["url→repeated query key `tag`"]
+        );
+    }
+
+    /// A value sent beside a URL (a header's) traces as a part of that URL would.
+    #[test]
+    fn i5_a_value_beside_a_url_traces_as_its_part_would() {
+        let s = state(
+            "fetch the page with header X-Team: platform tools",
+            &["see https://api.example/x?team=core"],
+        );
+        let url = "https://api.example/y";
+        assert!(s.traces_as_url_part(url, "platform tools"));
+        assert!(s.traces_as_url_part(url, "core"));
+        assert!(s.traces_as_url_part(url, "Platform Tools"));
+        // Received data matches only as written; the owner's words in a plain case.
+        assert!(!s.traces_as_url_part(url, "Core"));
+        assert!(!s.traces_as_url_part(url, "plAtform tools"));
+        assert!(!s.traces_as_url_part("https://other.example/", "core"));
+        for bad in [
+            "platform  tools",
+            "tools)))",
+            "((( (",
+            "",
+            "launch-code-7741",
+        ] {
+            assert!(!s.traces_as_url_part(url, bad), "{bad}");
+        }
+        assert!(!s.traces_as_url_part("not a url", "platform tools"));
+    }
+
+    /// I5: a target value of punctuation alone has no token and traces to nothing; an
+    /// empty value carries nothing.
+    #[test]
+    fn i5_a_value_without_tokens_does_not_trace() {
+        let s = state("pay the rent", &["x"]);
+        assert_eq!(s.trace_value(&json!("((( (")), Trace::Untraced);
+        assert_eq!(s.trace_value(&json!("\"\"")), Trace::Untraced);
+        assert_eq!(s.trace_value(&json!("")), Trace::Traced);
+        assert_eq!(s.trace_value(&json!("rent")), Trace::Traced);
     }
 
     /// Class 1: a call whose kind the owner never asked for does not run unattended,

@@ -116,12 +116,12 @@ pub fn mark_date_days(mut toks: Vec<String>) -> Vec<String> {
     toks
 }
 
-/// Does `needle` occur in `hay` as a contiguous run of whole tokens?
+/// Does `needle` occur in `hay` as a contiguous run of whole tokens? Never for an empty
+/// needle: a value with no tokens (`((+(((`, whose brackets are trimmed away) is not
+/// found in trusted text, since what was trimmed could carry data. A caller for which
+/// an empty value is harmless says so itself.
 pub fn contains_run(hay: &[String], needle: &[String]) -> bool {
-    if needle.is_empty() {
-        return true;
-    }
-    hay.windows(needle.len()).any(|w| w == needle)
+    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
 }
 
 /// Is `n` one of the tokens of `hay`, read as a number (`10.0` matches `10.00`)?
@@ -196,6 +196,18 @@ mod tests {
         assert_eq!(normalize_token("x’s"), "x");
         assert_eq!(normalize_token("Bob's"), "bob");
         assert_eq!(t("’s"), vec!["’s"]);
+    }
+
+    /// I5: a needle with no tokens is found nowhere. Before, an empty needle was "in"
+    /// every text, so a URL value of brackets alone (`((+(((+(`) traced to the owner.
+    #[test]
+    fn i5_an_empty_needle_is_never_found() {
+        let hay = t("check the weather");
+        assert!(t("((  (((  (").is_empty());
+        assert!(!contains_run(&hay, &t("((  (((  (")));
+        assert!(!contains_run(&hay, &[]));
+        assert!(!contains_run(&[], &[]));
+        assert!(contains_run(&hay, &t("the weather")));
     }
 
     #[test]

@@ -64,15 +64,53 @@ pub struct FsWriteAction {
 pub struct NetRequestAction {
     pub method: String,
     pub url: String,
-    /// Header names only: values may hold credentials and never enter the Gate.
+    /// The request's headers as the client sent them, names lower-case and sorted (each
+    /// name's values in the order sent). Values are part of the payload: a header can
+    /// carry data out as well as a URL can, and an approval covers these values only. A
+    /// value never holds a secret: the sandbox has only placeholders, and the proxy puts
+    /// the real value in after the decision.
     #[serde(default)]
-    pub headers: Vec<String>,
+    pub headers: Vec<HeaderField>,
     #[serde(default)]
     pub body_bytes: u64,
     /// SHA-256 (hex) of the body, when there is one. It makes an approval or an exact
     /// grant bind the body's bytes, not only its length.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_sha256: Option<String>,
+}
+
+/// One request header, as sent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderField {
+    /// Lower-case name.
+    pub name: String,
+    /// The value exactly as sent (placeholders for secrets included).
+    #[serde(default)]
+    pub value: String,
+    /// Set by the proxy when the whole value is the placeholder of this secret, written
+    /// as the secret's header template writes it, for a request the secret is bound to:
+    /// the value the proxy then puts in is the operator's, not data from the session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+}
+
+impl HeaderField {
+    /// A header with `name` and `value` that holds no placeholder.
+    pub fn new(name: impl Into<String>, value: impl Into<String>) -> HeaderField {
+        HeaderField {
+            name: name.into(),
+            value: value.into(),
+            secret: None,
+        }
+    }
+}
+
+/// A header with an empty value (`"host".into()`).
+impl From<&str> for HeaderField {
+    fn from(name: &str) -> HeaderField {
+        HeaderField::new(name, "")
+    }
 }
 
 /// Read or write one memory record.
@@ -512,6 +550,23 @@ mod body_binding_tests {
         let a = crate::canonical::content_hash(&post("amount=100")).unwrap();
         let b = crate::canonical::content_hash(&post("amount=999")).unwrap();
         assert_ne!(a, b, "an approval of one body must not cover another");
+    }
+
+    #[test]
+    fn header_values_are_part_of_the_payload() {
+        let with = |v: &str| {
+            let mut a = match post("x") {
+                Action::NetRequest(n) => n,
+                _ => unreachable!(),
+            };
+            a.headers = vec![HeaderField::new("x-d", v)];
+            crate::canonical::content_hash(&Action::NetRequest(a)).unwrap()
+        };
+        assert_ne!(
+            with("a"),
+            with("b"),
+            "an approval of one header value must not cover another"
+        );
     }
 
     #[test]

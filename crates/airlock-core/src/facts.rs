@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use std::path::PathBuf;
 
 use crate::action::Action;
+use crate::header_facts::untraced_headers;
 use crate::paths::{path_facts, PathFacts};
 use crate::provenance::arg_roles::ArgRole;
 use crate::provenance::{
@@ -184,6 +185,14 @@ pub fn build(action: &Action, taint: &TaintState, role: &str, config: &GateConfi
             let parts = check_request_url(taint, &n.url);
             prov.untraced.extend(parts.untraced);
             prov.data_out = parts.data_out;
+            // Header values leave with the request as the query does (I5). Only after
+            // taint: before it, nothing has to trace.
+            if taint.is_tainted() {
+                let headers = untraced_headers(taint, &n.url, &n.headers, n.body_bytes > 0);
+                prov.security_args.extend(headers.iter().cloned());
+                prov.untraced.extend(headers.iter().cloned());
+                prov.data_out.extend(headers);
+            }
             ActionFacts {
                 resource: format!("host:{host}"),
                 context: json!({"session": session, "provenance": provenance_json(&prov), "net": net}),

@@ -256,8 +256,14 @@ impl Gate {
                     let data_out = string_list(&facts_json["detail"]["data_out"]);
                     if !data_out.is_empty() {
                         o.decision = DecisionKind::Ask;
+                        // Header values are checked too; name the part that carries it.
+                        let what = if data_out.iter().all(|d| d.starts_with("url")) {
+                            "this URL"
+                        } else {
+                            "this request"
+                        };
                         o.reasons = vec![format!(
-                            "after untrusted content, this URL would carry data that does not trace to your input: {}",
+                            "after untrusted content, {what} would carry data that does not trace to your input: {}",
                             data_out.join(", ")
                         )];
                     }

@@ -22,6 +22,7 @@ pub use sink::{DecisionKind, DecisionRecord, DecisionSink, SinkError};
 pub mod facts;
 pub mod gate;
 pub mod gate_source;
+pub mod header_facts;
 pub mod paths;
 pub mod policy;
 pub mod policy_probe;

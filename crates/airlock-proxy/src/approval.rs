@@ -1,7 +1,7 @@
 //! The approval hook: how a request that a rule marks *ask* reaches a human. The binary
 //! implements it with its approval channel; tests use [`ChannelApprovals`].
 
-use airlock_core::action::NetRequestAction;
+use airlock_core::action::{HeaderField, NetRequestAction};
 use airlock_core::gate::Approval;
 use tokio::sync::{mpsc, oneshot};
 
@@ -37,6 +37,27 @@ pub fn body_preview(body: &[u8]) -> Option<String> {
         text.push_str(&format!("… ({} bytes in all)", body.len()));
     }
     Some(text)
+}
+
+/// How much of each header value an approver is shown.
+pub const HEADER_PREVIEW_CHARS: usize = 200;
+
+/// The approver's view of a request's headers: each name with the start of its value (a
+/// header carries data as a URL does), and which secret a placeholder stands for.
+pub fn header_preview(headers: &[HeaderField]) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .map(|h| {
+            let mut shown: String = h.value.chars().take(HEADER_PREVIEW_CHARS).collect();
+            if shown.len() < h.value.len() {
+                shown.push_str(&format!("… ({} bytes in all)", h.value.len()));
+            }
+            if let Some(secret) = &h.secret {
+                shown.push_str(&format!(" (placeholder of secret {secret})"));
+            }
+            (h.name.clone(), shown)
+        })
+        .collect()
 }
 
 /// Delivers approval requests. Resolve to `None` to refuse; the proxy also gives up at its
@@ -91,6 +112,17 @@ impl ApprovalHook for ChannelApprovals {
 #[cfg(test)]
 mod body_preview_tests {
     use super::*;
+
+    #[test]
+    fn a_long_header_value_is_cut_and_says_how_long_it_was() {
+        let long = "y".repeat(HEADER_PREVIEW_CHARS + 5);
+        let shown = header_preview(&[HeaderField::new("x-d", long.as_str())]);
+        assert_eq!(shown[0].0, "x-d");
+        assert!(shown[0].1.starts_with(&"y".repeat(HEADER_PREVIEW_CHARS)));
+        assert!(shown[0]
+            .1
+            .ends_with(&format!("({} bytes in all)", long.len())));
+    }
 
     #[test]
     fn a_long_body_is_cut_and_says_how_long_it_was() {

@@ -28,6 +28,9 @@ use crate::secrets::Destination;
 use crate::server::Inner;
 use crate::upstream_io;
 
+mod headers;
+mod method_override;
+
 /// Where a request goes, as the proxy established it (absolute URI or CONNECT target).
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
@@ -179,6 +182,9 @@ pub(crate) async fn handle(
     // Dropped, not refused: a client may add them by habit, and without them the
     // upstream sees the method the Gate decided on.
     strip_method_overrides(&mut parts.headers);
+    // Before the decision, so the Gate judges (and an approval binds) the headers that
+    // will leave, and none that a `Connection` list would drop anyway.
+    strip_hop_by_hop(&mut parts.headers);
     let l = &inner.limits;
     if !inner
         .rate
@@ -210,16 +216,8 @@ pub(crate) async fn handle(
             return refuse(&mut ex, StatusCode::PAYLOAD_TOO_LARGE, reason);
         }
     };
-    let form = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.to_ascii_lowercase()
-                .starts_with("application/x-www-form-urlencoded")
-        });
-    if form && has_method_param(&body) {
-        let reason = "the form body names another method in `_method`, which the upstream could act on instead of the decided one\nhelp: send the request with the method itself".to_string();
+    if let Some(place) = method_override::body_names_method(&parts.headers, &body) {
+        let reason = format!("the body names another method in `_method` (a {place}), which the upstream could act on instead of the decided one\nhelp: send the request with the method itself");
         return refuse(&mut ex, StatusCode::FORBIDDEN, reason);
     }
     let header_bytes: u64 = parts
@@ -237,17 +235,21 @@ pub(crate) async fn handle(
         return refuse(&mut ex, StatusCode::FORBIDDEN, reason);
     }
 
-    let mut names: Vec<String> = parts
-        .headers
-        .keys()
-        .map(|k| k.as_str().to_string())
-        .collect();
-    names.sort();
-    names.dedup();
+    let to = Destination {
+        scheme: target.scheme,
+        host: &target.host,
+        port: target.port,
+        path: &ex.path,
+    };
+    let fields = headers::header_fields(&parts.headers, inner.terms().injector.secrets(), &to);
+    let fields = match fields {
+        Ok(f) => f,
+        Err(reason) => return refuse(&mut ex, StatusCode::BAD_REQUEST, reason),
+    };
     let action = NetRequestAction {
         method: method.clone(),
         url: url.clone(),
-        headers: names,
+        headers: fields,
         body_bytes: body.len() as u64,
         body_sha256: (!body.is_empty()).then(|| airlock_core::canonical::sha256_hex(&body)),
     };
@@ -562,6 +564,10 @@ async fn forward(
         };
     let (mut parts, upstream_body) = resp.into_parts();
     ex.status = parts.status.as_u16();
+    // hyper keeps a reason phrase other than the standard one and the server writes it
+    // back to the sandbox: free text from the upstream that the scrubber never sees
+    // (`401 invalid key <the injected key>`). The sandbox gets the standard phrase.
+    parts.extensions.remove::<hyper::ext::ReasonPhrase>();
     strip_hop_by_hop(&mut parts.headers);
     let cap = inner.limits.max_response_body;
     let declared = parts

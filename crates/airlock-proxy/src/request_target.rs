@@ -144,7 +144,7 @@ pub(crate) fn has_method_param(query_or_form: &[u8]) -> bool {
     })
 }
 
-fn percent_decode(s: &[u8]) -> Vec<u8> {
+pub(crate) fn percent_decode(s: &[u8]) -> Vec<u8> {
     let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
     let mut out = Vec::with_capacity(s.len());
     let mut i = 0;

@@ -405,3 +405,120 @@ mod bindings {
         assert!(body.contains(&ph), "{body}");
     }
 }
+
+/// A loopback HTTP server that answers every request `401` with a reason phrase of its
+/// own that repeats the `Authorization` it got, as a careless API does in its status line.
+async fn reason_echo_upstream() -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut tcp, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tcp.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&head).into_owned();
+                let auth = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .starts_with("authorization:")
+                            .then(|| l["authorization:".len()..].trim().to_string())
+                    })
+                    .unwrap_or_default();
+                let answer = format!(
+                    "HTTP/1.1 401 invalid key {auth}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                );
+                let _ = tcp.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    addr
+}
+
+/// I10: the upstream's reason phrase is free text the scrubber never reads; the sandbox
+/// gets the standard phrase for the status instead, so a bound host that repeats the
+/// injected key in its status line does not hand it to the sandbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i10_an_upstream_reason_phrase_never_reaches_the_sandbox() {
+    let echo = reason_echo_upstream().await;
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = SecretStore::new(store_dir.path());
+    let binding = Binding::parse("api.test", Some("http"), Some(echo.port()), None).unwrap();
+    let ph = store
+        .set(
+            "KEY",
+            &binding,
+            HeaderTemplate::bearer(),
+            &SecretString::from(REAL.to_string()),
+        )
+        .unwrap();
+    let h = Harness::start(|_| {
+        let mut r = rules(vec![rule("api.test", echo.port(), &["GET"])]);
+        r.allow_private.push(echo);
+        Setup {
+            rules: r,
+            secrets: store.load_all().unwrap(),
+            ..Default::default()
+        }
+    })
+    .await;
+    let url = format!("http://api.test:{}/v1/me", echo.port());
+    let r = h
+        .curl(&["-H", &format!("Authorization: Bearer {ph}"), &url])
+        .await;
+    assert_eq!(r.status, 401, "{r:?}");
+    let status_line = r.stderr.lines().next().unwrap_or("");
+    assert!(
+        !r.stderr.contains(REAL) && !r.text().contains(REAL),
+        "the injected value came back in the status line: {status_line:?}"
+    );
+    assert!(
+        !status_line.contains("invalid key"),
+        "the upstream's own reason phrase reached the sandbox: {status_line:?}"
+    );
+}
+
+/// I5 and I3 together: after untrusted content, a header that is exactly a bound
+/// secret's placeholder is the operator's value, not data, and goes through unattended;
+/// anything else beside the placeholder in it is data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i5_a_bound_placeholder_is_not_data_after_untrusted_content() {
+    let store_dir = tempfile::tempdir().unwrap();
+    let mut ph = String::new();
+    let h = Harness::start(|port| {
+        let (p, secrets) = stored_secret(store_dir.path(), port);
+        ph = p;
+        Setup {
+            rules: rules(vec![rule("api.test", port, &["GET"])]),
+            secrets,
+            ..Default::default()
+        }
+    })
+    .await;
+    let mut s = airlock_core::gate::Session::new("run-1", "owner");
+    s.observe_trusted("Read my profile at https://api.test/v1/me");
+    s.observe_untrusted("web page", "Quarterly numbers are up.");
+    h.proxy.set_session(s);
+    let auth = format!("Authorization: Bearer {ph}");
+    let r = h.curl(&["-H", &auth, &h.url("api.test", "/v1/me")]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        h.seen()[0].header("authorization"),
+        Some(format!("Bearer {REAL}").as_str())
+    );
+    let smuggled = format!("{auth} launch-slips-to-may");
+    let r = h
+        .curl(&["-H", &smuggled, &h.url("api.test", "/v1/me")])
+        .await;
+    assert_eq!(r.status, 403, "{r:?}");
+    assert_eq!(h.seen().len(), 1);
+}

@@ -64,11 +64,14 @@ impl ApprovalStatus {
 pub enum ApprovalPreview {
     /// The full command line.
     Command { command: String, cwd: String },
-    /// An HTTP request: method, URL and the start of the body.
+    /// An HTTP request: method, URL, the start of the body, and the headers with their
+    /// values (each cut short), which leave with the request as its URL does.
     Http {
         method: String,
         url: String,
         body_preview: Option<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        headers: Vec<(String, String)>,
     },
     /// A file write as a unified diff.
     FileDiff { path: String, diff: String },

@@ -291,8 +291,12 @@ pub fn describe(req: &ApprovalRequest) -> Vec<String> {
             method,
             url,
             body_preview,
+            headers,
         } => {
             lines.push(format!("  {} {}", escape_line(method), escape_line(url)));
+            for (name, value) in headers {
+                lines.push(format!("  {}: {}", escape_line(name), escape_line(value)));
+            }
             if let Some(b) = body_preview {
                 lines.push(format!("  body:    {}", escape_line(b)));
             }

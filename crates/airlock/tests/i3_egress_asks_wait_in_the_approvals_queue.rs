@@ -190,13 +190,27 @@ fn an_approved_request_goes_through_and_the_record_names_who_decided() {
     let req = e.pending(&mut child);
     let url = format!("http://127.0.0.1:{}/approved", e.upstream.port);
     assert_eq!(req.action_kind, "net.request");
+    let ApprovalPreview::Http {
+        method,
+        url: shown,
+        body_preview,
+        headers,
+    } = &req.preview
+    else {
+        panic!("not an HTTP preview: {:?}", req.preview);
+    };
     assert_eq!(
-        req.preview,
-        ApprovalPreview::Http {
-            method: "GET".into(),
-            url: url.clone(),
-            body_preview: None,
-        }
+        (method.as_str(), shown, body_preview),
+        ("GET", &url, &None),
+        "{:?}",
+        req.preview
+    );
+    // The approver sees the header values that would leave, not only their names.
+    assert!(
+        headers
+            .iter()
+            .any(|(n, v)| n == "user-agent" && v.starts_with("curl/")),
+        "{headers:?}"
     );
     assert!(req.payload.contains(&url), "{}", req.payload);
     assert!(

@@ -26,8 +26,8 @@
 //!     no pattern.
 //!   - `fs.delete`: the same workspace path.
 //!   - `net.request`: the same method, scheme, host, port and header names, and a path in
-//!     the same directory (the path up to its last `/`); the last path segment, the query
-//!     and the body may differ. An unparsable URL has no pattern.
+//!     the same directory (the path up to its last `/`); the last path segment, the query,
+//!     the header values and the body may differ. An unparsable URL has no pattern.
 //!   - `message.send`: the same channel and destination; the text may differ.
 //!   - anything else (memory, extension tools, schedules, sub-agents) has no pattern and
 //!     can only be granted as its exact payload.
@@ -178,7 +178,7 @@ fn target_shape(action: &Action, config: &GateConfig) -> Result<(Value, String),
                 Some(i) => url.path[..=i].to_string(),
                 None => "/".to_string(),
             };
-            let mut headers: Vec<String> = n.headers.iter().map(|h| h.to_ascii_lowercase()).collect();
+            let mut headers: Vec<String> = n.headers.iter().map(|h| h.name.to_ascii_lowercase()).collect();
             headers.sort_unstable();
             headers.dedup();
             let method = n.method.to_ascii_uppercase();

@@ -43,6 +43,7 @@ pub fn preview(call: &PlannedCall) -> ApprovalPreview {
             method: action.method.clone(),
             url: action.url.clone(),
             body_preview: body.as_ref().map(|b| cap(b.clone(), BODY_PREVIEW_CHARS)),
+            headers: Vec::new(),
         },
         PlannedCall::SendMessage(a) => ApprovalPreview::Message {
             channel: a.channel.clone(),

@@ -230,8 +230,14 @@ fn preview_lines(p: &ApprovalPreview) -> Vec<String> {
             method,
             url,
             body_preview,
+            headers,
         } => {
             let mut v = vec![format!("{} {}", escape_line(method), escape_line(url))];
+            v.extend(
+                headers
+                    .iter()
+                    .map(|(n, val)| format!("  {}: {}", escape_line(n), escape_line(val))),
+            );
             if let Some(body) = body_preview {
                 v.push("body:".into());
                 v.extend(escape_block(body).into_iter().map(|l| format!("  {l}")));

@@ -266,6 +266,7 @@ impl Shared {
                 method: a.method.clone(),
                 url: a.url.clone(),
                 body_preview: req.body_preview.clone(),
+                headers: airlock_proxy::approval::header_preview(&a.headers),
             },
             reasons: req.reasons.clone(),
             policies: req.policies.clone(),

@@ -129,9 +129,14 @@ fn preview(p: &ApprovalPreview) -> Markup {
                     pre class="command" { (untrusted::line(command)) }
                     @if !cwd.is_empty() { p { "in " code { (untrusted::line(cwd)) } } }
                 }
-                ApprovalPreview::Http { method, url, body_preview } => {
+                ApprovalPreview::Http { method, url, body_preview, headers } => {
                     p { "Request:" }
-                    pre class="http" { (untrusted::line(method)) " " (untrusted::line(url)) }
+                    pre class="http" {
+                        (untrusted::line(method)) " " (untrusted::line(url))
+                        @for (name, value) in headers {
+                            "\n" (untrusted::line(name)) ": " (untrusted::line(value))
+                        }
+                    }
                     @if let Some(b) = body_preview {
                         p { "Body (start):" }
                         pre class="body" { (untrusted::block(b)) }

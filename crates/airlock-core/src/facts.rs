@@ -161,13 +161,14 @@ pub fn build(action: &Action, taint: &TaintState, role: &str, config: &GateConfi
                 Ok(u) => (
                     json!({"valid": true, "invalid_reason": "", "method": n.method.to_ascii_uppercase(),
                            "scheme": u.scheme, "host": u.host, "port": u.port as i64, "path": u.path,
-                           "ip_literal": u.ip_literal, "body_bytes": n.body_bytes.min(i64::MAX as u64) as i64}),
+                           "ip_literal": u.ip_literal, "body_bytes": n.body_bytes.min(i64::MAX as u64) as i64,
+                           "host_traced": taint.host_traced(&u.host)}),
                     u.host.clone(),
                 ),
                 Err(e) => (
                     json!({"valid": false, "invalid_reason": e.to_string(), "method": n.method.to_ascii_uppercase(),
                            "scheme": "", "host": "", "port": 0, "path": "", "ip_literal": false,
-                           "body_bytes": n.body_bytes.min(i64::MAX as u64) as i64}),
+                           "body_bytes": n.body_bytes.min(i64::MAX as u64) as i64, "host_traced": false}),
                     String::new(),
                 ),
             };

@@ -111,6 +111,9 @@ impl PartialEq for TokensOnce {
     }
 }
 
+/// The prefix of a received host's entry among `received_url_parts`.
+const RECEIVED_HOST: &str = "host:";
+
 fn id_label(kind: IdKind, key: &str) -> String {
     let k = match kind {
         IdKind::Email => "email",
@@ -193,6 +196,10 @@ impl TaintState {
             let Some((host, parts)) = url_parts(&text[f.start..f.end]) else {
                 continue;
             };
+            // The host itself was received: under a wildcard rule it is a choice that
+            // carries nothing new ([`TaintState::host_traced`]). `host:` cannot begin a
+            // `host|part` entry, as no host holds a `:` before a `|`.
+            self.remember(RememberIn::UrlParts, format!("{RECEIVED_HOST}{host}"));
             if parts.iter().any(|p| p.repeated) {
                 self.remember(
                     RememberIn::UrlParts,
@@ -530,6 +537,20 @@ impl TaintState {
                 }
             })
             .collect()
+    }
+
+    /// Does the host of a request trace: did the owner name it (or a longer name it
+    /// starts with), or did the session receive a URL on it? Under an operator's wildcard
+    /// rule (`*.example.com`) the labels below the rule's domain are the caller's choice,
+    /// and after untrusted content they could spell data (`<base32 of a file>.example.com`);
+    /// under an exact rule the operator chose the host, and this is not asked.
+    pub fn host_traced(&self, host: &str) -> bool {
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        !host.is_empty()
+            && (self.trusted_ids.contains(&id_label(IdKind::Host, &host))
+                || self
+                    .received_url_parts
+                    .contains(&format!("{RECEIVED_HOST}{host}")))
     }
 
     /// Would `value` trace as a part of a URL to `url`'s host (see

@@ -141,7 +141,8 @@ fn no_rule_means_deny_with_help_for_that_kind_of_action() {
         "session": {"tainted": false, "principal_role": "owner"},
         "provenance": {"security_args": [], "untraced": [], "contested": []},
         "net": {"valid": true, "invalid_reason": "", "method": "GET", "scheme": "https", "host": "x.example",
-                "port": 443, "path": "/", "ip_literal": false, "body_bytes": 0},
+                "port": 443, "path": "/", "ip_literal": false, "body_bytes": 0,
+                "host_traced": false},
     });
     let o = e
         .evaluate("s", "owner", "net.request", "host:x.example", net)

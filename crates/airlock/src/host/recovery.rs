@@ -49,6 +49,9 @@ pub fn recover(
     let active = store
         .list_sessions(Some(SessionStatus::Active))
         .map_err(|e| anyhow::anyhow!("cannot list the sessions: {e}"))?;
+    // Found first, recorded, and only then marked finished: a host that dies between
+    // the two finds them again at its next start and records them again, rather than
+    // having changed their state with no record saying why.
     let mut interrupted = Vec::new();
     for s in active.items {
         let dir = home.state.join("run").join(&s.id);
@@ -61,11 +64,21 @@ pub fn recover(
         if is_running(pid) {
             continue;
         }
-        store
-            .finish_session(&s.id, now)
-            .map_err(|e| anyhow::anyhow!("cannot mark session `{}` finished: {e}", s.id))?;
-        let _ = std::fs::remove_dir_all(&dir);
         interrupted.push(s.id);
+    }
+    if !interrupted.is_empty() || orphaned > 0 {
+        audit.record_system(
+            cfg,
+            "recovery",
+            "host-recovery",
+            json!({"interrupted": interrupted, "orphaned_approvals": orphaned}),
+        )?;
+    }
+    for id in &interrupted {
+        store
+            .finish_session(id, now)
+            .map_err(|e| anyhow::anyhow!("cannot mark session `{id}` finished: {e}"))?;
+        let _ = std::fs::remove_dir_all(home.state.join("run").join(id));
     }
     let active: std::collections::HashSet<String> = store
         .list_sessions(Some(SessionStatus::Active))
@@ -75,20 +88,11 @@ pub fn recover(
         .map(|s| s.id)
         .collect();
     let swept = sweep_unclaimed(home, &active, UNCLAIMED_AFTER);
-    let found = Recovered {
+    Ok(Recovered {
         interrupted,
         orphaned,
         swept,
-    };
-    if !found.interrupted.is_empty() || found.orphaned > 0 {
-        audit.record_system(
-            cfg,
-            "recovery",
-            "host-recovery",
-            json!({"interrupted": found.interrupted, "orphaned_approvals": found.orphaned}),
-        )?;
-    }
-    Ok(found)
+    })
 }
 
 /// The runs this process registered (`state/run/<id>` holding its pid) and has not

@@ -81,7 +81,7 @@ pub struct NetRequestAction {
 
 /// One request header, as sent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "HeaderFieldForm")]
 pub struct HeaderField {
     /// Lower-case name.
     pub name: String,
@@ -102,6 +102,39 @@ impl HeaderField {
             name: name.into(),
             value: value.into(),
             secret: None,
+        }
+    }
+}
+
+/// How a header is read back: as a record, or as a bare name, the form actions were
+/// stored in before header values were part of them (an approval or grant kept in the
+/// store from then reads back, with no value).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum HeaderFieldForm {
+    Name(String),
+    Field(HeaderFieldRecord),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HeaderFieldRecord {
+    name: String,
+    #[serde(default)]
+    value: String,
+    #[serde(default)]
+    secret: Option<String>,
+}
+
+impl From<HeaderFieldForm> for HeaderField {
+    fn from(form: HeaderFieldForm) -> HeaderField {
+        match form {
+            HeaderFieldForm::Name(name) => HeaderField::new(name, ""),
+            HeaderFieldForm::Field(r) => HeaderField {
+                name: r.name,
+                value: r.value,
+                secret: r.secret,
+            },
         }
     }
 }
@@ -567,6 +600,20 @@ mod body_binding_tests {
             with("b"),
             "an approval of one header value must not cover another"
         );
+        // An action stored before values were kept (names only) still reads back, and a
+        // record with a field it does not know is still refused.
+        let old = Action::from_json(
+            r#"{"type":"net.request","method":"GET","url":"https://x.example/","headers":["cookie"]}"#,
+        )
+        .unwrap();
+        match old {
+            Action::NetRequest(n) => assert_eq!(n.headers, vec![HeaderField::new("cookie", "")]),
+            other => panic!("{other:?}"),
+        }
+        assert!(Action::from_json(
+            r#"{"type":"net.request","method":"GET","url":"https://x.example/","headers":[{"name":"a","valu":"b"}]}"#,
+        )
+        .is_err());
     }
 
     #[test]

@@ -18,12 +18,8 @@ use crate::action::HeaderField;
 use crate::provenance::tokens::tokens;
 use crate::provenance::TaintState;
 
-/// Headers whose value the client sets but never leaves as sent: the proxy checks or
-/// replaces `Host`, recomputes `Content-Length`, drops connection-level headers and
-/// method overrides.
-const NOT_FORWARDED: &[&str] = &[
-    "host",
-    "content-length",
+/// Hop-by-hop headers: they describe one connection, and the proxy never forwards them.
+pub const HOP_BY_HOP: &[&str] = &[
     "connection",
     "proxy-connection",
     "keep-alive",
@@ -33,10 +29,25 @@ const NOT_FORWARDED: &[&str] = &[
     "trailer",
     "transfer-encoding",
     "upgrade",
+];
+
+/// Headers that frameworks read as "treat this request as method X"; the proxy refuses
+/// a request that carries one.
+pub const METHOD_OVERRIDE_HEADERS: &[&str] = &[
     "x-http-method-override",
     "x-http-method",
     "x-method-override",
 ];
+
+/// Whether a header's value, set by the client, never leaves as sent: the proxy checks or
+/// replaces `Host`, recomputes `Content-Length`, drops hop-by-hop headers and refuses
+/// method overrides.
+fn not_forwarded(name: &str) -> bool {
+    name == "host"
+        || name == "content-length"
+        || HOP_BY_HOP.contains(&name)
+        || METHOD_OVERRIDE_HEADERS.contains(&name)
+}
 
 /// Request headers HTTP itself defines (RFC 9110, 9111, 6265, the Fetch standard): their
 /// names are vocabulary. Any other name is the client's choice, so it can carry data as
@@ -214,7 +225,7 @@ pub fn untraced_headers(
 ) -> Vec<String> {
     headers
         .iter()
-        .filter(|h| !NOT_FORWARDED.contains(&h.name.as_str()))
+        .filter(|h| !not_forwarded(&h.name))
         .filter(|h| h.secret.is_none())
         .filter(|h| {
             let value = h.value.trim();

@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use airlock_core::action::NetRequestAction;
 use airlock_core::gate::Verdict;
+use airlock_core::header_facts::HOP_BY_HOP;
 use airlock_core::Action;
 use airlock_core::Authorized;
 use bytes::Bytes;
@@ -75,19 +76,6 @@ fn bare(host: &str) -> String {
         host.to_string()
     }
 }
-
-/// Hop-by-hop headers: they describe one connection and are never forwarded.
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
 
 fn strip_hop_by_hop(h: &mut HeaderMap) {
     let listed: Vec<String> = h

@@ -25,12 +25,7 @@ pub(crate) struct DecidedTarget {
     pub path: String,
 }
 
-/// Headers that frameworks read as "treat this request as method X".
-pub(crate) const METHOD_OVERRIDE_HEADERS: &[&str] = &[
-    "x-http-method-override",
-    "x-http-method",
-    "x-method-override",
-];
+pub(crate) use airlock_core::header_facts::METHOD_OVERRIDE_HEADERS;
 
 /// Refuse a method that is not its own upper-case spelling. HTTP methods are
 /// case-sensitive: `get` is not `GET`, but the Gate's facts compare methods in upper case,

@@ -258,10 +258,7 @@ impl WorkspaceFiles {
     ) -> Result<(Vec<u8>, bool), FileToolError> {
         // Non-blocking: opening a FIFO for reading would otherwise wait for a writer.
         let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY;
-        let fd = match links {
-            Links::FollowedBeneath => self.open_beneath(path, flags, Mode::empty())?,
-            Links::Refused => self.open_beneath_without_links(path, flags)?,
-        };
+        let fd = self.open_beneath_with(path, flags, Mode::empty(), links)?;
         let stat = rustix::fs::fstat(&fd).map_err(|e| io_err(path, "inspect", e))?;
         if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
             return Err(FileToolError::NotRegular {
@@ -287,32 +284,6 @@ impl WorkspaceFiles {
         Ok((buf, truncated))
     }
 
-    /// Open `path` beneath the root refusing every symbolic link on the way.
-    fn open_beneath_without_links(
-        &self,
-        path: &str,
-        flags: OFlags,
-    ) -> Result<OwnedFd, FileToolError> {
-        let rel = self.relative(path)?;
-        rustix::fs::openat2(
-            &self.root,
-            rel.as_path(),
-            flags,
-            Mode::empty(),
-            ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS | ResolveFlags::NO_SYMLINKS,
-        )
-        .map_err(|e| match e {
-            Errno::NOSYS => FileToolError::Openat2Unavailable,
-            Errno::XDEV => FileToolError::LinkOut {
-                path: path.to_string(),
-            },
-            Errno::LOOP => FileToolError::LinkAttachment {
-                path: path.to_string(),
-            },
-            other => io_err(path, "open", other),
-        })
-    }
-
     /// Resolve `path` beneath the root with the kernel's help. Never walks paths itself.
     fn open_beneath(
         &self,
@@ -320,17 +291,30 @@ impl WorkspaceFiles {
         flags: OFlags,
         mode: Mode,
     ) -> Result<OwnedFd, FileToolError> {
+        self.open_beneath_with(path, flags, mode, Links::FollowedBeneath)
+    }
+
+    /// [`Self::open_beneath`], following links beneath the root or refusing every one.
+    fn open_beneath_with(
+        &self,
+        path: &str,
+        flags: OFlags,
+        mode: Mode,
+        links: Links,
+    ) -> Result<OwnedFd, FileToolError> {
         let rel = self.relative(path)?;
-        rustix::fs::openat2(
-            &self.root,
-            rel.as_path(),
-            flags,
-            mode,
-            ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
-        )
-        .map_err(|e| match e {
+        let resolve = match links {
+            Links::FollowedBeneath => ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+            Links::Refused => {
+                ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS | ResolveFlags::NO_SYMLINKS
+            }
+        };
+        rustix::fs::openat2(&self.root, rel.as_path(), flags, mode, resolve).map_err(|e| match e {
             Errno::NOSYS => FileToolError::Openat2Unavailable,
             Errno::XDEV => FileToolError::LinkOut {
+                path: path.to_string(),
+            },
+            Errno::LOOP if matches!(links, Links::Refused) => FileToolError::LinkAttachment {
                 path: path.to_string(),
             },
             Errno::LOOP if flags.contains(OFlags::NOFOLLOW) => FileToolError::LinkWrite {

@@ -354,6 +354,14 @@ mod tests {
             Allow,
             "an exact rule's host is the operator's choice"
         );
+        // The same name in another spelling is the same name; a name below a traced one
+        // is a new choice, which can carry data as well.
+        assert_eq!(
+            decide_in(&gate, &tainted, "GET", "https://STATIC.cdn.example./", 0),
+            Allow
+        );
+        let below = "https://nrqxk3tdnawwg33e.static.cdn.example/";
+        assert_eq!(decide_in(&gate, &tainted, "GET", below, 0), Ask);
     }
 
     #[test]
